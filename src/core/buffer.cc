@@ -1,0 +1,146 @@
+#include "core/buffer.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#ifdef KILN_HAS_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace kiln {
+namespace {
+
+TensorView ViewInto(void* data, size_t size, DType dtype, Shape shape, Device device) {
+  auto bytes = DTypeByteSize(dtype, shape.numel());
+  CHECK(bytes.ok()) << bytes.status().ToString();
+  CHECK_LE(static_cast<size_t>(*bytes), size) << "view " << shape.ToString() << " "
+                                              << DTypeName(dtype) << " exceeds the buffer";
+  return TensorView::Contiguous(data, dtype, shape, device);
+}
+
+}  // namespace
+
+// ---- HostBuffer --------------------------------------------------------------------------------
+
+Result<HostBuffer> HostBuffer::Allocate(size_t nbytes) {
+  HostBuffer b;
+  if (nbytes == 0) return b;
+  const size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
+  b.data_ = std::aligned_alloc(kAlignment, rounded);
+  if (b.data_ == nullptr) {
+    return ResourceExhausted("cannot allocate " + std::to_string(nbytes) + " bytes of host memory");
+  }
+  std::memset(b.data_, 0, rounded);
+  b.size_ = nbytes;
+  return b;
+}
+
+HostBuffer::HostBuffer(HostBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
+  if (this != &other) {
+    std::free(data_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+HostBuffer::~HostBuffer() { std::free(data_); }
+
+TensorView HostBuffer::View(DType dtype, Shape shape) const {
+  return ViewInto(data_, size_, dtype, shape, Device::kHost);
+}
+
+// ---- DeviceBuffer ------------------------------------------------------------------------------
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    Release();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+DeviceBuffer::~DeviceBuffer() { Release(); }
+
+TensorView DeviceBuffer::View(DType dtype, Shape shape) const {
+  return ViewInto(data_, size_, dtype, shape, Device::kCuda);
+}
+
+#ifdef KILN_HAS_CUDA
+
+namespace {
+Status CudaStatus(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return Status::Ok();
+  return Internal(std::string(what) + ": " + cudaGetErrorString(err));
+}
+}  // namespace
+
+Result<DeviceBuffer> DeviceBuffer::Allocate(size_t nbytes) {
+  DeviceBuffer b;
+  if (nbytes == 0) return b;
+  const cudaError_t err = cudaMalloc(&b.data_, nbytes);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // clear the sticky-free error so later calls are not affected
+    return ResourceExhausted("cannot allocate " + std::to_string(nbytes) +
+                             " bytes of GPU memory; lower --gpu-memory-utilization or the model size");
+  }
+  KILN_RETURN_IF_ERROR(CudaStatus(err, "cudaMalloc"));
+  b.size_ = nbytes;
+  return b;
+}
+
+void DeviceBuffer::Release() {
+  if (data_ != nullptr) {
+    const cudaError_t err = cudaFree(data_);
+    CHECK(err == cudaSuccess) << "cudaFree: " << cudaGetErrorString(err);
+    data_ = nullptr;
+    size_ = 0;
+  }
+}
+
+Status DeviceBuffer::CopyFromHost(const void* src, size_t nbytes) {
+  CHECK_LE(nbytes, size_);
+  return CudaStatus(cudaMemcpy(data_, src, nbytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+}
+
+Status DeviceBuffer::CopyToHost(void* dst, size_t nbytes) const {
+  CHECK_LE(nbytes, size_);
+  return CudaStatus(cudaMemcpy(dst, data_, nbytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+}
+
+bool HasCudaDevice() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+#else  // !KILN_HAS_CUDA
+
+Result<DeviceBuffer> DeviceBuffer::Allocate(size_t) {
+  return Unsupported("this kiln was built without CUDA (configure with -DKILN_CUDA=ON on a machine "
+                     "with the CUDA toolkit)");
+}
+void DeviceBuffer::Release() {}
+Status DeviceBuffer::CopyFromHost(const void*, size_t) {
+  return Unsupported("this kiln was built without CUDA");
+}
+Status DeviceBuffer::CopyToHost(void*, size_t) const {
+  return Unsupported("this kiln was built without CUDA");
+}
+bool HasCudaDevice() { return false; }
+
+#endif  // KILN_HAS_CUDA
+
+}  // namespace kiln

@@ -1,0 +1,67 @@
+// Owning buffers: HostBuffer (aligned host memory) and DeviceBuffer (CUDA device memory).
+// Buffers always own their bytes and free them on destruction; they are move-only. Views
+// (TensorView) into them never own.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace kiln {
+
+class HostBuffer {
+ public:
+  static constexpr size_t kAlignment = 64;
+
+  HostBuffer() = default;
+  // Allocates `nbytes` bytes aligned to kAlignment, zero-filled. Fails with ResourceExhausted.
+  static Result<HostBuffer> Allocate(size_t nbytes);
+
+  HostBuffer(HostBuffer&& other) noexcept;
+  HostBuffer& operator=(HostBuffer&& other) noexcept;
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  ~HostBuffer();
+
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+  TensorView View(DType dtype, Shape shape) const;  // CHECKs that the view fits
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Device memory from cudaMalloc on the current device. In a build without CUDA, Allocate
+// returns Unsupported.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  static Result<DeviceBuffer> Allocate(size_t nbytes);
+
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer();
+
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+  TensorView View(DType dtype, Shape shape) const;
+
+  // Synchronous copies; `nbytes` must fit in this buffer (CHECKed). CUDA failures are returned.
+  Status CopyFromHost(const void* src, size_t nbytes);
+  Status CopyToHost(void* dst, size_t nbytes) const;
+
+ private:
+  void Release();
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// True when kiln was built with CUDA and at least one device is visible.
+bool HasCudaDevice();
+
+}  // namespace kiln
