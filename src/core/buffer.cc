@@ -15,8 +15,8 @@ namespace {
 TensorView ViewInto(void* data, size_t size, DType dtype, Shape shape, Device device) {
   auto bytes = DTypeByteSize(dtype, shape.numel());
   CHECK(bytes.ok()) << bytes.status().ToString();
-  CHECK_LE(static_cast<size_t>(*bytes), size) << "view " << shape.ToString() << " "
-                                              << DTypeName(dtype) << " exceeds the buffer";
+  CHECK_LE(static_cast<size_t>(*bytes), size)
+      << "view " << shape.ToString() << " " << DTypeName(dtype) << " exceeds the buffer";
   return TensorView::Contiguous(data, dtype, shape, device);
 }
 
@@ -90,8 +90,9 @@ Result<DeviceBuffer> DeviceBuffer::Allocate(size_t nbytes) {
   const cudaError_t err = cudaMalloc(&b.data_, nbytes);
   if (err == cudaErrorMemoryAllocation) {
     cudaGetLastError();  // clear the sticky-free error so later calls are not affected
-    return ResourceExhausted("cannot allocate " + std::to_string(nbytes) +
-                             " bytes of GPU memory; lower --gpu-memory-utilization or the model size");
+    return ResourceExhausted(
+        "cannot allocate " + std::to_string(nbytes) +
+        " bytes of GPU memory; lower --gpu-memory-utilization or the model size");
   }
   KILN_RETURN_IF_ERROR(CudaStatus(err, "cudaMalloc"));
   b.size_ = nbytes;
@@ -129,8 +130,9 @@ bool HasCudaDevice() {
 #else  // !KILN_HAS_CUDA
 
 Result<DeviceBuffer> DeviceBuffer::Allocate(size_t) {
-  return Unsupported("this kiln was built without CUDA (configure with -DKILN_CUDA=ON on a machine "
-                     "with the CUDA toolkit)");
+  return Unsupported(
+      "this kiln was built without CUDA (configure with -DKILN_CUDA=ON on a machine "
+      "with the CUDA toolkit)");
 }
 void DeviceBuffer::Release() {}
 Status DeviceBuffer::CopyFromHost(const void*, size_t) {

@@ -10,7 +10,8 @@ namespace kiln {
 namespace {
 
 TEST(DeviceBufferGpu, RoundTripThroughDeviceMemory) {
-  if (!HasCudaDevice()) GTEST_SKIP() << "no CUDA device visible (this test runs on the GPU machine)";
+  if (!HasCudaDevice())
+    GTEST_SKIP() << "no CUDA device visible (this test runs on the GPU machine)";
   std::vector<uint32_t> in(1 << 20);
   std::iota(in.begin(), in.end(), 0x9e3779b9u);
   auto dev = DeviceBuffer::Allocate(in.size() * 4);
@@ -23,7 +24,8 @@ TEST(DeviceBufferGpu, RoundTripThroughDeviceMemory) {
 }
 
 TEST(DeviceBufferGpu, HugeAllocationIsResourceExhausted) {
-  if (!HasCudaDevice()) GTEST_SKIP() << "no CUDA device visible (this test runs on the GPU machine)";
+  if (!HasCudaDevice())
+    GTEST_SKIP() << "no CUDA device visible (this test runs on the GPU machine)";
   auto dev = DeviceBuffer::Allocate(size_t{1} << 50);  // 1 PiB
   ASSERT_FALSE(dev.ok());
   EXPECT_EQ(dev.status().code(), StatusCode::kResourceExhausted);

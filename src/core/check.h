@@ -34,8 +34,7 @@ struct Voidify {
          : ::kiln::internal::Voidify() & \
                ::kiln::internal::CheckFailure(__FILE__, __LINE__, #cond).stream()
 
-#define KILN_CHECK_OP_(a, op, b)                                                     \
-  CHECK((a)op(b)) << "(" << (a) << " vs " << (b) << ") "
+#define KILN_CHECK_OP_(a, op, b) CHECK((a)op(b)) << "(" << (a) << " vs " << (b) << ") "
 #define CHECK_EQ(a, b) KILN_CHECK_OP_(a, ==, b)
 #define CHECK_NE(a, b) KILN_CHECK_OP_(a, !=, b)
 #define CHECK_LT(a, b) KILN_CHECK_OP_(a, <, b)

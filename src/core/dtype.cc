@@ -61,15 +61,15 @@ Result<DType> ParseDType(std::string_view name) {
     DType dtype;
   };
   static constexpr Alias kAliases[] = {
-      {"float32", DType::kF32},       {"fp32", DType::kF32},
-      {"float", DType::kF32},         {"float16", DType::kF16},
-      {"fp16", DType::kF16},          {"half", DType::kF16},
-      {"bfloat16", DType::kBF16},     {"f8_e4m3", DType::kF8E4M3},
-      {"fp8", DType::kF8E4M3},        {"float8_e4m3fn", DType::kF8E4M3},
-      {"f8_e5m2", DType::kF8E5M2},    {"float8_e5m2", DType::kF8E5M2},
-      {"float64", DType::kF64},       {"int8", DType::kI8},
-      {"int4", DType::kI4},           {"int32", DType::kI32},
-      {"int64", DType::kI64},         {"uint8", DType::kU8},
+      {"float32", DType::kF32},    {"fp32", DType::kF32},
+      {"float", DType::kF32},      {"float16", DType::kF16},
+      {"fp16", DType::kF16},       {"half", DType::kF16},
+      {"bfloat16", DType::kBF16},  {"f8_e4m3", DType::kF8E4M3},
+      {"fp8", DType::kF8E4M3},     {"float8_e4m3fn", DType::kF8E4M3},
+      {"f8_e5m2", DType::kF8E5M2}, {"float8_e5m2", DType::kF8E5M2},
+      {"float64", DType::kF64},    {"int8", DType::kI8},
+      {"int4", DType::kI4},        {"int32", DType::kI32},
+      {"int64", DType::kI64},      {"uint8", DType::kU8},
   };
   for (const Alias& a : kAliases) {
     if (a.alias == n) return a.dtype;

@@ -182,7 +182,7 @@ inline uint8_t F32ToF8E5M2(float f) {
   const uint32_t bits = F32Bits(f);
   const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
   const uint32_t x = bits & 0x7fffffffu;
-  if (x > 0x7f800000u) return sign | 0x7fu;    // NaN
+  if (x > 0x7f800000u) return sign | 0x7fu;   // NaN
   if (x >= 0x47800000u) return sign | 0x7cu;  // |x| >= 65536 (and infinity) -> infinity
   return sign | static_cast<uint8_t>(internal::RoundF32ToSmallFloat<2, 15>(x));
 }

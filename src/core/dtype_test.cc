@@ -117,7 +117,7 @@ TEST(DType, F8E4M3ExactPatterns) {
   EXPECT_EQ(F32ToF8E4M3(480.0f), 0x7f);
   EXPECT_EQ(F32ToF8E4M3(-1e9f), 0xff);
   EXPECT_EQ(F32ToF8E4M3(std::numeric_limits<float>::infinity()), 0x7f);
-  EXPECT_EQ(F32ToF8E4M3(std::ldexp(1.0f, -9)), 0x01);  // smallest subnormal
+  EXPECT_EQ(F32ToF8E4M3(std::ldexp(1.0f, -9)), 0x01);   // smallest subnormal
   EXPECT_EQ(F32ToF8E4M3(std::ldexp(1.0f, -10)), 0x00);  // tie with zero
   EXPECT_EQ(F32ToF8E4M3(std::ldexp(3.0f, -10)), 0x02);  // 1.5 units: to even
   EXPECT_EQ(F32ToF8E4M3(std::ldexp(1.0f, -6)), 0x08);   // smallest normal

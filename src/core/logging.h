@@ -43,8 +43,7 @@ class LogMessage {
 #define KILN_LOG_ERROR ::kiln::LogLevel::kError
 #define KILN_LOG_FATAL ::kiln::LogLevel::kFatal
 
-#define LOG(severity)                                                     \
-  if (KILN_LOG_##severity < ::kiln::GetLogLevel()) {                      \
-  } else                                                                  \
-    ::kiln::internal::LogMessage(KILN_LOG_##severity, __FILE__, __LINE__) \
-        .stream()
+#define LOG(severity)                                \
+  if (KILN_LOG_##severity < ::kiln::GetLogLevel()) { \
+  } else                                             \
+    ::kiln::internal::LogMessage(KILN_LOG_##severity, __FILE__, __LINE__).stream()

@@ -59,7 +59,8 @@ TEST(StatusDeathTest, ValueOfErrorAborts) {
 
 TEST(CheckDeathTest, NamesFileLineAndValues) {
   int a = 3, b = 4;
-  EXPECT_DEATH(CHECK_EQ(a, b) << "context", "status_test.cc:[0-9]+: CHECK failed: .*3 vs 4.*context");
+  EXPECT_DEATH(CHECK_EQ(a, b) << "context",
+               "status_test.cc:[0-9]+: CHECK failed: .*3 vs 4.*context");
 }
 
 TEST(Logging, ParseLevels) {

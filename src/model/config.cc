@@ -146,20 +146,28 @@ Status ParseRopeScaling(const json& r, std::string_view source, RopeScaling* out
 
 std::string_view ModelFamilyName(ModelFamily family) {
   switch (family) {
-    case ModelFamily::kLlama: return "llama";
-    case ModelFamily::kMistral: return "mistral";
-    case ModelFamily::kQwen2: return "qwen2";
+    case ModelFamily::kLlama:
+      return "llama";
+    case ModelFamily::kMistral:
+      return "mistral";
+    case ModelFamily::kQwen2:
+      return "qwen2";
   }
   return "unknown";
 }
 
 std::string_view RopeScalingTypeName(RopeScaling::Type type) {
   switch (type) {
-    case RopeScaling::Type::kNone: return "none";
-    case RopeScaling::Type::kLinear: return "linear";
-    case RopeScaling::Type::kDynamic: return "dynamic";
-    case RopeScaling::Type::kLlama3: return "llama3";
-    case RopeScaling::Type::kYarn: return "yarn";
+    case RopeScaling::Type::kNone:
+      return "none";
+    case RopeScaling::Type::kLinear:
+      return "linear";
+    case RopeScaling::Type::kDynamic:
+      return "dynamic";
+    case RopeScaling::Type::kLlama3:
+      return "llama3";
+    case RopeScaling::Type::kYarn:
+      return "yarn";
   }
   return "unknown";
 }
@@ -380,8 +388,9 @@ std::string ToHfConfigJson(const ModelConfig& c) {
     }
     j["rope_scaling"] = rs;
   }
-  j["torch_dtype"] = c.dtype == DType::kF16 ? "float16" : c.dtype == DType::kF32 ? "float32"
-                                                                                 : "bfloat16";
+  j["torch_dtype"] = c.dtype == DType::kF16   ? "float16"
+                     : c.dtype == DType::kF32 ? "float32"
+                                              : "bfloat16";
   if (c.bos_token_id) j["bos_token_id"] = *c.bos_token_id;
   if (c.eos_token_ids.size() == 1) {
     j["eos_token_id"] = c.eos_token_ids[0];
