@@ -127,6 +127,18 @@ bool HasCudaDevice() {
   return n > 0;
 }
 
+Result<CudaDeviceInfo> GetCudaDeviceInfo(int device) {
+  if (!HasCudaDevice()) return Unavailable("no CUDA device is visible");
+  cudaDeviceProp prop{};
+  KILN_RETURN_IF_ERROR(
+      CudaStatus(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties"));
+  KILN_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), "cudaSetDevice"));
+  size_t free_bytes = 0, total_bytes = 0;
+  KILN_RETURN_IF_ERROR(CudaStatus(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo"));
+  return CudaDeviceInfo{prop.name, static_cast<int64_t>(total_bytes),
+                        static_cast<int64_t>(free_bytes), prop.major * 10 + prop.minor};
+}
+
 #else  // !KILN_HAS_CUDA
 
 Result<DeviceBuffer> DeviceBuffer::Allocate(size_t) {
@@ -142,6 +154,9 @@ Status DeviceBuffer::CopyToHost(void*, size_t) const {
   return Unsupported("this kiln was built without CUDA");
 }
 bool HasCudaDevice() { return false; }
+Result<CudaDeviceInfo> GetCudaDeviceInfo(int) {
+  return Unavailable("this kiln was built without CUDA");
+}
 
 #endif  // KILN_HAS_CUDA
 

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "core/status.h"
 #include "core/tensor.h"
@@ -63,5 +64,14 @@ class DeviceBuffer {
 
 // True when kiln was built with CUDA and at least one device is visible.
 bool HasCudaDevice();
+
+struct CudaDeviceInfo {
+  std::string name;        // "NVIDIA H200"
+  int64_t total_bytes;     // device memory
+  int64_t free_bytes;      // free now (after this process's own allocations)
+  int compute_capability;  // 90 for sm_90
+};
+// Describes CUDA device `device`. Unavailable without CUDA or without a visible device.
+Result<CudaDeviceInfo> GetCudaDeviceInfo(int device = 0);
 
 }  // namespace kiln

@@ -1,0 +1,30 @@
+// Shared helpers for the kiln subcommands (src/cli/*_command.cc).
+//
+// Each subcommand registers itself on the CLI11 app with an Add<Name>Command(app) function. A
+// command that fails prints `kiln <cmd>: error: <message>` to stderr and throws
+// CLI::RuntimeError with a non-zero exit code, which main() turns into the process exit status.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+
+namespace kiln::cli {
+
+// Prints the error for `command` and throws CLI::RuntimeError(1).
+[[noreturn]] void Fail(std::string_view command, const Status& status);
+
+// Formats a byte count as "1.23 GiB" / "456.0 MiB" / "789 B".
+std::string FormatBytes(int64_t bytes);
+// Formats a count with thousands separators: 8030261248 -> "8,030,261,248".
+std::string FormatCount(int64_t n);
+// Parses "16GB", "80 GiB", "512MB", "1.5TB" or a plain number of bytes (decimal and binary
+// units both accepted; a bare number with no unit means bytes).
+Result<int64_t> ParseByteSize(std::string_view text);
+
+void AddInspectCommand(CLI::App& app);
+void AddSynthCommand(CLI::App& app);
+
+}  // namespace kiln::cli

@@ -1,0 +1,95 @@
+// Checkpoint: one model on disk, whatever its format, opened and validated.
+//
+//   auto ckpt = Checkpoint::Open("/models/Llama-3.1-8B");      // HF directory
+//   auto ckpt = Checkpoint::Open("/models/smollm2.Q4_1.gguf");   // GGUF file
+//
+// Open() reads the config, maps every weight file (no copies) and checks each expected weight
+// (ExpectedWeights) is present with the shape the config implies. Weights are exposed under their
+// HF names whatever the format, so the rest of kiln has one vocabulary.
+//
+// Thread safety: immutable after Open(); all accessors may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "model/config.h"
+
+namespace kiln {
+
+enum class CheckpointFormat : uint8_t { kHfDirectory, kGguf };
+std::string_view CheckpointFormatName(CheckpointFormat format);  // "hf", "gguf"
+
+// Layout of the q and k projection rows for rotary embeddings. HF checkpoints keep the rotated
+// pairs half a head apart (NeoX style); llama.cpp's converter permutes q/k of `llama` GGUF files
+// so that pairs are adjacent (GPT-J / Meta style). A backend must apply the matching RoPE (or
+// undo the permutation on load).
+enum class QkRopeLayout : uint8_t { kHalfSplit, kInterleaved };
+
+struct Weight {
+  std::string name;         // HF name, e.g. "model.layers.0.self_attn.q_proj.weight"
+  std::string source_name;  // the name in the file (differs for GGUF: "blk.0.attn_q.weight")
+  std::string file;         // the file holding it
+  DType dtype;
+  Shape shape;  // row-major
+  int64_t nbytes;
+  const uint8_t* data;  // valid while the Checkpoint lives
+};
+
+class Checkpoint {
+ public:
+  // Opens an HF checkpoint directory (config.json + model.safetensors or
+  // model.safetensors.index.json + shards) or a GGUF file. Every failure names the file and,
+  // where one is involved, the tensor: NotFound for missing files or weights, Corrupt for
+  // malformed files or shapes that contradict the config, Unsupported for architectures and
+  // dtypes kiln does not handle.
+  static Result<Checkpoint> Open(const std::string& path);
+
+  Checkpoint(Checkpoint&&) noexcept;
+  Checkpoint& operator=(Checkpoint&&) noexcept;
+  ~Checkpoint();
+
+  CheckpointFormat format() const { return format_; }
+  const std::string& path() const { return path_; }
+  const ModelConfig& config() const { return config_; }
+  // From generation_config.json (HF) or the GGUF tokenizer metadata; absent if neither exists.
+  const std::optional<GenerationConfig>& generation_config() const { return generation_config_; }
+  QkRopeLayout qk_rope_layout() const { return qk_rope_layout_; }
+  // A human-readable model name (GGUF general.name, else the directory name).
+  const std::string& name() const { return name_; }
+
+  // Expected weights in ExpectedWeights() order.
+  const std::vector<Weight>& weights() const { return weights_; }
+  const Weight* Find(std::string_view hf_name) const;
+
+  // Sum of the stored bytes of all weights, and per dtype.
+  int64_t WeightBytes() const;
+  std::map<DType, int64_t> WeightBytesByDType() const;
+  // Elements actually stored (equals config().NumParameters() for a valid checkpoint).
+  int64_t NumStoredParameters() const;
+
+ private:
+  Checkpoint();
+  struct Files;  // the mapped files (safetensors shards or the GGUF file)
+
+  CheckpointFormat format_ = CheckpointFormat::kHfDirectory;
+  std::string path_;
+  std::string name_;
+  ModelConfig config_;
+  std::optional<GenerationConfig> generation_config_;
+  QkRopeLayout qk_rope_layout_ = QkRopeLayout::kHalfSplit;
+  std::vector<Weight> weights_;
+  std::unique_ptr<Files> files_;
+
+  static Result<Checkpoint> OpenHfDirectory(const std::string& dir);
+  static Result<Checkpoint> OpenGguf(const std::string& file);
+};
+
+}  // namespace kiln
