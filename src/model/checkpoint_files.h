@@ -5,12 +5,14 @@
 #include <vector>
 
 #include "model/checkpoint.h"
+#include "model/gguf.h"
 #include "model/safetensors.h"
 
 namespace kiln {
 
 struct Checkpoint::Files {
   std::vector<SafetensorsFile> safetensors;
+  std::optional<GgufFile> gguf;
 };
 
 }  // namespace kiln
