@@ -9,6 +9,7 @@
 #include "model/dequant.h"
 
 #include <cstring>
+#include <limits>
 #include <string>
 
 namespace kiln {
@@ -26,6 +27,17 @@ inline uint32_t Load32(const uint8_t* p) {
 }
 inline float Half(const uint8_t* p) { return F16ToF32(Load16(p)); }
 inline float F(int v) { return static_cast<float>(v); }
+
+// double -> float, rounding to nearest even like the hardware conversion numpy uses, with
+// out-of-range values going to +-infinity explicitly (a plain cast of them is undefined in C++).
+inline float F64ToF32(double v) {
+  // The smallest magnitude that rounds to infinity: FLT_MAX plus half an ulp (a tie, and
+  // FLT_MAX has an odd significand, so ties go up).
+  constexpr double kOverflow = 0x1.ffffffp127;
+  if (v >= kOverflow) return std::numeric_limits<float>::infinity();
+  if (v <= -kOverflow) return -std::numeric_limits<float>::infinity();
+  return static_cast<float>(v);
+}
 
 // q4_0: [d f16][qs 16 B]. Element j < 16: low nibble of qs[j]; j >= 16: high nibble of qs[j-16].
 void BlockQ4_0(const uint8_t* b, float* y) {
@@ -275,7 +287,7 @@ Status DequantizeToF32(DType dtype, const void* src_void, size_t src_bytes, int6
       RunScalars<uint16_t>(src, n, dst, BF16ToF32);
       break;
     case DType::kF64:
-      RunScalars<double>(src, n, dst, [](double v) { return static_cast<float>(v); });
+      RunScalars<double>(src, n, dst, F64ToF32);
       break;
     case DType::kF8E4M3:
       RunScalars<uint8_t>(src, n, dst, F8E4M3ToF32);

@@ -454,9 +454,7 @@ std::vector<Corruption> Corruptions() {
                StatusCode::kCorrupt,
                {"tensor 'w5'", "n_dims is 5"}});
   c.push_back({"dim past int64",
-               [] {
-                 return GgufBuilder().Tensor("big", {1ull << 63}, kF32, {}).Build();
-               },
+               [] { return GgufBuilder().Tensor("big", {1ull << 63}, kF32, {}).Build(); },
                StatusCode::kCorrupt,
                {"tensor 'big'", "9223372036854775808"}});
   c.push_back({"element count overflow",
@@ -466,9 +464,7 @@ std::vector<Corruption> Corruptions() {
                StatusCode::kCorrupt,
                {"tensor 'ovf'", "overflows int64"}});
   c.push_back({"byte count overflow",
-               [] {
-                 return GgufBuilder().Tensor("ovf8", {1ull << 62}, kF32, {}).Build();
-               },
+               [] { return GgufBuilder().Tensor("ovf8", {1ull << 62}, kF32, {}).Build(); },
                StatusCode::kCorrupt,
                {"tensor 'ovf8'", "byte size", "overflows"}});
   c.push_back({"ne[0] not a multiple of the block size",
@@ -478,15 +474,11 @@ std::vector<Corruption> Corruptions() {
                StatusCode::kCorrupt,
                {"tensor 'q'", "ne[0] = 33", "q4_0 block size 32"}});
   c.push_back({"unknown ggml type",
-               [] {
-                 return GgufBuilder().Tensor("x", {8}, 99, Filler(32, 1)).Build();
-               },
+               [] { return GgufBuilder().Tensor("x", {8}, 99, Filler(32, 1)).Build(); },
                StatusCode::kUnsupported,
                {"tensor 'x'", "ggml type id 99"}});
   c.push_back({"removed ggml type",
-               [] {
-                 return GgufBuilder().Tensor("x", {32}, 31, Filler(18, 1)).Build();
-               },
+               [] { return GgufBuilder().Tensor("x", {32}, 31, Filler(18, 1)).Build(); },
                StatusCode::kUnsupported,
                {"tensor 'x'", "ggml type id 31"}});
   c.push_back({"misaligned offset",
