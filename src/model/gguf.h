@@ -208,6 +208,8 @@ class GgufFile {
   uint64_t alignment() const { return alignment_; }
   uint64_t data_offset() const { return data_offset_; }  // start of the data section in the file
   uint64_t file_size() const { return bytes_.size(); }
+  // The whole file (the map, or the caller's bytes for OpenFromBytes).
+  std::span<const uint8_t> file_bytes() const { return bytes_; }
 
   // ---- Metadata ----
   // All key-value pairs in file order.

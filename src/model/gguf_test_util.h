@@ -133,6 +133,7 @@ class GgufBuilder {
     if (tensors.empty()) return b;
     const size_t data_start = Align(b.size());
     for (size_t i = 0; i < tensors.size(); ++i) {
+      if (tensors[i].data.empty()) continue;
       const size_t at = data_start + offsets[i];
       if (b.size() < at + tensors[i].data.size()) b.resize(at + tensors[i].data.size(), 0);
       std::memcpy(b.data() + at, tensors[i].data.data(), tensors[i].data.size());

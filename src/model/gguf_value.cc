@@ -288,8 +288,11 @@ std::string GgufValue::ToString(size_t max_items) const {
   if (const bool* b = std::get_if<bool>(&v_)) return *b ? "true" : "false";
   if (const std::string* str = AsString()) return Quote(*str, kMaxChars);
   const GgufArray& a = std::get<GgufArray>(v_);
-  std::string out =
-      "[" + std::string(GgufTypeName(a.element_type())) + " x " + std::to_string(a.size());
+  // NOTE: appended piecewise; `"[" + std::string(...)` trips a GCC 12 -Wrestrict false positive.
+  std::string out = "[";
+  out += GgufTypeName(a.element_type());
+  out += " x ";
+  out += std::to_string(a.size());
   for (size_t i = 0; i < a.size() && i < max_items; ++i) {
     out += i == 0 ? ": " : ", ";
     if (auto v = a.IntAt(i)) {
