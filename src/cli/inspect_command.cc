@@ -130,8 +130,10 @@ void Run(const InspectOptions& o) {
   Print("model", ckpt.path());
   Print("name", ckpt.name());
   Print("format", std::string(CheckpointFormatName(ckpt.format())));
-  Print("architecture", std::string(ModelFamilyName(c.family)) +
-                            (c.architecture.empty() ? "" : " (" + c.architecture + ")"));
+  const std::string family(ModelFamilyName(c.family));
+  Print("architecture", family + (c.architecture.empty() || c.architecture == family
+                                      ? ""
+                                      : " (" + c.architecture + ")"));
   Print("layers", std::to_string(c.num_layers));
   Print("hidden size", std::to_string(c.hidden_size));
   Print("intermediate size", std::to_string(c.intermediate_size));

@@ -69,13 +69,15 @@ Result<Checkpoint> Checkpoint::OpenGguf(const std::string& file) {
     if (auto hf = GgufToHfName(t.name)) by_hf_name[*hf] = &t;
   }
   if (gguf.FindTensor("rope_freqs.weight") != nullptr) {
-    LOG(WARNING) << file << ": has rope_freqs.weight (llama3 rope scaling factors); kiln does not "
-                            "apply them yet, so positions past the original context will differ";
+    LOG(WARNING) << file
+                 << ": has rope_freqs.weight (llama3 rope scaling factors); kiln does not "
+                    "apply them yet, so positions past the original context will differ";
   }
   for (const WeightSpec& spec : ExpectedWeights(ckpt.config_)) {
     auto it = by_hf_name.find(spec.name);
     if (it == by_hf_name.end()) {
-      return NotFound(file + ": tensor for '" + spec.name + "' is missing (the metadata implies it)");
+      return NotFound(file + ": tensor for '" + spec.name +
+                      "' is missing (the metadata implies it)");
     }
     const GgufTensor& t = *it->second;
     if (!t.dtype) {

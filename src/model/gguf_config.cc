@@ -86,7 +86,8 @@ Result<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {
         std::min<size_t>(tokens->AsArray()->size(), std::numeric_limits<int>::max()));
   } else if (const GgufTensor* emb = f.FindTensor("token_embd.weight");
              emb != nullptr && emb->shape.ndim() == 2) {
-    c.vocab_size = static_cast<int>(std::min<int64_t>(emb->shape[0], std::numeric_limits<int>::max()));
+    c.vocab_size =
+        static_cast<int>(std::min<int64_t>(emb->shape[0], std::numeric_limits<int>::max()));
   }
   c.tie_word_embeddings = f.FindTensor("output.weight") == nullptr;
   const GgufTensor* q_bias = f.FindTensor("blk.0.attn_q.bias");

@@ -21,10 +21,27 @@ using testing::TestTensor;
 using testing::WriteFile;
 
 // Replacements that target the parser's arithmetic and type checks.
-const char* const kTokens[] = {
-    "0",  "1",  "-1", "18446744073709551615", "18446744073709551616", "9223372036854775807",
-    "4294967296", "1e309", "0.5", "\"\"", "null", "[]", "{}", "[0]", "[0,0,0]", "true",
-    "\"BF16\"", "\"F8_E4M3\"", "\"I4\"", "\"\\u0000\"", "\"\\ud800\""};
+const char* const kTokens[] = {"0",
+                               "1",
+                               "-1",
+                               "18446744073709551615",
+                               "18446744073709551616",
+                               "9223372036854775807",
+                               "4294967296",
+                               "1e309",
+                               "0.5",
+                               "\"\"",
+                               "null",
+                               "[]",
+                               "{}",
+                               "[0]",
+                               "[0,0,0]",
+                               "true",
+                               "\"BF16\"",
+                               "\"F8_E4M3\"",
+                               "\"I4\"",
+                               "\"\\u0000\"",
+                               "\"\\ud800\""};
 
 std::string Mutate(const std::string& valid, std::mt19937_64& rng) {
   std::string s = valid;
@@ -44,9 +61,9 @@ std::string Mutate(const std::string& valid, std::mt19937_64& rng) {
       case 1: {  // replace a number or token in the JSON with a hostile one
         const size_t i = pick(8, std::min(header_end, s.size()));
         size_t j = i;
-        while (j < s.size() && j < header_end && (std::isdigit(static_cast<unsigned char>(s[j])) ||
-                                                  std::isalpha(static_cast<unsigned char>(s[j])) ||
-                                                  s[j] == '_' || s[j] == '"')) {
+        while (j < s.size() && j < header_end &&
+               (std::isdigit(static_cast<unsigned char>(s[j])) ||
+                std::isalpha(static_cast<unsigned char>(s[j])) || s[j] == '_' || s[j] == '"')) {
           ++j;
         }
         s.replace(i, j - i, kTokens[rng() % std::size(kTokens)]);
@@ -56,8 +73,9 @@ std::string Mutate(const std::string& valid, std::mt19937_64& rng) {
         s.resize(pick(0, s.size()));
         break;
       case 3: {  // overwrite the header length
-        const uint64_t lens[] = {0, 1, 7, s.size(), s.size() - 8, s.size() - 7, ~0ull, 1ull << 40,
-                                 header_end - 9, rng()};
+        const uint64_t lens[] = {
+            0,    1, 7, s.size(), s.size() - 8, s.size() - 7, ~0ull, 1ull << 40, header_end - 9,
+            rng()};
         const uint64_t len = lens[rng() % std::size(lens)];
         for (int k = 0; k < 8 && k < static_cast<int>(s.size()); ++k) {
           s[k] = static_cast<char>((len >> (8 * k)) & 0xff);
