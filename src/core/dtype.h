@@ -187,4 +187,14 @@ inline uint8_t F32ToF8E5M2(float f) {
   return sign | static_cast<uint8_t>(internal::RoundF32ToSmallFloat<2, 15>(x));
 }
 
+// Packed int4 (DType::kI4): two signed 4-bit values in [-8, 7] per byte, element 2i in the low
+// nibble and element 2i+1 in the high nibble (two's complement), as AWQ/GPTQ-style kernels read
+// them.
+inline uint8_t PackI4(int lo, int hi) {
+  DCHECK(lo >= -8 && lo <= 7 && hi >= -8 && hi <= 7);
+  return static_cast<uint8_t>((lo & 0xf) | ((hi & 0xf) << 4));
+}
+inline int UnpackI4Low(uint8_t b) { return static_cast<int>(static_cast<int8_t>(b << 4) >> 4); }
+inline int UnpackI4High(uint8_t b) { return static_cast<int>(static_cast<int8_t>(b) >> 4); }
+
 }  // namespace kiln

@@ -178,5 +178,17 @@ TEST(DType, F8E4M3RoundsToNearest) {
   }
 }
 
+TEST(DType, PackedInt4) {
+  EXPECT_EQ(PackI4(1, -1), 0xf1);
+  EXPECT_EQ(PackI4(-8, 7), 0x78);
+  for (int lo = -8; lo <= 7; ++lo) {
+    for (int hi = -8; hi <= 7; ++hi) {
+      const uint8_t b = PackI4(lo, hi);
+      ASSERT_EQ(UnpackI4Low(b), lo);
+      ASSERT_EQ(UnpackI4High(b), hi);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln
