@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 namespace kiln {
 namespace {
@@ -213,6 +214,17 @@ void BlockQ6_K(const uint8_t* b, float* y) {
   }
 }
 
+// f16 -> f32 through a 256 KB table of all 65536 conversions (F16ToF32 branches per value;
+// the table is ~4x faster on scalar f16 tensors). Built once, thread-safe.
+void RunF16(const uint8_t* src, int64_t n, float* dst) {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(1 << 16);
+    for (uint32_t h = 0; h < t.size(); ++h) t[h] = F16ToF32(static_cast<uint16_t>(h));
+    return t;
+  }();
+  for (int64_t i = 0; i < n; ++i) dst[i] = table[Load16(src + 2 * i)];
+}
+
 template <int kBlockSize, int kBlockBytes, void (*kBlock)(const uint8_t*, float*)>
 void RunBlocks(const uint8_t* src, int64_t num_elements, float* dst) {
   const int64_t num_blocks = num_elements / kBlockSize;
@@ -281,7 +293,7 @@ Status DequantizeToF32(DType dtype, const void* src_void, size_t src_bytes, int6
       if (n > 0) std::memcpy(dst, src, src_bytes);
       break;
     case DType::kF16:
-      RunScalars<uint16_t>(src, n, dst, F16ToF32);
+      RunF16(src, n, dst);
       break;
     case DType::kBF16:
       RunScalars<uint16_t>(src, n, dst, BF16ToF32);

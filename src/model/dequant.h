@@ -8,6 +8,10 @@
 // f64 the output equals numpy's astype(np.float32) (round to nearest even); fp8 uses the
 // conversions of core/dtype.h. tests/model/make_gguf_reference.py records the reference.
 //
+// NOTE: most products here are exact in f32 (an fp16 scale has an 11-bit significand, the
+// integers at most 8 bits), so the roundings that matter are the final `+ m` / `- dmin*min`
+// and the three-factor product of q6_k; operation order is still kept identical everywhere.
+//
 // Block layouts (ggml-common.h; d, dmin, m are fp16 unless noted, q = the quantized integer):
 //   q4_0  [d][16 B: elem j low nibble, elem j+16 high]           y = d * (q - 8)
 //   q4_1  [d][m][16 B as q4_0]                                   y = d * q + m

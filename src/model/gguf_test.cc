@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
