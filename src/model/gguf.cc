@@ -75,28 +75,6 @@ constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;  // name length, n_dims,
 constexpr uint64_t kMinStringBytes = 8;
 constexpr uint64_t kMinArrayBytes = 4 + 8;
 
-size_t ScalarBytes(GgufType type) {
-  switch (type) {
-    case GgufType::kUint8:
-    case GgufType::kInt8:
-    case GgufType::kBool:
-      return 1;
-    case GgufType::kUint16:
-    case GgufType::kInt16:
-      return 2;
-    case GgufType::kUint32:
-    case GgufType::kInt32:
-    case GgufType::kFloat32:
-      return 4;
-    case GgufType::kUint64:
-    case GgufType::kInt64:
-    case GgufType::kFloat64:
-      return 8;
-    default:
-      return 0;
-  }
-}
-
 std::string Quoted(std::string_view s) {
   // Names in messages come from the file: cap their length and escape control bytes.
   constexpr size_t kMax = 96;
@@ -340,7 +318,7 @@ class GgufParser {
     uint64_t count = 0;
     const size_t count_at = pos_;
     KILN_RETURN_IF_ERROR(Read(&count, "array length of " + what));
-    const size_t scalar = ScalarBytes(elem);
+    const size_t scalar = GgufScalarSize(elem);
     const uint64_t min_bytes = scalar != 0                 ? scalar
                                : elem == GgufType::kString ? kMinStringBytes
                                                            : kMinArrayBytes;

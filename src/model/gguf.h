@@ -59,6 +59,8 @@ enum class GgufType : uint32_t {
 // "uint8", "int32", "float32", "bool", "string", "array", ...; "unknown" for other values.
 std::string_view GgufTypeName(GgufType type);
 bool IsGgufIntegerType(GgufType type);
+// Bytes of one number or bool value; 0 for string, array and unknown types.
+size_t GgufScalarSize(GgufType type);
 bool IsGgufFloatType(GgufType type);
 
 // An array value: an element type and `size()` elements. Numeric and bool elements are kept

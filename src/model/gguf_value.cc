@@ -8,29 +8,6 @@
 namespace kiln {
 namespace {
 
-// Size in bytes of a number or bool element; 0 for string, array and unknown types.
-size_t ScalarSize(GgufType type) {
-  switch (type) {
-    case GgufType::kUint8:
-    case GgufType::kInt8:
-    case GgufType::kBool:
-      return 1;
-    case GgufType::kUint16:
-    case GgufType::kInt16:
-      return 2;
-    case GgufType::kUint32:
-    case GgufType::kInt32:
-    case GgufType::kFloat32:
-      return 4;
-    case GgufType::kUint64:
-    case GgufType::kInt64:
-    case GgufType::kFloat64:
-      return 8;
-    default:
-      return 0;
-  }
-}
-
 bool IsUnsigned(GgufType t) {
   return t == GgufType::kUint8 || t == GgufType::kUint16 || t == GgufType::kUint32 ||
          t == GgufType::kUint64;
@@ -100,6 +77,28 @@ std::string FormatDouble(double d) {
 
 }  // namespace
 
+size_t GgufScalarSize(GgufType type) {
+  switch (type) {
+    case GgufType::kUint8:
+    case GgufType::kInt8:
+    case GgufType::kBool:
+      return 1;
+    case GgufType::kUint16:
+    case GgufType::kInt16:
+      return 2;
+    case GgufType::kUint32:
+    case GgufType::kInt32:
+    case GgufType::kFloat32:
+      return 4;
+    case GgufType::kUint64:
+    case GgufType::kInt64:
+    case GgufType::kFloat64:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
 std::string_view GgufTypeName(GgufType type) {
   switch (type) {
     case GgufType::kUint8:
@@ -142,7 +141,7 @@ bool IsGgufFloatType(GgufType t) { return t == GgufType::kFloat32 || t == GgufTy
 // ---- GgufArray ---------------------------------------------------------------------------------
 
 GgufArray GgufArray::Numeric(GgufType element_type, std::vector<uint8_t> le_bytes) {
-  const size_t elem = ScalarSize(element_type);
+  const size_t elem = GgufScalarSize(element_type);
   CHECK(elem != 0) << "GgufArray::Numeric with type " << GgufTypeName(element_type);
   CHECK(le_bytes.size() % elem == 0) << le_bytes.size() << " bytes for " << elem << "-byte items";
   GgufArray a;
@@ -170,7 +169,7 @@ GgufArray GgufArray::Arrays(std::vector<GgufArray> arrays) {
 
 std::optional<int64_t> GgufArray::IntAt(size_t i) const {
   if (i >= size_ || !IsGgufIntegerType(element_type_)) return std::nullopt;
-  const IntElem e = DecodeInt(element_type_, raw_.data() + i * ScalarSize(element_type_));
+  const IntElem e = DecodeInt(element_type_, raw_.data() + i * GgufScalarSize(element_type_));
   if (!e.is_unsigned) return e.s;
   if (e.u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
   return static_cast<int64_t>(e.u);
