@@ -7,6 +7,8 @@ that tokenizer.json loads with tokenizers.Tokenizer.from_file, has exactly vocab
 vocab + added tokens), round-trips ASCII, CJK and emoji text, puts the bos / eos ids of config.json
 on special tokens, prepends bos when tokenizer_config.json says so, and (when jinja2 is installed)
 that the chat template renders to text that encodes its turn markers as single special tokens.
+When `transformers` is installed it also loads the directory with AutoTokenizer.from_pretrained
+and checks that it has vocab_size ids and encodes every text exactly as `tokenizers` does.
 
 Usage: check_synth_tokenizer.py --kiln PATH/TO/kiln --work-dir DIR
 Exit 0 on success, 1 on a failed check, 77 (skipped) when `tokenizers` is not installed.
@@ -33,7 +35,7 @@ def fail(msg):
     sys.exit(1)
 
 
-def check_preset(tokenizers, kiln, work_dir, preset, jinja2):
+def check_preset(tokenizers, kiln, work_dir, preset, jinja2, auto_tokenizer):
     out = os.path.join(work_dir, preset)
     subprocess.run([kiln, "synth", "--preset", preset, "--no-weights", "--force", "--out", out],
                    check=True, stdout=subprocess.DEVNULL)
@@ -98,7 +100,18 @@ def check_preset(tokenizers, kiln, work_dir, preset, jinja2):
             fail(f"{preset}: chat template {text!r} encodes to {enc.tokens}")
         if tok.decode(enc.ids, skip_special_tokens=False) != text:
             fail(f"{preset}: chat text does not round-trip")
-    print(f"ok {preset}: {vocab_size} ids, {len(specials)} special tokens")
+    if auto_tokenizer is not None:
+        hf = auto_tokenizer.from_pretrained(out)
+        if len(hf) != vocab_size:
+            fail(f"{preset}: AutoTokenizer has {len(hf)} ids")
+        for text in TEXTS:
+            if hf(text, add_special_tokens=False)["input_ids"] != tok.encode(
+                    text, add_special_tokens=False).ids:
+                fail(f"{preset}: AutoTokenizer encodes {text!r} differently")
+        if hf("hi")["input_ids"] != with_bos:
+            fail(f"{preset}: AutoTokenizer adds special tokens differently")
+    print(f"ok {preset}: {vocab_size} ids, {len(specials)} special tokens"
+          + (", AutoTokenizer agrees" if auto_tokenizer is not None else ""))
 
 
 def main():
@@ -117,9 +130,14 @@ def main():
     except ImportError:
         jinja2 = None
         print("note: jinja2 not installed; chat templates not rendered")
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        AutoTokenizer = None
+        print("note: transformers not installed; AutoTokenizer not checked")
     os.makedirs(args.work_dir, exist_ok=True)
     for preset in PRESETS:
-        check_preset(tokenizers, args.kiln, args.work_dir, preset, jinja2)
+        check_preset(tokenizers, args.kiln, args.work_dir, preset, jinja2, AutoTokenizer)
 
 
 if __name__ == "__main__":
