@@ -96,7 +96,11 @@ ModelConfig SmolLM2_135M() {
   return c;
 }
 
-std::string PresetList() {
+}  // namespace
+
+std::span<const std::string_view> PresetNames() { return kPresetNames; }
+
+std::string PresetNameList() {
   std::string s;
   for (std::string_view n : kPresetNames) {
     if (!s.empty()) s += ", ";
@@ -104,10 +108,6 @@ std::string PresetList() {
   }
   return s;
 }
-
-}  // namespace
-
-std::span<const std::string_view> PresetNames() { return kPresetNames; }
 
 Result<ModelConfig> PresetConfig(std::string_view name) {
   ModelConfig c;
@@ -123,7 +123,7 @@ Result<ModelConfig> PresetConfig(std::string_view name) {
     c = SmolLM2_135M();
   } else {
     return InvalidArgument("unknown preset '" + std::string(name) + "'; the presets are " +
-                           PresetList());
+                           PresetNameList());
   }
   c.dtype = DType::kBF16;
   CHECK(c.Validate().ok()) << name << ": " << c.Validate().ToString();

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "core/status.h"
@@ -21,6 +22,8 @@ namespace kiln {
 
 // The preset names, in the order above.
 std::span<const std::string_view> PresetNames();
+// The same, joined for messages: "llama-3.1-8b, llama-3.1-70b, ...".
+std::string PresetNameList();
 
 // The config of preset `name` (exact, case-sensitive). Unknown names give InvalidArgument
 // listing the known ones. The returned config passes Validate().

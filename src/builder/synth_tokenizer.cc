@@ -125,7 +125,12 @@ constexpr char kLlama3Template[] =
 Result<SyntheticTokenizer> BuildSyntheticTokenizer(const ModelConfig& c) {
   const bool is_llama3 = c.bos_token_id == kLlama3FirstSpecial &&
                          c.vocab_size >= kLlama3FirstSpecial + kLlama3NumSpecial;
-  const std::map<int, std::string> specials = is_llama3 ? Llama3Specials() : ChatMlSpecials(c);
+  std::map<int, std::string> specials = is_llama3 ? Llama3Specials() : ChatMlSpecials(c);
+  // An eos id that the scheme above left as a regular id (a Llama 3 vocabulary with custom eos
+  // ids) still becomes a special token.
+  for (size_t k = 0; k < c.eos_token_ids.size(); ++k) {
+    specials.try_emplace(c.eos_token_ids[k], "<|eos_" + std::to_string(k) + "|>");
+  }
   const int64_t num_regular = int64_t{c.vocab_size} - static_cast<int64_t>(specials.size());
   if (num_regular < 256) {
     return InvalidArgument("vocab_size " + std::to_string(c.vocab_size) +

@@ -20,7 +20,8 @@
 //       otherwise ChatML: bos = "<s>" ("<|endoftext|>" for qwen2, or when bos is also an eos
 //         id), first eos = "<|im_end|>", further eos ids "<|eos_1|>", ...; "<|im_start|>" and
 //         (if no eos has it) "<|im_end|>" take the lowest free ids above bos (Qwen2-7B gets
-//         151643 <|endoftext|>, 151644 <|im_start|>, 151645 <|im_end|>, as published).
+//         151643 <|endoftext|>, 151644 <|im_start|>, 151645 <|im_end|>, as published);
+//       any eos id still without a special token gets "<|eos_k|>" (k = its index in the list).
 //   - Chat template: Llama 3's header format for Llama 3 vocabularies, ChatML otherwise.
 //   - A bos token is prepended on encode (post_processor, add_bos_token) when the config has
 //     one, except for qwen2, which (as published) adds none.

@@ -68,6 +68,17 @@ TEST(SyntheticTokenizer, Llama3SpecialTokens) {
   EXPECT_NE(t->chat_template.find("<|start_header_id|>"), std::string::npos);
 }
 
+TEST(SyntheticTokenizer, Llama3WithCustomEos) {
+  ModelConfig c = Preset("llama-3.1-8b");
+  c.eos_token_ids = {5, 128001};
+  auto t = BuildSyntheticTokenizer(c);
+  ASSERT_TRUE(t.ok());
+  CheckInvariants(c, *t);
+  EXPECT_EQ(t->tokens[5], "<|eos_0|>");
+  EXPECT_EQ(t->eos_token, "<|eos_0|>");  // no <|eot_id|> among the eos ids: the first one
+  EXPECT_EQ(t->merges.size(), 128000u - 256u - 1u);
+}
+
 TEST(SyntheticTokenizer, Qwen2ChatMlAtPublishedIds) {
   const ModelConfig c = Preset("qwen2-7b");
   auto t = BuildSyntheticTokenizer(c);

@@ -28,18 +28,9 @@ struct SynthFlags {
   bool no_weights = false;
 };
 
-std::string PresetList() {
-  std::string s;
-  for (std::string_view n : PresetNames()) {
-    if (!s.empty()) s += ", ";
-    s += n;
-  }
-  return s;
-}
-
 Result<ModelConfig> ResolveShape(const SynthFlags& f) {
   if (f.preset.empty() == f.shape_file.empty()) {
-    return InvalidArgument("give exactly one of --preset NAME (" + PresetList() +
+    return InvalidArgument("give exactly one of --preset NAME (" + PresetNameList() +
                            ") or --shape FILE.json");
   }
   ModelConfig config;
@@ -107,7 +98,7 @@ void AddSynthCommand(CLI::App& app) {
   auto flags = std::make_shared<SynthFlags>();
   CLI::App* cmd = app.add_subcommand(
       "synth", "Write an HF checkpoint with deterministic random weights in a Llama-family shape");
-  auto* preset = cmd->add_option("--preset", flags->preset, "Published shape: " + PresetList());
+  auto* preset = cmd->add_option("--preset", flags->preset, "Published shape: " + PresetNameList());
   auto* shape = cmd->add_option("--shape", flags->shape_file,
                                 "JSON shape: an HF config.json, or {\"preset\": NAME, overrides}");
   preset->excludes(shape);
