@@ -20,11 +20,8 @@ namespace kiln::cli {
 std::string FormatBytes(int64_t bytes);
 // Formats a count with thousands separators: 8030261248 -> "8,030,261,248".
 std::string FormatCount(int64_t n);
-// Parses "16GB", "80 GiB", "512MB", "1.5TB" or a plain number of bytes (decimal and binary
-// units both accepted; a bare number with no unit means bytes).
-Result<int64_t> ParseByteSize(std::string_view text);
 
-void AddInspectCommand(CLI::App& app);
-void AddSynthCommand(CLI::App& app);
+void AddInspectCommand(CLI::App& app);  // inspect_command.cc
+void AddSynthCommand(CLI::App& app);    // synth_command.cc
 
 }  // namespace kiln::cli

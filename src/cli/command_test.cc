@@ -5,19 +5,6 @@
 namespace kiln::cli {
 namespace {
 
-TEST(Cli, ParseByteSize) {
-  EXPECT_EQ(*ParseByteSize("80GB"), 80'000'000'000);
-  EXPECT_EQ(*ParseByteSize("141 GiB"), 141LL * 1024 * 1024 * 1024);
-  EXPECT_EQ(*ParseByteSize("1.5tb"), 1'500'000'000'000);
-  EXPECT_EQ(*ParseByteSize("4096"), 4096);
-  EXPECT_EQ(*ParseByteSize("5G"), 5'000'000'000);
-  for (const char* bad : {"", "GB", "12XB", "-3GB", "1e30", "1.2.3GB", "99999999999TB"}) {
-    auto r = ParseByteSize(bad);
-    EXPECT_FALSE(r.ok()) << bad;
-    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
-  }
-}
-
 TEST(Cli, Format) {
   EXPECT_EQ(FormatCount(8030261248), "8,030,261,248");
   EXPECT_EQ(FormatCount(135), "135");

@@ -5,6 +5,7 @@
 
 #include "cli/command.h"
 #include "core/buffer.h"
+#include "core/units.h"
 #include "model/checkpoint.h"
 #include "model/memory_plan.h"
 

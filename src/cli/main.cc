@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
     if (!s.ok()) kiln::cli::Fail("", s);
   });
   kiln::cli::AddInspectCommand(app);
+  kiln::cli::AddSynthCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
