@@ -36,7 +36,7 @@ def check(kiln, preset, workdir, threads):
     r = {"preset": preset, "synth_seconds": round(synth_s, 2), "bytes": size,
          "write_gb_per_s": round(size / synth_s / 1e9, 2), "threads": threads,
          "synth_output": synth.stdout.strip(), "kiln_num_parameters": inspect["num_parameters"],
-         "published_parameters": PUBLISHED.get(preset)}
+         "published_parameters": PUBLISHED.get(preset), "inspect": inspect}
     t = time.perf_counter()
     hf = subprocess.run([sys.executable, CHECK, "--model", out, "--expect-params",
                          str(PUBLISHED.get(preset, inspect["num_parameters"]))],

@@ -398,6 +398,9 @@ std::string ToHfConfigJson(const ModelConfig& c) {
     j["eos_token_id"] = c.eos_token_ids;
   }
   j["use_cache"] = true;
+  // The config schema written here is the one transformers 5 reads; saying so also keeps
+  // transformers from treating the checkpoint as a legacy Mistral one (fix_mistral_regex).
+  j["transformers_version"] = "5.0.0";
   return j.dump(2) + "\n";
 }
 
