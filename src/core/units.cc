@@ -8,6 +8,13 @@
 namespace kiln {
 
 Result<int64_t> ParseByteSize(std::string_view text) {
+  auto bad = [&](std::string_view why) {
+    std::string msg = "size '";
+    msg.append(text);
+    msg.append("' ");
+    msg.append(why);
+    return InvalidArgument(std::move(msg));
+  };
   std::string s;
   for (char c : text) {
     if (!std::isspace(static_cast<unsigned char>(c))) s += c;
@@ -22,33 +29,36 @@ Result<int64_t> ParseByteSize(std::string_view text) {
   char* end = nullptr;
   const double value = number.empty() ? NAN : std::strtod(number.c_str(), &end);
   if (number.empty() || end != number.c_str() + number.size() || !(value >= 0)) {
-    return InvalidArgument("'" + std::string(text) + "' is not a size; write e.g. 80GB or 16GiB");
+    return bad("is not a size; write e.g. 80GB or 16GiB");
   }
+  struct Unit {
+    std::string_view name;
+    double scale;
+  };
+  static constexpr Unit kUnits[] = {
+      {"", 1},
+      {"B", 1},
+      {"KB", 1e3},
+      {"K", 1e3},
+      {"MB", 1e6},
+      {"M", 1e6},
+      {"GB", 1e9},
+      {"G", 1e9},
+      {"TB", 1e12},
+      {"T", 1e12},
+      {"KIB", 1024.0},
+      {"MIB", 1048576.0},
+      {"GIB", 1073741824.0},
+      {"TIB", 1099511627776.0},
+  };
   double scale = 0;
-  if (unit.empty() || unit == "B")
-    scale = 1;
-  else if (unit == "KB" || unit == "K")
-    scale = 1e3;
-  else if (unit == "MB" || unit == "M")
-    scale = 1e6;
-  else if (unit == "GB" || unit == "G")
-    scale = 1e9;
-  else if (unit == "TB" || unit == "T")
-    scale = 1e12;
-  else if (unit == "KIB")
-    scale = 1024.0;
-  else if (unit == "MIB")
-    scale = 1024.0 * 1024;
-  else if (unit == "GIB")
-    scale = 1024.0 * 1024 * 1024;
-  else if (unit == "TIB")
-    scale = 1024.0 * 1024 * 1024 * 1024;
-  else
-    return InvalidArgument("unknown size unit '" + unit + "' in '" + std::string(text) +
-                           "'; use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB");
+  for (const Unit& u : kUnits) {
+    if (u.name == unit) scale = u.scale;
+  }
+  if (scale == 0) return bad("has an unknown unit; use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB");
   const double bytes = value * scale;
-  if (bytes > 9.0e18) return InvalidArgument("size '" + std::string(text) + "' is too large");
-  if (bytes < 1) return InvalidArgument("size '" + std::string(text) + "' must be at least 1 byte");
+  if (bytes > 9.0e18) return bad("is too large");
+  if (bytes < 1) return bad("must be at least 1 byte");
   return static_cast<int64_t>(bytes);
 }
 
