@@ -11,9 +11,9 @@ namespace kiln {
 namespace {
 
 using nlohmann::json;
-using testing_util::ParseSafetensors;
-using testing_util::ReadFile;
-using testing_util::ScopedTempDir;
+using testing::ParseSafetensors;
+using testing::ReadFile;
+using testing::ScopedTempDir;
 
 // 3 tensors: 1000 + 600 + 40 bytes.
 std::vector<SafetensorsTensorSpec> ThreeTensors() {

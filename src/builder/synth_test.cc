@@ -18,10 +18,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using testing_util::ParsedSafetensors;
-using testing_util::ParseSafetensors;
-using testing_util::ReadFile;
-using testing_util::ScopedTempDir;
+using testing::ParsedSafetensors;
+using testing::ParseSafetensors;
+using testing::ReadFile;
+using testing::ScopedTempDir;
 
 // A small Qwen2-family shape (so q/k/v biases are present) with an untied lm_head.
 ModelConfig TinyConfig() {

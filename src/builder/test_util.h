@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-namespace kiln::testing_util {
+namespace kiln::testing {
 
 // A fresh directory under the test temp dir, removed on destruction.
 class ScopedTempDir {
@@ -56,4 +56,4 @@ inline ParsedSafetensors ParseSafetensors(const std::string& bytes) {
   return p;
 }
 
-}  // namespace kiln::testing_util
+}  // namespace kiln::testing

@@ -10,11 +10,11 @@
 namespace kiln {
 namespace {
 
-using testing_util::Bytes;
-using testing_util::Filler;
-using testing_util::GgufBuilder;
-using testing_util::Scalar;
-using testing_util::Str;
+using testing::Bytes;
+using testing::Filler;
+using testing::GgufBuilder;
+using testing::Scalar;
+using testing::Str;
 
 constexpr uint32_t kF32 = 0;
 
@@ -75,7 +75,7 @@ std::string WriteGguf(GgufBuilder& g) {
   static const std::string dir = testing::MakeTempDir("gguf_ckpt");
   static int n = 0;
   const std::string path = dir + "/m" + std::to_string(n++) + ".gguf";
-  EXPECT_TRUE(testing_util::WriteFile(path, g.Build()));
+  EXPECT_TRUE(testing::WriteFile(path, g.Build()));
   return path;
 }
 

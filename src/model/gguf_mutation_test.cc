@@ -19,15 +19,15 @@
 namespace kiln {
 namespace {
 
-using testing_util::Array;
-using testing_util::Bytes;
-using testing_util::Filler;
-using testing_util::GgufBuilder;
-using testing_util::Nested;
-using testing_util::NumArray;
-using testing_util::Scalar;
-using testing_util::Str;
-using testing_util::StrArray;
+using testing::Array;
+using testing::Bytes;
+using testing::Filler;
+using testing::GgufBuilder;
+using testing::Nested;
+using testing::NumArray;
+using testing::Scalar;
+using testing::Str;
+using testing::StrArray;
 
 constexpr int kNumCases = 12000;
 constexpr int kPathEvery = 8;  // every 8th case goes through the path-based GgufFile::Open
@@ -269,8 +269,8 @@ TEST(GgufMutation, RandomCorruptionsNeverCrash) {
     const std::string name = "case" + std::to_string(i) + ".gguf";
     const bool via_path = i % kPathEvery == 0;
     Result<GgufFile> f =
-        via_path ? (testing_util::WriteFile(path, bytes) ? GgufFile::Open(path)
-                                                         : Result<GgufFile>(IoError("write")))
+        via_path ? (testing::WriteFile(path, bytes) ? GgufFile::Open(path)
+                                                    : Result<GgufFile>(IoError("write")))
                  : GgufFile::OpenFromBytes({exact.get(), bytes.size()}, name);
     num_path_cases += via_path;
     outcomes[f.status().code()]++;

@@ -15,16 +15,16 @@
 namespace kiln {
 namespace {
 
-using testing_util::Array;
-using testing_util::Bytes;
-using testing_util::Filler;
-using testing_util::GgufBuilder;
-using testing_util::Nested;
-using testing_util::NumArray;
-using testing_util::Scalar;
-using testing_util::Str;
-using testing_util::StrArray;
-using testing_util::TensorSpec;
+using testing::Array;
+using testing::Bytes;
+using testing::Filler;
+using testing::GgufBuilder;
+using testing::Nested;
+using testing::NumArray;
+using testing::Scalar;
+using testing::Str;
+using testing::StrArray;
+using testing::TensorSpec;
 
 constexpr uint32_t kF32 = 0, kQ4_0 = 2, kQ8_0 = 8, kQ4_K = 12, kIq2Xxs = 16;
 
@@ -36,7 +36,7 @@ std::string TempPath(const std::string& stem) {
 // Writes `bytes` to a temp file and opens it through the public path-based entry point.
 Result<GgufFile> OpenBytes(const Bytes& bytes, const std::string& stem) {
   const std::string path = TempPath(stem);
-  EXPECT_TRUE(testing_util::WriteFile(path, bytes));
+  EXPECT_TRUE(testing::WriteFile(path, bytes));
   Result<GgufFile> f = GgufFile::Open(path);
   ::unlink(path.c_str());  // the map stays valid after unlink
   return f;
@@ -200,7 +200,7 @@ TEST(Gguf, TensorInfosShapesAndData) {
   GgufBuilder b = WithTensors();
   const Bytes bytes = b.Build();
   const std::string path = TempPath("tensors");
-  ASSERT_TRUE(testing_util::WriteFile(path, bytes));
+  ASSERT_TRUE(testing::WriteFile(path, bytes));
   Result<GgufFile> f = GgufFile::Open(path);
   ::unlink(path.c_str());
   ASSERT_TRUE(f.ok()) << f.status().ToString();

@@ -13,7 +13,7 @@
 
 #include "model/gguf.h"
 
-namespace kiln::testing_util {
+namespace kiln::testing {
 
 using Bytes = std::vector<uint8_t>;
 
@@ -173,4 +173,4 @@ inline bool WriteFile(const std::string& path, const Bytes& b) {
   return static_cast<bool>(f);
 }
 
-}  // namespace kiln::testing_util
+}  // namespace kiln::testing
