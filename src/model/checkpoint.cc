@@ -66,10 +66,10 @@ Result<Checkpoint> Checkpoint::Open(const std::string& path) {
   char magic[4] = {};
   in.read(magic, 4);
   if (in.gcount() == 4 && std::string_view(magic, 4) == "GGUF") return OpenGguf(path);
-  if (path.ends_with(".safetensors")) {
+  if (path.ends_with(".safetensors") || path.ends_with(".json")) {
     return InvalidArgument(path +
-                           ": pass the checkpoint directory (with config.json), not a "
-                           "single .safetensors file");
+                           ": pass the checkpoint directory that holds config.json and "
+                           "the weights, not one of its files");
   }
   return Unsupported(path +
                      ": not a GGUF file (bad magic) and not a directory; kiln loads HF "

@@ -132,6 +132,9 @@ TEST(Checkpoint, RejectsWhatIsNotACheckpoint) {
   auto txt = Checkpoint::Open(dir + "/notes.txt");
   EXPECT_EQ(txt.status().code(), StatusCode::kUnsupported);
   EXPECT_NE(txt.status().message().find("bad magic"), std::string::npos);
+  auto config = Checkpoint::Open(dir + "/config.json");
+  EXPECT_EQ(config.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(config.status().message().find("pass the checkpoint directory"), std::string::npos);
 }
 
 }  // namespace
