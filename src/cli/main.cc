@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
     if (s.ok() && !log_level.empty()) {
       auto level = kiln::ParseLogLevel(log_level);
       if (level.ok()) kiln::SetLogLevel(*level);
-      s = level.status();
+      s = level.status().WithContext("--log-level");
     }
     if (!s.ok()) kiln::cli::Fail("", s);
   });

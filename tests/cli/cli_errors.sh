@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The kiln CLI on bad input: each case must exit non-zero and print an error naming the problem.
+# usage: cli_errors.sh KILN WORKDIR
+set -u
+kiln=$1
+work=$2
+rm -rf "$work" && mkdir -p "$work"
+pass=0
+fail=0
+expect_error() {  # expect_error NEEDLE ARGS...
+  local needle=$1
+  shift
+  local out
+  out=$("$kiln" "$@" 2>&1)
+  local rc=$?
+  if [ $rc -ne 0 ] && grep -qF -- "$needle" <<<"$out"; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL: kiln $* -> exit $rc, expected an error containing '$needle'; got: $out"
+  fi
+}
+
+expect_error "no such file or directory" inspect "$work/missing"
+printf 'GGUF\x03\x00\x00\x00' >"$work/short.gguf"
+expect_error "short.gguf" inspect "$work/short.gguf"
+printf 'hello' >"$work/notes.txt"
+expect_error "bad magic" inspect "$work/notes.txt"
+mkdir -p "$work/empty"
+expect_error "config.json: missing" inspect "$work/empty"
+"$kiln" synth --preset smollm2-135m --num-layers 1 --out "$work/tiny" >/dev/null || fail=$((fail + 1))
+expect_error "--gpu-memory" inspect "$work/tiny" --gpu-memory 12XB
+expect_error "--gpu-memory-utilization" inspect "$work/tiny" --gpu-memory 80GB --gpu-memory-utilization 1.5
+expect_error "--kv-cache-dtype" inspect "$work/tiny" --kv-cache-dtype q4_0
+expect_error "max_position_embeddings" inspect "$work/tiny" --gpu-memory 80GB --max-model-len 999999
+truncate -s 1000 "$work/tiny/model.safetensors"
+expect_error "model.safetensors" inspect "$work/tiny"
+expect_error "not empty" synth --preset smollm2-135m --out "$work/tiny"
+expect_error "preset" synth --preset gpt-5 --out "$work/x"
+expect_error "--log-level" --log-level loud inspect "$work/tiny"
+"$kiln" inspect "$work/missing" >/dev/null 2>&1
+[ $? -eq 1 ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: exit status is not 1"; }
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
