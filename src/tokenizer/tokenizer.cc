@@ -172,20 +172,23 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::Create(TokenizerVocab vocab) {
       AppendUtf8(byte_to_cp[b], &s);
       m.byte_symbol_id[b] = t->TokenToId(s);
     }
-    m.merges.reserve(v.merges.size());
-    for (size_t r = 0; r < v.merges.size(); ++r) {
-      const auto& [a, b] = v.merges[r];
-      int32_t ia = t->TokenToId(a), ib = t->TokenToId(b), im = t->TokenToId(a + b);
-      if (ia < 0 || ib < 0 || im < 0) continue;  // NOTE: unusable merges never fire in HF either
-      uint64_t key = (static_cast<uint64_t>(ia) << 32) | static_cast<uint32_t>(ib);
-      m.merges.emplace(key, std::make_pair(static_cast<int32_t>(r), im));
-    }
   } else {
     char name[8];
     for (int b = 0; b < 256; ++b) {
       std::snprintf(name, sizeof(name), "<0x%02X>", b);
       m.byte_token_id[b] = t->TokenToId(name);
     }
+  }
+
+  // Merge ranks (byte-level BPE; SentencePiece vocabs from tokenizer.json, which rank merges
+  // instead of scoring tokens).
+  m.merges.reserve(v.merges.size());
+  for (size_t r = 0; r < v.merges.size(); ++r) {
+    const auto& [a, b] = v.merges[r];
+    int32_t ia = t->TokenToId(a), ib = t->TokenToId(b), im = t->TokenToId(a + b);
+    if (ia < 0 || ib < 0 || im < 0) continue;  // NOTE: unusable merges never fire in HF either
+    uint64_t key = (static_cast<uint64_t>(ia) << 32) | static_cast<uint32_t>(ib);
+    m.merges.emplace(key, std::make_pair(static_cast<int32_t>(r), im));  // first rank wins
   }
 
   // Decoded pieces and the added-token trie.
@@ -396,9 +399,19 @@ void Tokenizer::EncodeSpm(std::string_view text, std::vector<int32_t>* out) cons
   auto try_add = [&](int32_t l, int32_t r) {
     if (l < 0 || r < 0) return;
     std::string_view s = text.substr(syms[l].start, syms[l].len + syms[r].len);
-    int32_t id = TokenToId(s);
-    if (id < 0) return;
-    float score = vocab_.scores.empty() ? 0.0f : vocab_.scores[id];
+    float score;
+    if (!m.merges.empty()) {  // ranked merges: the lowest rank is the best score
+      int32_t il = TokenToId(text.substr(syms[l].start, syms[l].len));
+      int32_t ir = TokenToId(text.substr(syms[r].start, syms[r].len));
+      if (il < 0 || ir < 0) return;
+      auto it = m.merges.find((static_cast<uint64_t>(il) << 32) | static_cast<uint32_t>(ir));
+      if (it == m.merges.end()) return;
+      score = -static_cast<float>(it->second.first);
+    } else {
+      int32_t id = TokenToId(s);
+      if (id < 0) return;
+      score = vocab_.scores.empty() ? 0.0f : vocab_.scores[id];
+    }
     heap.push({score, l, r, s.size()});
   };
   for (int32_t i = 0; i + 1 < static_cast<int32_t>(syms.size()); ++i) try_add(i, i + 1);
