@@ -9,6 +9,10 @@
 #include <unordered_map>
 #include <utility>
 
+#include <utf8proc.h>
+
+#include <cstdlib>
+
 #include "tokenizer/regex_splitter.h"
 
 namespace kiln {
@@ -281,6 +285,30 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special,
 
 void Tokenizer::EncodeText(std::string_view text, bool after_special,
                            std::vector<int32_t>* out) const {
+  if (vocab_.normalize_nfc) {
+    // NOTE: ASCII is already NFC, so the common case skips the copy. Invalid UTF-8 (which HF
+    // cannot receive) is left as it is.
+    bool is_ascii = std::all_of(text.begin(), text.end(),
+                                [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+    if (!is_ascii) {
+      utf8proc_uint8_t* nfc = nullptr;
+      utf8proc_ssize_t len =
+          utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                       static_cast<utf8proc_ssize_t>(text.size()), &nfc,
+                       static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+      if (len >= 0) {
+        std::string normalized(reinterpret_cast<const char*>(nfc), static_cast<size_t>(len));
+        std::free(nfc);
+        EncodeNormalized(normalized, after_special, out);
+        return;
+      }
+    }
+  }
+  EncodeNormalized(text, after_special, out);
+}
+
+void Tokenizer::EncodeNormalized(std::string_view text, bool after_special,
+                                 std::vector<int32_t>* out) const {
   if (vocab_.model == TokenizerModel::kByteLevelBpe) {
     std::vector<std::string_view> words;
     impl_->splitter->Split(text, &words);

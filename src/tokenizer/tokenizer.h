@@ -6,6 +6,7 @@
 //   text ──► split out added tokens (user-defined always; control/unknown when parse_special)
 //        │   leftmost-longest, e.g. "hi<|im_end|>yo" -> ["hi", <|im_end|>, "yo"]
 //        ▼
+//   each text run ─► NFC (utf8proc) when vocab.normalize_nfc
 //   byte-level BPE:  each text run ─► PCRE2 regex pre-tokenizer (UTF + UCP, JIT) ─► words
 //                    word bytes ─► GPT-2 byte alphabet ─► merges by rank (cached per word)
 //   SentencePiece:   " " prepended to the first run (add_space_prefix), " " -> "▁",
@@ -64,7 +65,10 @@ class Tokenizer {
   struct Impl;
   explicit Tokenizer(TokenizerVocab vocab);
 
+  // Normalizes one text run between added tokens (NFC when the vocab says so), then
+  // EncodeNormalized.
   void EncodeText(std::string_view text, bool is_first_run, std::vector<int32_t>* out) const;
+  void EncodeNormalized(std::string_view text, bool is_first_run, std::vector<int32_t>* out) const;
   void EncodeBpeWord(std::string_view word, std::vector<int32_t>* out) const;
   void EncodeSpm(std::string_view text, std::vector<int32_t>* out) const;
 

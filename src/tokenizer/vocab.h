@@ -56,6 +56,9 @@ struct TokenizerVocab {
   bool add_eos = false;           // Encode(add_special=true) appends eos
   bool add_space_prefix = false;  // SPM: a space is prepended to the text (and stripped on decode)
   bool byte_fallback = true;      // SPM: unknown characters become <0xNN> tokens
+  // Each text run between added tokens is put in Unicode NFC before pre-tokenizing (HF `NFC`
+  // normalizer, Qwen2). Decode then returns the NFC form, not the input.
+  bool normalize_nfc = false;
 
   int32_t size() const { return static_cast<int32_t>(tokens.size()); }
 };
@@ -90,7 +93,7 @@ Result<TokenizerVocab> VocabFromGgufMetadata(const GgufTokenizerFields& fields);
 // Builds a vocab from the text of a HF tokenizer.json (`source` names it in errors). Supports a
 // BPE model (vocab + merges as "a b" strings or [a, b] pairs, byte_fallback), added_tokens,
 // pre_tokenizer ByteLevel / Split / Sequence / Metaspace / Digits, normalizers Prepend /
-// Replace / NFC (identity for the supported vocabs) and a TemplateProcessing post_processor
+// Replace / NFC (applied with utf8proc) and a TemplateProcessing post_processor
 // (bos/eos). Errors: kCorrupt for malformed JSON, kUnsupported for other models or components.
 Result<TokenizerVocab> VocabFromTokenizerJson(std::string_view text, std::string_view source);
 

@@ -31,6 +31,7 @@ struct JsonReader {
   bool byte_level = false;
   bool metaspace = false;
   bool prepend_space = false;
+  bool normalize_nfc = false;
 
   Status Fail(const std::string& what) const {
     return Unsupported(source + ": " + what + " is not supported");
@@ -89,7 +90,7 @@ struct JsonReader {
                n.value("content", "") == kSpace) {
       metaspace = true;
     } else if (type == "NFC") {
-      // NOTE: accepted without normalizing; text is assumed NFC already (docs/tokenizer.md).
+      normalize_nfc = true;
     } else {
       return Fail("normalizer \"" + type + "\"");
     }
@@ -186,6 +187,7 @@ Result<TokenizerVocab> VocabFromTokenizerJson(std::string_view text, std::string
   } catch (const Json::exception& e) {
     return Corrupt(src + ": unexpected tokenizer.json structure: " + e.what());
   }
+  v.normalize_nfc = r.normalize_nfc;
   if (r.byte_level) {
     v.model = TokenizerModel::kByteLevelBpe;
     v.pre.name = "tokenizer.json";
