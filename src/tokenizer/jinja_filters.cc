@@ -60,7 +60,9 @@ struct JsonStyle {
   bool sort_keys = false;
 };
 
-Status WriteJson(const Value& v, const JsonStyle& st, int level, std::string* out) {
+Status WriteJson(const Value& v, const JsonStyle& st, int level, std::string* out);
+
+Status WriteJsonValue(const Value& v, const JsonStyle& st, int level, std::string* out) {
   if (level > 512) return InvalidArgument("tojson: nesting too deep");
   auto newline = [&](int l) {
     if (!st.has_indent) return;
@@ -132,8 +134,14 @@ Status WriteJson(const Value& v, const JsonStyle& st, int level, std::string* ou
       return Status::Ok();
     }
     default:
-      return InvalidArgument("Object of type " + v.TypeName() + " is not JSON serializable");
+      break;
   }
+  return InvalidArgument("Object of type " + v.TypeName() + " is not JSON serializable");
+}
+
+Status WriteJson(const Value& v, const JsonStyle& st, int level, std::string* out) {
+  if (v.is_generator()) return InvalidArgument("Object of type generator is not JSON serializable");
+  return WriteJsonValue(v, st, level, out);
 }
 
 // ---- Helpers ----------------------------------------------------------------------------------
@@ -196,6 +204,7 @@ Result<ValueList> SortValues(ValueList items, const std::vector<Value>& keys, bo
 
 // select/reject/selectattr/rejectattr: `a` holds [attribute,] [test name, test args...].
 Result<Value> SelectFilter(const Value& input, const CallArgs& a, bool by_attr, bool keep) {
+  if (!input.Truthy()) return Value::List().AsGenerator();  // jinja2: `if value: for ...`
   KILN_ASSIGN_OR_RETURN(ValueList items, Iterate(input));
   size_t next = 0;
   std::string attr;
@@ -226,7 +235,7 @@ Result<Value> SelectFilter(const Value& input, const CallArgs& a, bool by_attr, 
     }
     if (passed == keep) out.push_back(item);
   }
-  return Value::List(std::move(out));
+  return Value::List(std::move(out)).AsGenerator();
 }
 
 std::vector<std::string> SplitLines(const std::string& s) {
@@ -326,23 +335,12 @@ Result<Value> ApplyFilter(std::string_view name, const Value& input, const CallA
     const Value* def = Arg(a, "default_value", 0);
     return def ? *def : Value("");
   }
-  if (name == "string" || name == "safe" || name == "e" || name == "escape") {
-    if (name == "e" || name == "escape") {
-      std::string out;
-      for (char c : input.Str()) {
-        switch (c) {
-          case '&': out += "&amp;"; break;
-          case '<': out += "&lt;"; break;
-          case '>': out += "&gt;"; break;
-          case '"': out += "&#34;"; break;
-          case '\'': out += "&#39;"; break;
-          default: out += c;
-        }
-      }
-      return Value(std::move(out));
-    }
-    return input.is_string() ? input : Value(input.Str());
+  if (name == "e" || name == "escape") {
+    if (input.is_safe()) return input;
+    return Value(HtmlEscape(input.Str())).AsSafe();
   }
+  if (name == "safe") return (input.is_string() ? input : Value(input.Str())).AsSafe();
+  if (name == "string") return input.is_string() ? input : Value(input.Str());
   if (name == "trim") {
     CallArgs strip_args;
     if (arg0) strip_args.positional.push_back(*arg0);
@@ -408,6 +406,7 @@ Result<Value> ApplyFilter(std::string_view name, const Value& input, const CallA
     return SelectFilter(input, a, true, name == "selectattr");
   }
   if (name == "map") {
+    if (!input.Truthy()) return Value::List().AsGenerator();
     KILN_ASSIGN_OR_RETURN(ValueList items, Iterate(input));
     ValueList out;
     const Value* attr = Arg(a, "attribute", SIZE_MAX);
@@ -425,7 +424,7 @@ Result<Value> ApplyFilter(std::string_view name, const Value& input, const CallA
         out.push_back(std::move(v));
       }
     }
-    return Value::List(std::move(out));
+    return Value::List(std::move(out)).AsGenerator();
   }
   if (name == "sort" || name == "unique" || name == "min" || name == "max") {
     KILN_ASSIGN_OR_RETURN(ValueList items, Iterate(input));

@@ -318,7 +318,13 @@ Result<Value> BinaryOp(std::string_view op, const Value& a, const Value& b) {
     return Value(c >= 0);
   }
   if (op == "+") {
-    if (a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
+    if (a.is_string() && b.is_string()) {
+      if (a.is_safe() == b.is_safe()) return Value(a.as_string() + b.as_string()).AsSafe(a.is_safe());
+      // Markup + str escapes the plain side (markupsafe).
+      std::string lhs = a.is_safe() ? a.as_string() : HtmlEscape(a.as_string());
+      std::string rhs = b.is_safe() ? b.as_string() : HtmlEscape(b.as_string());
+      return Value(lhs + rhs).AsSafe();
+    }
     if (a.is_list() && b.is_list()) {
       ValueList out = a.as_list();
       out.insert(out.end(), b.as_list().begin(), b.as_list().end());
@@ -398,6 +404,7 @@ Result<Value> GetAttr(const Value& obj, const std::string& name) {
 }
 
 Result<Value> GetItem(const Value& obj, const Value& key) {
+  if (obj.is_generator()) return InvalidArgument("'generator' object is not subscriptable");
   switch (obj.kind()) {
     case Value::Kind::kUndefined:
       return UndefinedError(obj);
@@ -492,6 +499,7 @@ Result<ValueList> Iterate(const Value& v) {
 }
 
 Result<int64_t> Length(const Value& v) {
+  if (v.is_generator()) return InvalidArgument("object of type 'generator' has no len()");
   switch (v.kind()) {
     case Value::Kind::kUndefined:
       return 0;

@@ -94,6 +94,7 @@ const std::string& Value::undefined_name() const {
 }
 
 bool Value::Truthy() const {
+  if (is_generator_) return true;
   switch (kind_) {
     case Kind::kUndefined:
     case Kind::kNone:
@@ -162,7 +163,23 @@ std::string PythonStringRepr(std::string_view s) {
   return out;
 }
 
+std::string HtmlEscape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
 std::string Value::Str() const {
+  if (is_generator_) return "<generator object select_or_reject at 0x7f0000000000>";
   switch (kind_) {
     case Kind::kUndefined:
       return "";

@@ -104,6 +104,24 @@ class Value {
   // For an undefined value: the name that was looked up (for error messages), else "".
   const std::string& undefined_name() const;
 
+  // A list made by select/reject/map stands for jinja2's generator: always truthy, has no len(),
+  // is not JSON-serializable, prints as "<generator object ...>"; the `list` filter makes it a
+  // plain list again.
+  bool is_generator() const { return is_generator_; }
+  Value AsGenerator() const {
+    Value v = *this;
+    v.is_generator_ = true;
+    return v;
+  }
+  // A string marked safe (markupsafe.Markup, from the `safe` filter): `+` with a plain string
+  // HTML-escapes the plain one, as Markup.__add__ does.
+  bool is_safe() const { return is_safe_; }
+  Value AsSafe(bool safe = true) const {
+    Value v = *this;
+    v.is_safe_ = safe;
+    return v;
+  }
+
   bool Truthy() const;
   // Python str(): strings as-is, None -> "None", True -> "True", containers as repr.
   // Undefined -> "".
@@ -120,6 +138,8 @@ class Value {
   explicit Value(Kind kind) : kind_(kind) {}
 
   Kind kind_ = Kind::kUndefined;
+  bool is_generator_ = false;
+  bool is_safe_ = false;
   int64_t int_ = 0;
   double float_ = 0;
   std::shared_ptr<std::string> str_;  // string, or undefined's name
@@ -127,6 +147,9 @@ class Value {
   std::shared_ptr<ValueDict> dict_;
   std::shared_ptr<std::pair<std::string, NativeFunction>> fn_;
 };
+
+// markupsafe.escape(): & < > " ' as HTML entities.
+std::string HtmlEscape(std::string_view s);
 
 // Python repr() of a float: shortest round-trip digits, always with '.0' or an exponent.
 std::string FormatPythonFloat(double d);
