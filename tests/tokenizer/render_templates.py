@@ -72,6 +72,32 @@ def cases():
         out.append((f"tools_{suffix}",
                     {"messages": tool_conv, "tools": TOOLS, "add_generation_prompt": gen}))
     out.append(("user_only_gen", {"messages": sys_user[1:], "add_generation_prompt": True}))
+    # Beyond the basic set: shapes real servers send.
+    reasoning = [
+        {"role": "user", "content": "Is 17 prime?"},
+        {"role": "assistant", "content": "Yes, 17 is prime.",
+         "reasoning_content": "17 has no divisors besides 1 and itself."},
+        {"role": "user", "content": "And 21?"},
+    ]
+    out.append(("reasoning_gen", {"messages": reasoning, "add_generation_prompt": True}))
+    parts = [
+        {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+        {"role": "user", "content": [{"type": "text", "text": "Describe "},
+                                     {"type": "text", "text": "the sea."}]},
+    ]
+    out.append(("content_parts_gen", {"messages": parts, "add_generation_prompt": True}))
+    string_args = [dict(m) for m in tool_conv]
+    string_args[2] = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_0001", "type": "function",
+         "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}},
+        {"id": "call_0002", "type": "function",
+         "function": {"name": "get_weather", "arguments": {"city": "Lyon"}}}]}
+    string_args.append({"role": "tool", "tool_call_id": "call_0002", "name": "get_weather",
+                        "content": "rain"})
+    out.append(("two_tool_calls_gen",
+                {"messages": string_args, "tools": TOOLS, "add_generation_prompt": True}))
+    out.append(("thinking_off_gen", {"messages": multi, "add_generation_prompt": True,
+                                     "enable_thinking": False}))
     out.append(("prefill_nogen", {"messages": prefill, "add_generation_prompt": False}))
     for name, ctx in out:
         ctx.setdefault("tools", None)
