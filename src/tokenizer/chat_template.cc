@@ -2,6 +2,8 @@
 
 #include <ctime>
 
+#include "tokenizer/jinja_lexer.h"
+
 namespace kiln {
 
 struct ChatTemplate::Program {
@@ -55,9 +57,8 @@ jinja::Value ValueFromJson(const nlohmann::ordered_json& json) {
 
 Result<ChatTemplate> ChatTemplate::Parse(std::string_view source, ChatTemplateOptions options) {
   auto program = std::make_shared<Program>();
-  program->source = std::string(source);
-  KILN_ASSIGN_OR_RETURN(program->body,
-                        jinja::ParseTemplate(program->source, options.parse_limits));
+  program->source = jinja::NormalizeNewlines(source);
+  KILN_ASSIGN_OR_RETURN(program->body, jinja::ParseTemplate(program->source, options.parse_limits));
   if (!options.strftime_now) options.strftime_now = LocalStrftime;
   program->options = std::move(options);
   return ChatTemplate(std::move(program));

@@ -47,18 +47,18 @@ using StmtList = std::vector<std::unique_ptr<Stmt>>;
 
 struct Stmt {
   enum class Kind : uint8_t {
-    kText,      // text
-    kOutput,    // {{ expr }}
-    kIf,        // branches: (condition or null for else, body)
-    kFor,       // for targets in expr [if condition]: body [else else_body]
-    kSet,       // set targets = expr; or set attr_object.name = expr when attr_object is set
-    kSetBlock,  // set targets[0] [| filter] %}body{% endset  (expr: the filter, input null)
-    kMacro,     // macro name(params = defaults): body
-    kCallBlock, // call(params) expr: body — `caller` in the macro renders body
+    kText,         // text
+    kOutput,       // {{ expr }}
+    kIf,           // branches: (condition or null for else, body)
+    kFor,          // for targets in expr [if condition]: body [else else_body]
+    kSet,          // set targets = expr; or set attr_object.name = expr when attr_object is set
+    kSetBlock,     // set targets[0] [| filter] %}body{% endset  (expr: the filter, input null)
+    kMacro,        // macro name(params = defaults): body
+    kCallBlock,    // call(params) expr: body — `caller` in the macro renders body
     kFilterBlock,  // filter expr: body
     kBreak,
     kContinue,
-    kScope,     // body rendered in place (e.g. the `generation` tag HF adds)
+    kScope,  // body rendered in place (e.g. the `generation` tag HF adds)
   };
 
   Kind kind;

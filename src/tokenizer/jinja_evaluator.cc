@@ -220,9 +220,9 @@ class Renderer {
     }
     auto items = Iterate(item);
     if (!items.ok() || items->size() != targets.size()) {
-      return Fail("cannot unpack " + item.TypeName() + " into " +
-                      std::to_string(targets.size()) + " names",
-                  offset);
+      return Fail(
+          "cannot unpack " + item.TypeName() + " into " + std::to_string(targets.size()) + " names",
+          offset);
     }
     for (size_t i = 0; i < targets.size(); ++i) Assign(targets[i], (*items)[i]);
     return Status::Ok();
@@ -247,10 +247,10 @@ class Renderer {
     for (int64_t i = 0; i < n; ++i) {
       if (++loop_iterations_ > limits_.max_loop_iterations) {
         scopes_.pop_back();
-        return Located(ResourceExhausted("more than max_loop_iterations (" +
-                                         std::to_string(limits_.max_loop_iterations) +
-                                         ") loop iterations"),
-                       s.offset);
+        return Located(
+            ResourceExhausted("more than max_loop_iterations (" +
+                              std::to_string(limits_.max_loop_iterations) + ") loop iterations"),
+            s.offset);
       }
       ValueDict loop;
       loop.Set("index", Value(i + 1));
@@ -373,6 +373,7 @@ class Renderer {
           KILN_ASSIGN_OR_RETURN(Value v, Eval(*c));
           items.push_back(std::move(v));
         }
+        if (e.kind == Expr::Kind::kTuple) return Value::List(std::move(items)).AsTuple();
         return Value::List(std::move(items));
       }
       case Expr::Kind::kDict: {
@@ -433,7 +434,9 @@ class Renderer {
       case Expr::Kind::kUnary: {
         KILN_ASSIGN_OR_RETURN(Value v, Eval(*e.children[0]));
         if (e.name == "not") return Value(!v.Truthy());
-        if (!v.is_number()) return InvalidArgument("bad operand type for unary " + e.name + ": '" + v.TypeName() + "'");
+        if (!v.is_number())
+          return InvalidArgument("bad operand type for unary " + e.name + ": '" + v.TypeName() +
+                                 "'");
         if (e.name == "+") return v.is_bool() ? Value(v.as_int()) : v;
         if (v.is_float()) return Value(-v.as_double());
         return Value(-v.as_int());

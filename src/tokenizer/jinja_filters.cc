@@ -16,13 +16,27 @@ void AppendJsonString(std::string* out, std::string_view s, bool ensure_ascii) {
   for (size_t i = 0; i < s.size(); ++i) {
     auto c = static_cast<unsigned char>(s[i]);
     switch (c) {
-      case '"': *out += "\\\""; break;
-      case '\\': *out += "\\\\"; break;
-      case '\n': *out += "\\n"; break;
-      case '\r': *out += "\\r"; break;
-      case '\t': *out += "\\t"; break;
-      case '\b': *out += "\\b"; break;
-      case '\f': *out += "\\f"; break;
+      case '"':
+        *out += "\\\"";
+        break;
+      case '\\':
+        *out += "\\\\";
+        break;
+      case '\n':
+        *out += "\\n";
+        break;
+      case '\r':
+        *out += "\\r";
+        break;
+      case '\t':
+        *out += "\\t";
+        break;
+      case '\b':
+        *out += "\\b";
+        break;
+      case '\f':
+        *out += "\\f";
+        break;
       default: {
         char buf[16];
         if (c < 0x20) {
@@ -35,7 +49,8 @@ void AppendJsonString(std::string* out, std::string_view s, bool ensure_ascii) {
           for (int k = 0; k < extra && i + 1 < s.size(); ++k) cp = (cp << 6) | (s[++i] & 0x3F);
           if (cp >= 0x10000) {
             cp -= 0x10000;
-            std::snprintf(buf, sizeof(buf), "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
+            std::snprintf(buf, sizeof(buf), "\\u%04x\\u%04x", 0xD800 + (cp >> 10),
+                          0xDC00 + (cp & 0x3FF));
           } else {
             std::snprintf(buf, sizeof(buf), "\\u%04x", cp);
           }
@@ -70,15 +85,25 @@ Status WriteJsonValue(const Value& v, const JsonStyle& st, int level, std::strin
     for (int i = 0; i < l; ++i) *out += st.indent;
   };
   switch (v.kind()) {
-    case Value::Kind::kNone: *out += "null"; return Status::Ok();
-    case Value::Kind::kBool: *out += v.as_bool() ? "true" : "false"; return Status::Ok();
-    case Value::Kind::kInt: *out += std::to_string(v.as_int()); return Status::Ok();
+    case Value::Kind::kNone:
+      *out += "null";
+      return Status::Ok();
+    case Value::Kind::kBool:
+      *out += v.as_bool() ? "true" : "false";
+      return Status::Ok();
+    case Value::Kind::kInt:
+      *out += std::to_string(v.as_int());
+      return Status::Ok();
     case Value::Kind::kFloat: {
       double d = v.as_double();
-      *out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity") : FormatPythonFloat(d);
+      *out += std::isnan(d)   ? "NaN"
+              : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity")
+                              : FormatPythonFloat(d);
       return Status::Ok();
     }
-    case Value::Kind::kString: AppendJsonString(out, v.as_string(), st.ensure_ascii); return Status::Ok();
+    case Value::Kind::kString:
+      AppendJsonString(out, v.as_string(), st.ensure_ascii);
+      return Status::Ok();
     case Value::Kind::kList: {
       const ValueList& l = v.as_list();
       if (l.empty()) {
@@ -146,7 +171,9 @@ Status WriteJson(const Value& v, const JsonStyle& st, int level, std::string* ou
 
 // ---- Helpers ----------------------------------------------------------------------------------
 
-const Value* Arg(const CallArgs& a, std::string_view name, size_t index) { return a.Get(name, index); }
+const Value* Arg(const CallArgs& a, std::string_view name, size_t index) {
+  return a.Get(name, index);
+}
 
 bool BoolArg(const CallArgs& a, std::string_view name, size_t index, bool fallback) {
   const Value* v = Arg(a, name, index);
@@ -159,9 +186,11 @@ Result<Value> GetPath(const Value& item, const std::string& path) {
   size_t start = 0;
   while (true) {
     size_t dot = path.find('.', start);
-    std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    std::string part =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     Value key(part);
-    if (!part.empty() && std::all_of(part.begin(), part.end(), ::isdigit)) key = Value(static_cast<int64_t>(std::stoll(part)));
+    if (!part.empty() && std::all_of(part.begin(), part.end(), ::isdigit))
+      key = Value(static_cast<int64_t>(std::stoll(part)));
     KILN_ASSIGN_OR_RETURN(cur, GetItem(cur, key));
     if (dot == std::string::npos) return cur;
     start = dot + 1;
@@ -175,7 +204,8 @@ Value Lowered(const Value& v, bool case_sensitive) {
   return Value(std::move(s));
 }
 
-Result<Value> SortKey(const Value& item, const CallArgs& a, size_t attr_index, bool case_sensitive) {
+Result<Value> SortKey(const Value& item, const CallArgs& a, size_t attr_index,
+                      bool case_sensitive) {
   const Value* attr = Arg(a, "attribute", attr_index);
   Value key = item;
   if (attr && attr->is_string()) {
@@ -254,8 +284,9 @@ std::vector<std::string> SplitLines(const std::string& s) {
 
 Result<Value> Indent(const Value& input, const CallArgs& a) {
   const Value* width = Arg(a, "width", 0);
-  std::string pad = width && width->is_string() ? width->as_string()
-                                                : std::string(width && width->is_int() ? width->as_int() : 4, ' ');
+  std::string pad = width && width->is_string()
+                        ? width->as_string()
+                        : std::string(width && width->is_int() ? width->as_int() : 4, ' ');
   bool first = BoolArg(a, "first", 1, false);
   bool blank = BoolArg(a, "blank", 2, false);
   std::vector<std::string> lines = SplitLines(input.Str() + "\n");
@@ -374,7 +405,7 @@ Result<Value> ApplyFilter(std::string_view name, const Value& input, const CallA
     if (input.is_undefined()) return Value::List();
     if (!input.is_dict()) return InvalidArgument("items filter needs a mapping");
     ValueList out;
-    for (const auto& [k, v] : input.as_dict().entries) out.push_back(Value::List({k, v}));
+    for (const auto& [k, v] : input.as_dict().entries) out.push_back(Value::List({k, v}).AsTuple());
     return Value::List(std::move(out));
   }
   if (name == "dictsort") {
@@ -386,7 +417,7 @@ Result<Value> ApplyFilter(std::string_view name, const Value& input, const CallA
     ValueList items;
     std::vector<Value> keys;
     for (const auto& [k, v] : input.as_dict().entries) {
-      items.push_back(Value::List({k, v}));
+      items.push_back(Value::List({k, v}).AsTuple());
       keys.push_back(Lowered(by_value ? v : k, case_sensitive));
     }
     KILN_ASSIGN_OR_RETURN(ValueList sorted, SortValues(std::move(items), keys, reverse));
@@ -502,7 +533,8 @@ Result<Value> ApplyFilter(std::string_view name, const Value& input, const CallA
   if (name == "indent") return Indent(input, a);
   if (name == "batch") {
     KILN_ASSIGN_OR_RETURN(ValueList items, Iterate(input));
-    if (!arg0 || !arg0->is_int() || arg0->as_int() <= 0) return InvalidArgument("batch needs a size");
+    if (!arg0 || !arg0->is_int() || arg0->as_int() <= 0)
+      return InvalidArgument("batch needs a size");
     ValueList out;
     for (size_t i = 0; i < items.size(); i += arg0->as_int()) {
       size_t end = std::min(items.size(), i + static_cast<size_t>(arg0->as_int()));
@@ -554,10 +586,10 @@ Result<bool> ApplyTest(std::string_view name, const Value& v, const CallArgs& a)
     return name == "odd" ? r != 0 : r == 0;
   }
   static const std::pair<const char*, const char*> kComparisons[] = {
-      {"equalto", "=="}, {"eq", "=="}, {"==", "=="}, {"ne", "!="}, {"!=", "!="},
-      {"lt", "<"},       {"lessthan", "<"}, {"<", "<"}, {"le", "<="}, {"<=", "<="},
-      {"gt", ">"},       {"greaterthan", ">"}, {">", ">"}, {"ge", ">="}, {">=", ">="},
-      {"in", "in"}};
+      {"equalto", "=="}, {"eq", "=="}, {"==", "=="},      {"ne", "!="},
+      {"!=", "!="},      {"lt", "<"},  {"lessthan", "<"}, {"<", "<"},
+      {"le", "<="},      {"<=", "<="}, {"gt", ">"},       {"greaterthan", ">"},
+      {">", ">"},        {"ge", ">="}, {">=", ">="},      {"in", "in"}};
   for (const auto& [test, op] : kComparisons) {
     if (name == test) {
       if (!arg0) return InvalidArgument("test '" + std::string(name) + "' needs an argument");

@@ -7,7 +7,9 @@
 namespace kiln::jinja {
 namespace {
 
-bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool IsSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 std::string_view RStripAll(std::string_view s) {
   while (!s.empty() && IsSpace(s.back())) s.remove_suffix(1);
@@ -42,7 +44,8 @@ class Lexer {
     bool trim_newline = false;   // the previous tag was a block or comment (trim_blocks)
     while (true) {
       size_t tag = FindTag(pos);
-      std::string_view text = src_.substr(pos, (tag == std::string_view::npos ? src_.size() : tag) - pos);
+      std::string_view text =
+          src_.substr(pos, (tag == std::string_view::npos ? src_.size() : tag) - pos);
       if (strip_leading) {
         while (!text.empty() && IsSpace(text.front())) text.remove_prefix(1);
       } else if (trim_newline) {
@@ -166,7 +169,8 @@ class Lexer {
       if (pos >= src_.size()) return Error("unterminated tag", open - 2);
       std::string_view rest = src_.substr(pos);
       if (depth == 0) {
-        bool dash = rest.starts_with('-') && rest.size() >= 3 && rest[1] == close_char && rest[2] == '}';
+        bool dash =
+            rest.starts_with('-') && rest.size() >= 3 && rest[1] == close_char && rest[2] == '}';
         if (dash || (rest.size() >= 2 && rest[0] == close_char && rest[1] == '}')) {
           *strip_leading = dash;
           Emit(close_char == '%' ? TokenKind::kStmtEnd : TokenKind::kExprEnd, "", pos);
@@ -176,7 +180,9 @@ class Lexer {
       char c = rest[0];
       if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
         size_t n = 1;
-        while (n < rest.size() && (std::isalnum(static_cast<unsigned char>(rest[n])) || rest[n] == '_')) ++n;
+        while (n < rest.size() &&
+               (std::isalnum(static_cast<unsigned char>(rest[n])) || rest[n] == '_'))
+          ++n;
         Emit(TokenKind::kName, std::string(rest.substr(0, n)), pos);
         pos += n;
       } else if (std::isdigit(static_cast<unsigned char>(c))) {
@@ -207,10 +213,13 @@ class Lexer {
     size_t end = pos;
     bool is_float = false;
     auto digits = [&] {
-      while (end < src_.size() && (std::isdigit(static_cast<unsigned char>(src_[end])) || src_[end] == '_')) ++end;
+      while (end < src_.size() &&
+             (std::isdigit(static_cast<unsigned char>(src_[end])) || src_[end] == '_'))
+        ++end;
     };
     digits();
-    if (end + 1 < src_.size() && src_[end] == '.' && std::isdigit(static_cast<unsigned char>(src_[end + 1]))) {
+    if (end + 1 < src_.size() && src_[end] == '.' &&
+        std::isdigit(static_cast<unsigned char>(src_[end + 1]))) {
       is_float = true;
       ++end;
       digits();
@@ -256,18 +265,41 @@ class Lexer {
       char e = src_[i + 1];
       i += 2;
       switch (e) {
-        case 'n': value += '\n'; break;
-        case 't': value += '\t'; break;
-        case 'r': value += '\r'; break;
-        case 'b': value += '\b'; break;
-        case 'f': value += '\f'; break;
-        case 'v': value += '\v'; break;
-        case 'a': value += '\a'; break;
-        case '0': value += '\0'; break;
-        case '\\': value += '\\'; break;
-        case '\'': value += '\''; break;
-        case '"': value += '"'; break;
-        case '\n': break;
+        case 'n':
+          value += '\n';
+          break;
+        case 't':
+          value += '\t';
+          break;
+        case 'r':
+          value += '\r';
+          break;
+        case 'b':
+          value += '\b';
+          break;
+        case 'f':
+          value += '\f';
+          break;
+        case 'v':
+          value += '\v';
+          break;
+        case 'a':
+          value += '\a';
+          break;
+        case '0':
+          value += '\0';
+          break;
+        case '\\':
+          value += '\\';
+          break;
+        case '\'':
+          value += '\'';
+          break;
+        case '"':
+          value += '"';
+          break;
+        case '\n':
+          break;
         case 'x':
         case 'u':
         case 'U': {
@@ -308,6 +340,21 @@ std::string DescribeLocation(std::string_view source, size_t offset) {
     }
   }
   return "line " + std::to_string(line) + ", column " + std::to_string(column);
+}
+
+std::string NormalizeNewlines(std::string_view source) {
+  std::string out;
+  out.reserve(source.size());
+  for (size_t i = 0; i < source.size(); ++i) {
+    if (source[i] == '\r') {
+      out += '\n';
+      if (i + 1 < source.size() && source[i + 1] == '\n') ++i;
+    } else {
+      out += source[i];
+    }
+  }
+  if (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
 }
 
 Result<std::vector<Token>> Lex(std::string_view source) { return Lexer(source).Run(); }

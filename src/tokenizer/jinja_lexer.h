@@ -15,17 +15,17 @@
 namespace kiln::jinja {
 
 enum class TokenKind : uint8_t {
-  kText,        // literal template text (already whitespace-trimmed)
-  kExprBegin,   // {{
-  kExprEnd,     // }}
-  kStmtBegin,   // {%
-  kStmtEnd,     // %}
-  kName,        // identifier or keyword
-  kString,      // string literal, escapes resolved
-  kInt,         // integer literal
-  kFloat,       // float literal
-  kOperator,    // + - * / // % ** ~ == != < > <= >= = ( ) [ ] { } . , : |
-  kEnd,         // end of template
+  kText,       // literal template text (already whitespace-trimmed)
+  kExprBegin,  // {{
+  kExprEnd,    // }}
+  kStmtBegin,  // {%
+  kStmtEnd,    // %}
+  kName,       // identifier or keyword
+  kString,     // string literal, escapes resolved
+  kInt,        // integer literal
+  kFloat,      // float literal
+  kOperator,   // + - * / // % ** ~ == != < > <= >= = ( ) [ ] { } . , : |
+  kEnd,        // end of template
 };
 
 struct Token {
@@ -38,6 +38,10 @@ struct Token {
 
 // 1-based line and column of byte `offset` in `source`, as "line L, column C".
 std::string DescribeLocation(std::string_view source, size_t offset);
+
+// jinja2's source normalization: \r\n and \r become \n, and one trailing newline is dropped
+// (keep_trailing_newline=False). ChatTemplate::Parse applies it before Lex.
+std::string NormalizeNewlines(std::string_view source);
 
 // Tokenizes `source`. Fails (kInvalidArgument, with line and column) on an unterminated tag,
 // string or comment, or a character that starts no token.

@@ -23,7 +23,9 @@ int64_t FloorDiv(int64_t a, int64_t b) {
   return q;
 }
 
-bool IsWhitespace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool IsWhitespace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 std::string Strip(std::string_view s, const Value* chars, bool left, bool right) {
   auto strip_char = [&](char c) {
@@ -70,7 +72,8 @@ Result<Value> Split(const std::string& s, const CallArgs& a) {
   size_t start = 0;
   while (true) {
     size_t p = s.find(d, start);
-    if (p == std::string::npos || (max_split >= 0 && static_cast<int64_t>(parts.size()) == max_split)) {
+    if (p == std::string::npos ||
+        (max_split >= 0 && static_cast<int64_t>(parts.size()) == max_split)) {
       parts.push_back(Value(s.substr(start)));
       break;
     }
@@ -152,7 +155,8 @@ Result<Value> StringMethod(const std::string& s, const std::string& name, const 
     if (a.positional.size() < 2 || !a.positional[0].is_string() || !a.positional[1].is_string()) {
       return InvalidArgument("replace() needs two strings");
     }
-    int64_t count = a.positional.size() > 2 && a.positional[2].is_int() ? a.positional[2].as_int() : -1;
+    int64_t count =
+        a.positional.size() > 2 && a.positional[2].is_int() ? a.positional[2].as_int() : -1;
     return Value(Replace(s, a.positional[0].as_string(), a.positional[1].as_string(), count));
   }
   if (name == "find" || name == "count" || name == "index" || name == "rfind") {
@@ -161,7 +165,8 @@ Result<Value> StringMethod(const std::string& s, const std::string& name, const 
     if (name == "count") {
       if (needle.empty()) return Value(static_cast<int64_t>(Utf8Length(s) + 1));
       int64_t n = 0;
-      for (size_t p = s.find(needle); p != std::string::npos; p = s.find(needle, p + needle.size())) ++n;
+      for (size_t p = s.find(needle); p != std::string::npos; p = s.find(needle, p + needle.size()))
+        ++n;
       return Value(n);
     }
     size_t p = name == "rfind" ? s.rfind(needle) : s.find(needle);
@@ -198,8 +203,10 @@ Result<Value> StringMethod(const std::string& s, const std::string& name, const 
   if (name == "isdigit" || name == "isalpha" || name == "isspace" || name == "isalnum") {
     if (s.empty()) return Value(false);
     for (unsigned char c : s) {
-      bool ok = name == "isdigit" ? std::isdigit(c) : name == "isalpha" ? std::isalpha(c)
-                : name == "isspace" ? IsWhitespace(c) : std::isalnum(c);
+      bool ok = name == "isdigit"   ? std::isdigit(c)
+                : name == "isalpha" ? std::isalpha(c)
+                : name == "isspace" ? IsWhitespace(c)
+                                    : std::isalnum(c);
       if (!ok) return Value(false);
     }
     return Value(true);
@@ -208,16 +215,16 @@ Result<Value> StringMethod(const std::string& s, const std::string& name, const 
 }
 
 bool IsStringMethod(const std::string& n) {
-  static const char* kNames[] = {"strip", "lstrip", "rstrip", "split", "startswith", "endswith",
-                                 "upper", "lower", "title", "capitalize", "replace", "find",
-                                 "rfind", "count", "index", "join", "splitlines", "isdigit",
-                                 "isalpha", "isspace", "isalnum"};
+  static const char* kNames[] = {
+      "strip", "lstrip", "rstrip",     "split",   "startswith", "endswith", "upper",
+      "lower", "title",  "capitalize", "replace", "find",       "rfind",    "count",
+      "index", "join",   "splitlines", "isdigit", "isalpha",    "isspace",  "isalnum"};
   return std::find(std::begin(kNames), std::end(kNames), n) != std::end(kNames);
 }
 
 bool IsUnsafeMutator(const std::string& n) {
-  static const char* kNames[] = {"append", "pop",   "extend",     "insert",  "remove",
-                                 "clear",  "update", "setdefault", "popitem", "sort", "reverse"};
+  static const char* kNames[] = {"append", "pop",        "extend",  "insert", "remove", "clear",
+                                 "update", "setdefault", "popitem", "sort",   "reverse"};
   return std::find(std::begin(kNames), std::end(kNames), n) != std::end(kNames);
 }
 
@@ -239,7 +246,7 @@ Value Bind(const Value& self, const std::string& name) {
       ValueList out;
       for (const auto& [k, v] : d.entries) {
         if (name == "items") {
-          out.push_back(Value::List({k, v}));
+          out.push_back(Value::List({k, v}).AsTuple());
         } else {
           out.push_back(name == "keys" ? k : v);
         }
@@ -319,7 +326,8 @@ Result<Value> BinaryOp(std::string_view op, const Value& a, const Value& b) {
   }
   if (op == "+") {
     if (a.is_string() && b.is_string()) {
-      if (a.is_safe() == b.is_safe()) return Value(a.as_string() + b.as_string()).AsSafe(a.is_safe());
+      if (a.is_safe() == b.is_safe())
+        return Value(a.as_string() + b.as_string()).AsSafe(a.is_safe());
       // Markup + str escapes the plain side (markupsafe).
       std::string lhs = a.is_safe() ? a.as_string() : HtmlEscape(a.as_string());
       std::string rhs = b.is_safe() ? b.as_string() : HtmlEscape(b.as_string());
@@ -337,7 +345,8 @@ Result<Value> BinaryOp(std::string_view op, const Value& a, const Value& b) {
   if (op == "*" && (a.is_int() || a.is_bool()) && (b.is_string() || b.is_list())) {
     int64_t n = std::max<int64_t>(0, a.as_int());
     if (b.is_string()) {
-      if (n * b.as_string().size() > (64u << 20)) return ResourceExhausted("string repetition too large");
+      if (n * b.as_string().size() > (64u << 20))
+        return ResourceExhausted("string repetition too large");
       std::string out;
       for (int64_t i = 0; i < n; ++i) out += b.as_string();
       return Value(std::move(out));

@@ -55,11 +55,20 @@ class Parser {
     const Token& t = Peek();
     std::string found;
     switch (t.kind) {
-      case TokenKind::kEnd: found = "end of template"; break;
-      case TokenKind::kStmtEnd: found = "'%}'"; break;
-      case TokenKind::kExprEnd: found = "'}}'"; break;
-      case TokenKind::kText: found = "template text"; break;
-      default: found = "'" + t.text + "'";
+      case TokenKind::kEnd:
+        found = "end of template";
+        break;
+      case TokenKind::kStmtEnd:
+        found = "'%}'";
+        break;
+      case TokenKind::kExprEnd:
+        found = "'}}'";
+        break;
+      case TokenKind::kText:
+        found = "template text";
+        break;
+      default:
+        found = "'" + t.text + "'";
     }
     return Error("expected " + std::string(expected) + ", found " + found, t.offset);
   }
@@ -109,8 +118,8 @@ class Parser {
       switch (t.kind) {
         case TokenKind::kEnd:
           if (end_tags.size() == 0) return Status::Ok();
-          return Error("unexpected end of template: missing {% " + std::string(*end_tags.begin()) +
-                           " %}",
+          return Error("unexpected end of template: missing {% " +
+                           std::string(*(end_tags.end() - 1)) + " %}",
                        t.offset);
         case TokenKind::kText: {
           auto s = std::make_unique<Stmt>();
@@ -367,8 +376,8 @@ class Parser {
       size_t offset = Peek().offset;
       std::string op;
       if (Peek().kind == TokenKind::kOperator &&
-          (Peek().text == "==" || Peek().text == "!=" || Peek().text == "<" ||
-           Peek().text == ">" || Peek().text == "<=" || Peek().text == ">=")) {
+          (Peek().text == "==" || Peek().text == "!=" || Peek().text == "<" || Peek().text == ">" ||
+           Peek().text == "<=" || Peek().text == ">=")) {
         op = Next().text;
       } else if (IsName("in")) {
         Next();
@@ -518,7 +527,7 @@ class Parser {
 
   Result<ExprPtr> ParsePostfix(ExprPtr expr) {
     while (true) {
-      size_t offset = Peek().offset;
+      size_t offset = expr->offset;  // errors point at the start of `a.b(c)`
       if (AcceptOp(".")) {
         ExprPtr e = Make(Expr::Kind::kGetAttr, offset);
         if (Peek().kind == TokenKind::kInt) {

@@ -123,9 +123,9 @@ std::string FormatPythonFloat(double d) {
   char buf[64];
   double magnitude = std::fabs(d);
   bool scientific = magnitude != 0 && (magnitude < 1e-4 || magnitude >= 1e16);
-  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), d,
-                                 scientific ? std::chars_format::scientific
-                                            : std::chars_format::fixed);
+  auto [end, ec] =
+      std::to_chars(buf, buf + sizeof(buf), d,
+                    scientific ? std::chars_format::scientific : std::chars_format::fixed);
   std::string s(buf, end);
   if (scientific) {
     // C++ writes 1e+16 / 1.5e-05; Python writes 1e+16 / 1.5e-05 too (at least two exponent digits).
@@ -167,12 +167,23 @@ std::string HtmlEscape(std::string_view s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -205,11 +216,12 @@ std::string Value::Repr() const {
     case Kind::kString:
       return PythonStringRepr(*str_);
     case Kind::kList: {
-      std::string out = "[";
+      std::string out = is_tuple_ ? "(" : "[";
       for (size_t i = 0; i < list_->size(); ++i) {
         if (i) out += ", ";
         out += (*list_)[i].Repr();
       }
+      if (is_tuple_) return out + (list_->size() == 1 ? ",)" : ")");
       return out + "]";
     }
     case Kind::kDict: {

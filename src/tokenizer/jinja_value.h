@@ -67,14 +67,14 @@ class Value {
     return v;
   }
   static Value None() { return Value(Kind::kNone); }
-  Value(bool b) : kind_(Kind::kBool), int_(b) {}                     // NOLINT
-  Value(int64_t i) : kind_(Kind::kInt), int_(i) {}                  // NOLINT
-  Value(int i) : kind_(Kind::kInt), int_(i) {}                      // NOLINT
-  Value(double d) : kind_(Kind::kFloat), float_(d) {}               // NOLINT
-  Value(std::string s)                                              // NOLINT
+  Value(bool b) : kind_(Kind::kBool), int_(b) {}       // NOLINT
+  Value(int64_t i) : kind_(Kind::kInt), int_(i) {}     // NOLINT
+  Value(int i) : kind_(Kind::kInt), int_(i) {}         // NOLINT
+  Value(double d) : kind_(Kind::kFloat), float_(d) {}  // NOLINT
+  Value(std::string s)                                 // NOLINT
       : kind_(Kind::kString), str_(std::make_shared<std::string>(std::move(s))) {}
-  Value(const char* s) : Value(std::string(s)) {}                   // NOLINT
-  Value(std::string_view s) : Value(std::string(s)) {}              // NOLINT
+  Value(const char* s) : Value(std::string(s)) {}       // NOLINT
+  Value(std::string_view s) : Value(std::string(s)) {}  // NOLINT
   static Value List(ValueList items = {});
   static Value Dict(ValueDict dict = {});
   static Value Namespace(ValueDict dict = {});
@@ -95,8 +95,8 @@ class Value {
 
   // REQUIRES: the matching kind (CHECKed).
   bool as_bool() const;
-  int64_t as_int() const;     // also bool
-  double as_double() const;   // int, float or bool
+  int64_t as_int() const;    // also bool
+  double as_double() const;  // int, float or bool
   const std::string& as_string() const;
   ValueList& as_list() const;
   ValueDict& as_dict() const;  // dict or namespace
@@ -116,6 +116,12 @@ class Value {
   // A string marked safe (markupsafe.Markup, from the `safe` filter): `+` with a plain string
   // HTML-escapes the plain one, as Markup.__add__ does.
   bool is_safe() const { return is_safe_; }
+  // A list that stands for a Python tuple (literal `(a, b)`, dict items): prints as (a, b).
+  Value AsTuple() const {
+    Value v = *this;
+    v.is_tuple_ = true;
+    return v;
+  }
   Value AsSafe(bool safe = true) const {
     Value v = *this;
     v.is_safe_ = safe;
@@ -140,6 +146,7 @@ class Value {
   Kind kind_ = Kind::kUndefined;
   bool is_generator_ = false;
   bool is_safe_ = false;
+  bool is_tuple_ = false;
   int64_t int_ = 0;
   double float_ = 0;
   std::shared_ptr<std::string> str_;  // string, or undefined's name

@@ -56,7 +56,9 @@ TEST(ChatTemplateReference, MatchesJinja2) {
     return std::string(buf, n);
   };
   std::map<std::string, Result<ChatTemplate>> parsed;
-  std::string templates_dir = std::string(std::getenv("KILN_TESTDATA") ? std::getenv("KILN_TESTDATA") : "") + "/chat-templates/";
+  std::string templates_dir =
+      std::string(std::getenv("KILN_TESTDATA") ? std::getenv("KILN_TESTDATA") : "") +
+      "/chat-templates/";
   int num_cases = 0, num_passed = 0;
   std::map<std::string, int> failures_per_template;
   std::ostringstream report;
@@ -64,7 +66,10 @@ TEST(ChatTemplateReference, MatchesJinja2) {
     std::string name = c["template"];
     auto it = parsed.find(name);
     if (it == parsed.end()) {
-      it = parsed.emplace(name, ChatTemplate::Parse(ReadFile(templates_dir + name + ".jinja"), options)).first;
+      it = parsed
+               .emplace(name,
+                        ChatTemplate::Parse(ReadFile(templates_dir + name + ".jinja"), options))
+               .first;
     }
     ++num_cases;
     std::string case_name = name + " / " + c["case"].get<std::string>();
