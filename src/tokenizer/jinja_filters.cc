@@ -1,5 +1,6 @@
 // jinja2's filters and tests, and HF's tojson (see jinja_builtins.h).
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -189,8 +190,9 @@ Result<Value> GetPath(const Value& item, const std::string& path) {
     std::string part =
         path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     Value key(part);
-    if (!part.empty() && std::all_of(part.begin(), part.end(), ::isdigit))
-      key = Value(static_cast<int64_t>(std::stoll(part)));
+    int64_t index = 0;
+    auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), index);
+    if (!part.empty() && ec == std::errc() && end == part.data() + part.size()) key = Value(index);
     KILN_ASSIGN_OR_RETURN(cur, GetItem(cur, key));
     if (dot == std::string::npos) return cur;
     start = dot + 1;
@@ -200,7 +202,7 @@ Result<Value> GetPath(const Value& item, const std::string& path) {
 Value Lowered(const Value& v, bool case_sensitive) {
   if (case_sensitive || !v.is_string()) return v;
   std::string s = v.as_string();
-  for (char& c : s) c = std::tolower(c);
+  for (char& c : s) c = AsciiLower(c);
   return Value(std::move(s));
 }
 
@@ -284,9 +286,11 @@ std::vector<std::string> SplitLines(const std::string& s) {
 
 Result<Value> Indent(const Value& input, const CallArgs& a) {
   const Value* width = Arg(a, "width", 0);
-  std::string pad = width && width->is_string()
-                        ? width->as_string()
-                        : std::string(width && width->is_int() ? width->as_int() : 4, ' ');
+  std::string pad =
+      width && width->is_string()
+          ? width->as_string()
+          : std::string(width && width->is_int() ? std::clamp<int64_t>(width->as_int(), 0, 256) : 4,
+                        ' ');
   bool first = BoolArg(a, "first", 1, false);
   bool blank = BoolArg(a, "blank", 2, false);
   std::vector<std::string> lines = SplitLines(input.Str() + "\n");
@@ -324,7 +328,7 @@ Result<std::string> ToJson(const Value& v, int indent, bool sort_keys) {
   JsonStyle st;
   if (indent >= 0) {
     st.has_indent = true;
-    st.indent = std::string(indent, ' ');
+    st.indent = std::string(std::clamp(indent, 0, 256), ' ');
     st.item_sep = ",";
   }
   st.sort_keys = sort_keys;
@@ -342,8 +346,11 @@ Result<Value> ApplyFilter(std::string_view name, const Value& input, const CallA
     const Value* indent = Arg(a, "indent", 1);
     if (indent && !indent->is_none()) {
       st.has_indent = true;
-      st.indent = indent->is_string() ? indent->as_string()
-                                      : std::string(indent->is_int() ? indent->as_int() : 0, ' ');
+      st.indent =
+          indent->is_string()
+              ? indent->as_string()
+              : std::string(indent->is_int() ? std::clamp<int64_t>(indent->as_int(), 0, 256) : 0,
+                            ' ');
       st.item_sep = ",";
     }
     const Value* seps = Arg(a, "separators", 2);
@@ -582,6 +589,7 @@ Result<bool> ApplyTest(std::string_view name, const Value& v, const CallArgs& a)
     if (!v.is_int()) return InvalidArgument("test '" + std::string(name) + "' needs an integer");
     int64_t d = name == "divisibleby" ? (arg0 && arg0->is_int() ? arg0->as_int() : 0) : 2;
     if (d == 0) return InvalidArgument("divisibleby needs a non-zero integer");
+    if (d == -1) return name != "odd";
     int64_t r = v.as_int() % d;
     return name == "odd" ? r != 0 : r == 0;
   }

@@ -106,7 +106,7 @@ std::string Title(const std::string& s) {
   bool prev_cased = false;
   for (char& c : out) {
     bool alpha = std::isalpha(static_cast<unsigned char>(c));
-    if (alpha) c = prev_cased ? std::tolower(c) : std::toupper(c);
+    if (alpha) c = prev_cased ? AsciiLower(c) : AsciiUpper(c);
     prev_cased = alpha;
   }
   return out;
@@ -141,14 +141,14 @@ Result<Value> StringMethod(const std::string& s, const std::string& name, const 
   if (name == "endswith") return AffixTest(s, a, false);
   if (name == "upper" || name == "lower") {
     std::string out = s;
-    for (char& c : out) c = name == "upper" ? std::toupper(c) : std::tolower(c);
+    for (char& c : out) c = name == "upper" ? AsciiUpper(c) : AsciiLower(c);
     return Value(std::move(out));
   }
   if (name == "title") return Value(Title(s));
   if (name == "capitalize") {
     std::string out = s;
-    for (char& c : out) c = std::tolower(c);
-    if (!out.empty()) out[0] = std::toupper(out[0]);
+    for (char& c : out) c = AsciiLower(c);
+    if (!out.empty()) out[0] = AsciiUpper(out[0]);
     return Value(std::move(out));
   }
   if (name == "replace") {
@@ -345,7 +345,7 @@ Result<Value> BinaryOp(std::string_view op, const Value& a, const Value& b) {
   if (op == "*" && (a.is_int() || a.is_bool()) && (b.is_string() || b.is_list())) {
     int64_t n = std::max<int64_t>(0, a.as_int());
     if (b.is_string()) {
-      if (n * b.as_string().size() > (64u << 20))
+      if (!b.as_string().empty() && n > static_cast<int64_t>((64u << 20) / b.as_string().size()))
         return ResourceExhausted("string repetition too large");
       std::string out;
       for (int64_t i = 0; i < n; ++i) out += b.as_string();
@@ -371,16 +371,23 @@ Result<Value> BinaryOp(std::string_view op, const Value& a, const Value& b) {
     if (op == "//") return Value(std::floor(x / y));
     if (op == "%") return Value(x - std::floor(x / y) * y);
   } else {
-    int64_t x = a.as_int(), y = b.as_int();
-    if (op == "+") return Value(x + y);
-    if (op == "-") return Value(x - y);
-    if (op == "*") return Value(x * y);
+    int64_t x = a.as_int(), y = b.as_int(), r = 0;
+    Status overflow =
+        OutOfRange("integer overflow in '" + std::string(op) + "' (kiln integers are 64-bit)");
+    if (op == "+") return __builtin_add_overflow(x, y, &r) ? Result<Value>(overflow) : Value(r);
+    if (op == "-") return __builtin_sub_overflow(x, y, &r) ? Result<Value>(overflow) : Value(r);
+    if (op == "*") return __builtin_mul_overflow(x, y, &r) ? Result<Value>(overflow) : Value(r);
     if (op == "**") {
-      int64_t r = 1;
-      for (int64_t i = 0; i < y && i < 64; ++i) r *= x;
+      r = 1;
+      for (int64_t i = 0; i < y; ++i) {
+        if (__builtin_mul_overflow(r, x, &r)) return overflow;
+        if (r == 0 || r == 1) break;
+      }
+      if (r == 1 && x == -1 && y % 2 == 1) r = -1;
       return Value(r);
     }
     if (y == 0) return InvalidArgument("integer division or modulo by zero");
+    if (y == -1 && x == INT64_MIN) return overflow;
     if (op == "//") return Value(FloorDiv(x, y));
     if (op == "%") return Value(x - FloorDiv(x, y) * y);
   }

@@ -226,6 +226,22 @@ TEST(JinjaLimits, ParserNesting) {
   EXPECT_NE(t.status().message().find("nesting"), std::string::npos);
 }
 
+TEST(JinjaLimits, DeepButAllowedNestingRenders) {
+  std::string deep = "{{ " + std::string(100, '(') + "1" + std::string(100, ')') + " }}";
+  EXPECT_EQ(*Render(deep), "1");
+  std::string blocks;
+  for (int i = 0; i < 100; ++i) blocks += "{% if true %}";
+  blocks += "x";
+  for (int i = 0; i < 100; ++i) blocks += "{% endif %}";
+  EXPECT_EQ(*Render(blocks), "x");
+}
+
+TEST(JinjaValues, IntegerOverflowFailsCleanly) {
+  EXPECT_EQ(Render("{{ 9223372036854775807 + 1 }}").status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(Render("{{ 3 ** 100 }}").status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(*Render("{{ (-1) ** 7 }} {{ 2 ** 10 }} {{ 2 ** -1 }}"), "-1 1024 0.5");
+}
+
 TEST(JinjaValues, RenderIsRepeatableAndContextOrderKept) {
   auto t = ChatTemplate::Parse("{{ tools | tojson }}");
   ASSERT_TRUE(t.ok());

@@ -158,6 +158,10 @@ class Value {
 // markupsafe.escape(): & < > " ' as HTML entities.
 std::string HtmlEscape(std::string_view s);
 
+// ASCII case mapping (other bytes unchanged).
+inline char AsciiLower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; }
+inline char AsciiUpper(char c) { return c >= 'a' && c <= 'z' ? static_cast<char>(c - 32) : c; }
+
 // Python repr() of a float: shortest round-trip digits, always with '.0' or an exponent.
 std::string FormatPythonFloat(double d);
 
