@@ -27,19 +27,42 @@ bool IsWhitespace(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
 
+// Python str.isspace() for one code point.
+bool IsPythonSpace(uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 ||
+         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+         cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+uint32_t DecodeUtf8(std::string_view c) {
+  auto b = [&](size_t i) { return static_cast<uint32_t>(static_cast<unsigned char>(c[i])); };
+  if (c.size() == 1) return b(0);
+  uint32_t cp = b(0) & (0x7F >> c.size());
+  for (size_t i = 1; i < c.size(); ++i) cp = (cp << 6) | (b(i) & 0x3F);
+  return cp;
+}
+
+// str.strip/lstrip/rstrip: Python whitespace by default, else any code point of `chars`.
 std::string Strip(std::string_view s, const Value* chars, bool left, bool right) {
-  auto strip_char = [&](char c) {
-    if (chars && chars->is_string()) return chars->as_string().find(c) != std::string::npos;
-    return IsWhitespace(c);
+  std::vector<std::string_view> cps = Utf8Chars(s);
+  std::vector<std::string_view> strip_set;
+  bool custom = chars && chars->is_string();
+  if (custom) strip_set = Utf8Chars(chars->as_string());
+  auto strip = [&](std::string_view c) {
+    if (custom) return std::find(strip_set.begin(), strip_set.end(), c) != strip_set.end();
+    return IsPythonSpace(DecodeUtf8(c));
   };
-  size_t b = 0, e = s.size();
+  size_t b = 0, e = cps.size();
   if (left) {
-    while (b < e && strip_char(s[b])) ++b;
+    while (b < e && strip(cps[b])) ++b;
   }
   if (right) {
-    while (e > b && strip_char(s[e - 1])) --e;
+    while (e > b && strip(cps[e - 1])) --e;
   }
-  return std::string(s.substr(b, e - b));
+  if (b == e) return "";
+  size_t from = static_cast<size_t>(cps[b].data() - s.data());
+  size_t to = static_cast<size_t>(cps[e - 1].data() - s.data()) + cps[e - 1].size();
+  return std::string(s.substr(from, to - from));
 }
 
 Result<Value> Split(const std::string& s, const CallArgs& a) {

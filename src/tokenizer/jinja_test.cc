@@ -242,6 +242,16 @@ TEST(JinjaValues, IntegerOverflowFailsCleanly) {
   EXPECT_EQ(*Render("{{ (-1) ** 7 }} {{ 2 ** 10 }} {{ 2 ** -1 }}"), "-1 1024 0.5");
 }
 
+TEST(JinjaValues, StripUsesPythonWhitespace) {
+  // Expected output from jinja2: NBSP, ideographic space and U+2028 are whitespace in Python.
+  auto got = Render(
+      "[{{ s | trim }}|{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ 'xxaxx'.strip('x') }}|"
+      "{{ '\u00e9\u00e9a\u00e9'.strip('\u00e9') }}]",
+      R"({"s": "\u00a0\u3000 hi\u2028 \u00a0"})");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, "[hi|hi|hi\u2028 \u00a0|\u00a0\u3000 hi|a|a]");
+}
+
 TEST(JinjaValues, RenderIsRepeatableAndContextOrderKept) {
   auto t = ChatTemplate::Parse("{{ tools | tojson }}");
   ASSERT_TRUE(t.ok());
