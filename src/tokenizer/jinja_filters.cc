@@ -518,7 +518,9 @@ Result<Value> ApplyFilter(std::string_view name, const Value& input, const CallA
     double scale = std::pow(10.0, precision && precision->is_int() ? precision->as_int() : 0);
     double x = input.as_double() * scale;
     std::string m = method ? method->Str() : "common";
-    double r = m == "ceil" ? std::ceil(x) : m == "floor" ? std::floor(x) : std::round(x);
+    double r = m == "ceil"    ? std::ceil(x)
+               : m == "floor" ? std::floor(x)
+                              : std::nearbyint(x);  // Python round(): half to even
     return Value(r / scale);
   }
   if (name == "int") return ToInt(input, a);

@@ -43,8 +43,8 @@ uint32_t DecodeUtf8(std::string_view c) {
 }
 
 // str.strip/lstrip/rstrip: Python whitespace by default, else any code point of `chars`.
+// Walks in from the ends only, so trimming a long message costs no more than its margins.
 std::string Strip(std::string_view s, const Value* chars, bool left, bool right) {
-  std::vector<std::string_view> cps = Utf8Chars(s);
   std::vector<std::string_view> strip_set;
   bool custom = chars && chars->is_string();
   if (custom) strip_set = Utf8Chars(chars->as_string());
@@ -52,17 +52,23 @@ std::string Strip(std::string_view s, const Value* chars, bool left, bool right)
     if (custom) return std::find(strip_set.begin(), strip_set.end(), c) != strip_set.end();
     return IsPythonSpace(DecodeUtf8(c));
   };
-  size_t b = 0, e = cps.size();
-  if (left) {
-    while (b < e && strip(cps[b])) ++b;
+  auto is_continuation = [&](size_t i) {
+    return (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80;
+  };
+  size_t b = 0, e = s.size();
+  while (left && b < e) {
+    size_t n = 1;
+    while (b + n < e && is_continuation(b + n)) ++n;
+    if (!strip(s.substr(b, n))) break;
+    b += n;
   }
-  if (right) {
-    while (e > b && strip(cps[e - 1])) --e;
+  while (right && e > b) {
+    size_t start = e - 1;
+    while (start > b && is_continuation(start)) --start;
+    if (!strip(s.substr(start, e - start))) break;
+    e = start;
   }
-  if (b == e) return "";
-  size_t from = static_cast<size_t>(cps[b].data() - s.data());
-  size_t to = static_cast<size_t>(cps[e - 1].data() - s.data()) + cps[e - 1].size();
-  return std::string(s.substr(from, to - from));
+  return std::string(s.substr(b, e - b));
 }
 
 Result<Value> Split(const std::string& s, const CallArgs& a) {

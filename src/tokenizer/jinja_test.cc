@@ -252,6 +252,13 @@ TEST(JinjaValues, StripUsesPythonWhitespace) {
   EXPECT_EQ(*got, "[hi|hi|hi\u2028 \u00a0|\u00a0\u3000 hi|a|a]");
 }
 
+TEST(JinjaValues, RoundIsPythonRound) {
+  // Expected output from jinja2 (Python round(): half to even).
+  EXPECT_EQ(*Render(R"({{ 2.5 | round }} {{ 3.5 | round }} {{ 1.25 | round(1) }} )"
+                    R"({{ 2.7 | round(0, "floor") }} {{ -2.5 | round }})"),
+            "2.0 4.0 1.2 2.0 -2.0");
+}
+
 TEST(JinjaValues, RenderIsRepeatableAndContextOrderKept) {
   auto t = ChatTemplate::Parse("{{ tools | tojson }}");
   ASSERT_TRUE(t.ok());
