@@ -285,6 +285,9 @@ std::vector<std::string> SplitLines(const std::string& s) {
 }
 
 Result<Value> Indent(const Value& input, const CallArgs& a) {
+  if (!input.is_string()) {  // jinja2 does `s += "\n"`, which only strings survive
+    return InvalidArgument("indent needs a string, not " + input.TypeName());
+  }
   const Value* width = Arg(a, "width", 0);
   std::string pad =
       width && width->is_string()
@@ -310,14 +313,18 @@ Result<Value> ToInt(const Value& v, const CallArgs& a) {
   const Value* def = Arg(a, "default", 0);
   Value fallback = def ? *def : Value(int64_t{0});
   if (v.is_int() || v.is_bool()) return Value(v.as_int());
-  if (v.is_float()) return Value(static_cast<int64_t>(v.as_double()));
+  auto from_double = [](double d) -> Result<Value> {
+    if (!(d > -9.2e18 && d < 9.2e18)) return OutOfRange("int: value outside 64-bit range");
+    return Value(static_cast<int64_t>(d));
+  };
+  if (v.is_float()) return from_double(v.as_double());
   if (v.is_string()) {
     std::string s = v.as_string();
     char* end = nullptr;
     long long i = std::strtoll(s.c_str(), &end, 10);
     if (!s.empty() && *end == '\0') return Value(static_cast<int64_t>(i));
     double d = std::strtod(s.c_str(), &end);
-    if (!s.empty() && *end == '\0') return Value(static_cast<int64_t>(d));
+    if (!s.empty() && *end == '\0') return from_double(d);
   }
   return fallback;
 }
@@ -513,6 +520,8 @@ Result<Value> ApplyFilter(std::string_view name, const Value& input, const CallA
   }
   if (name == "round") {
     if (!input.is_number()) return InvalidArgument("round needs a number");
+    const Value* how = Arg(a, "method", 1);
+    if (!input.is_float() && (!how || how->Str() == "common")) return Value(input.as_int());
     const Value* precision = Arg(a, "precision", 0);
     const Value* method = Arg(a, "method", 1);
     double scale = std::pow(10.0, precision && precision->is_int() ? precision->as_int() : 0);
@@ -534,10 +543,27 @@ Result<Value> ApplyFilter(std::string_view name, const Value& input, const CallA
     const Value* def = Arg(a, "default", 0);
     return def ? *def : Value(0.0);
   }
-  if (name == "wordcount") {
-    KILN_ASSIGN_OR_RETURN(Value method, GetAttr(Value(input.Str()), "split"));
-    KILN_ASSIGN_OR_RETURN(Value words, method.as_function()(CallArgs{}));
-    return Value(static_cast<int64_t>(words.as_list().size()));
+  if (name == "wordcount") {  // jinja2: len(re.findall(r"\w+", str(value)))
+    int64_t n = 0;
+    bool in_word = false;
+    for (char c : input.Str()) {
+      auto u = static_cast<unsigned char>(c);
+      bool word = std::isalnum(u) || c == '_' || u >= 0x80;
+      if (word && !in_word) ++n;
+      in_word = word;
+    }
+    return Value(n);
+  }
+  if (name == "reverse") {
+    if (input.is_string()) {
+      std::vector<std::string_view> chars = Utf8Chars(input.as_string());
+      std::string out;
+      for (size_t i = chars.size(); i-- > 0;) out += chars[i];
+      return Value(std::move(out));
+    }
+    KILN_ASSIGN_OR_RETURN(ValueList items, Iterate(input));
+    std::reverse(items.begin(), items.end());
+    return Value::List(std::move(items)).AsGenerator();
   }
   if (name == "indent") return Indent(input, a);
   if (name == "batch") {
@@ -576,10 +602,9 @@ Result<bool> ApplyTest(std::string_view name, const Value& v, const CallArgs& a)
   }
   if (name == "callable") return v.is_callable();
   if (name == "escaped") return false;
-  if (name == "lower" || name == "upper") {
-    if (!v.is_string()) return false;
+  if (name == "lower" || name == "upper") {  // jinja2: str(value).islower()
     bool has_cased = false;
-    for (unsigned char c : v.as_string()) {
+    for (unsigned char c : v.Str()) {
       if (std::isalpha(c)) {
         has_cased = true;
         if (name == "lower" ? std::isupper(c) : std::islower(c)) return false;
@@ -588,12 +613,10 @@ Result<bool> ApplyTest(std::string_view name, const Value& v, const CallArgs& a)
     return has_cased;
   }
   if (name == "odd" || name == "even" || name == "divisibleby") {
-    if (!v.is_int()) return InvalidArgument("test '" + std::string(name) + "' needs an integer");
-    int64_t d = name == "divisibleby" ? (arg0 && arg0->is_int() ? arg0->as_int() : 0) : 2;
-    if (d == 0) return InvalidArgument("divisibleby needs a non-zero integer");
-    if (d == -1) return name != "odd";
-    int64_t r = v.as_int() % d;
-    return name == "odd" ? r != 0 : r == 0;
+    // jinja2: value % 2 == 1, value % 2 == 0, value % num == 0 (Python semantics, bools too).
+    Value divisor = name == "divisibleby" ? (arg0 ? *arg0 : Value::Undefined("num")) : Value(2);
+    KILN_ASSIGN_OR_RETURN(Value r, BinaryOp("%", v, divisor));
+    return r.Equals(Value(name == "odd" ? 1 : 0));
   }
   static const std::pair<const char*, const char*> kComparisons[] = {
       {"equalto", "=="}, {"eq", "=="}, {"==", "=="},      {"ne", "!="},

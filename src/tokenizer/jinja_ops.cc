@@ -112,6 +112,28 @@ Result<Value> Split(const std::string& s, const CallArgs& a) {
   return Value::List(std::move(parts));
 }
 
+// str.rsplit: like split, but maxsplit counts from the right.
+Result<Value> RSplit(const std::string& s, const CallArgs& a) {
+  const Value* max_v = a.Get("maxsplit", 1);
+  if (!max_v || !max_v->is_int() || max_v->as_int() < 0) return Split(s, a);
+  const Value* sep = a.Get("sep", 0);
+  if (!sep || sep->is_none()) return Unsupported("rsplit() with maxsplit needs a separator");
+  if (!sep->is_string() || sep->as_string().empty()) {
+    return InvalidArgument("rsplit() separator must be a non-empty string");
+  }
+  const std::string& d = sep->as_string();
+  ValueList parts;
+  size_t end = s.size();
+  while (static_cast<int64_t>(parts.size()) < max_v->as_int()) {
+    size_t p = end < d.size() ? std::string::npos : s.rfind(d, end - d.size());
+    if (p == std::string::npos) break;
+    parts.insert(parts.begin(), Value(s.substr(p + d.size(), end - p - d.size())));
+    end = p;
+  }
+  parts.insert(parts.begin(), Value(s.substr(0, end)));
+  return Value::List(std::move(parts));
+}
+
 std::string Replace(const std::string& s, const std::string& from, const std::string& to,
                     int64_t count) {
   if (from.empty()) return s;
@@ -166,6 +188,7 @@ Result<Value> StringMethod(const std::string& s, const std::string& name, const 
   if (name == "lstrip") return Value(Strip(s, arg0, true, false));
   if (name == "rstrip") return Value(Strip(s, arg0, false, true));
   if (name == "split") return Split(s, a);
+  if (name == "rsplit") return RSplit(s, a);
   if (name == "startswith") return AffixTest(s, a, true);
   if (name == "endswith") return AffixTest(s, a, false);
   if (name == "upper" || name == "lower") {
@@ -245,9 +268,9 @@ Result<Value> StringMethod(const std::string& s, const std::string& name, const 
 
 bool IsStringMethod(const std::string& n) {
   static const char* kNames[] = {
-      "strip", "lstrip", "rstrip",     "split",   "startswith", "endswith", "upper",
-      "lower", "title",  "capitalize", "replace", "find",       "rfind",    "count",
-      "index", "join",   "splitlines", "isdigit", "isalpha",    "isspace",  "isalnum"};
+      "strip", "lstrip",     "rstrip",     "split",   "rsplit",  "startswith", "endswith", "upper",
+      "lower", "title",      "capitalize", "replace", "find",    "rfind",      "count",    "index",
+      "join",  "splitlines", "isdigit",    "isalpha", "isspace", "isalnum"};
   return std::find(std::begin(kNames), std::end(kNames), n) != std::end(kNames);
 }
 
@@ -336,6 +359,9 @@ Result<Value> BinaryOp(std::string_view op, const Value& a, const Value& b) {
       if (!a.is_string()) return InvalidArgument("'in <string>' requires string as left operand");
       found = b.as_string().find(a.as_string()) != std::string::npos;
     } else if (b.is_dict()) {
+      if (a.is_list() || a.is_dict()) {
+        return InvalidArgument("unhashable type: '" + a.TypeName() + "'");
+      }
       found = b.as_dict().Find(a) != nullptr;
     } else if (b.is_list()) {
       for (const Value& v : b.as_list()) found = found || v.Equals(a);
@@ -398,7 +424,11 @@ Result<Value> BinaryOp(std::string_view op, const Value& a, const Value& b) {
     if (y == 0) return InvalidArgument("division by zero");
     if (op == "/") return Value(x / y);
     if (op == "//") return Value(std::floor(x / y));
-    if (op == "%") return Value(x - std::floor(x / y) * y);
+    if (op == "%") {
+      double r = std::fmod(x, y);
+      if (r != 0 && ((r < 0) != (y < 0))) r += y;
+      return Value(r);
+    }
   } else {
     int64_t x = a.as_int(), y = b.as_int(), r = 0;
     Status overflow =

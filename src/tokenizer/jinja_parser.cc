@@ -434,13 +434,14 @@ class Parser {
     return lhs;
   }
 
-  Result<ExprPtr> ParseUnary() {
+  // `-x | f` is `(-x) | f`, as in jinja2: the operand of a sign takes no filters or tests.
+  Result<ExprPtr> ParseUnary(bool with_filters = true) {
     DepthGuard guard(&depth_);
     KILN_RETURN_IF_ERROR(CheckDepth(Peek().offset));
     ExprPtr expr;
     if (IsOp("-") || IsOp("+")) {
       const Token& op = Next();
-      KILN_ASSIGN_OR_RETURN(ExprPtr operand, ParseUnary());
+      KILN_ASSIGN_OR_RETURN(ExprPtr operand, ParseUnary(/*with_filters=*/false));
       expr = Make(Expr::Kind::kUnary, op.offset);
       expr->name = op.text;
       expr->children.push_back(std::move(operand));
@@ -448,6 +449,7 @@ class Parser {
       KILN_ASSIGN_OR_RETURN(expr, ParsePrimary());
       KILN_ASSIGN_OR_RETURN(expr, ParsePostfix(std::move(expr)));
     }
+    if (!with_filters) return expr;
     return ParseFilterChain(std::move(expr));
   }
 
