@@ -243,10 +243,13 @@ class Renderer {
       }
       items = std::move(kept);
     }
+    scopes_.pop_back();
     int64_t n = static_cast<int64_t>(items.size());
+    // jinja2 runs `else` unless some iteration reached the end of the body (an iteration left
+    // by break or continue does not count).
+    bool completed_an_iteration = false;
     for (int64_t i = 0; i < n; ++i) {
       if (++loop_iterations_ > limits_.max_loop_iterations) {
-        scopes_.pop_back();
         return Located(
             ResourceExhausted("more than max_loop_iterations (" +
                               std::to_string(limits_.max_loop_iterations) + ") loop iterations"),
@@ -266,19 +269,19 @@ class Renderer {
                  if (a.positional.empty()) return InvalidArgument("loop.cycle() needs arguments");
                  return a.positional[i % a.positional.size()];
                }));
+      // Each iteration starts from a fresh scope: names set in the body are not seen by the
+      // next iteration (jinja2 re-resolves them from the enclosing scope).
+      scopes_.emplace_back();
       Assign("loop", Value::Dict(std::move(loop)));
-      KILN_RETURN_IF_ERROR(Unpack(s.targets, items[i], s.offset));
-      Status st = Exec(s.body, out);
-      if (!st.ok()) {
-        scopes_.pop_back();
-        return st;
-      }
-      Flow flow = flow_;
-      flow_ = Flow::kNormal;
+      Status st = Unpack(s.targets, items[i], s.offset);
+      if (st.ok()) st = Exec(s.body, out);
+      scopes_.pop_back();
+      KILN_RETURN_IF_ERROR(st);
+      Flow flow = std::exchange(flow_, Flow::kNormal);
+      if (flow == Flow::kNormal) completed_an_iteration = true;
       if (flow == Flow::kBreak) break;
     }
-    scopes_.pop_back();
-    if (n == 0) return Exec(s.else_body, out);
+    if (!completed_an_iteration) return Exec(s.else_body, out);
     return Status::Ok();
   }
 

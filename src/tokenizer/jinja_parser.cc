@@ -2,6 +2,7 @@
 
 #include <initializer_list>
 #include <set>
+#include <utility>
 
 #include "tokenizer/jinja_lexer.h"
 
@@ -198,7 +199,10 @@ class Parser {
       }
       if (AcceptName("recursive")) return Error("recursive loops are not supported", s->offset);
       KILN_RETURN_IF_ERROR(ExpectStmtEnd());
+      // break/continue belong to the body only: jinja2 compiles `else` after the Python loop.
+      ++loop_depth_;
       KILN_RETURN_IF_ERROR(ParseBody({"else", "endfor"}, &s->body, &end));
+      --loop_depth_;
       if (end == "else") {
         KILN_RETURN_IF_ERROR(ExpectStmtEnd());
         KILN_RETURN_IF_ERROR(ParseBody({"endfor"}, &s->else_body, &end));
@@ -235,14 +239,18 @@ class Parser {
       KILN_ASSIGN_OR_RETURN(s->name, ExpectName());
       KILN_RETURN_IF_ERROR(ParseParameters(s.get()));
       KILN_RETURN_IF_ERROR(ExpectStmtEnd());
+      int outer_loop_depth = std::exchange(loop_depth_, 0);  // a macro body is its own function
       KILN_RETURN_IF_ERROR(ParseBody({"endmacro"}, &s->body, &end));
+      loop_depth_ = outer_loop_depth;
     } else if (name == "call") {
       s->kind = Stmt::Kind::kCallBlock;
       if (IsOp("(")) KILN_RETURN_IF_ERROR(ParseParameters(s.get()));
       KILN_ASSIGN_OR_RETURN(s->expr, ParseExpression());
       if (s->expr->kind != Expr::Kind::kCall) return Error("{% call %} needs a call", s->offset);
       KILN_RETURN_IF_ERROR(ExpectStmtEnd());
+      int outer_loop_depth = std::exchange(loop_depth_, 0);
       KILN_RETURN_IF_ERROR(ParseBody({"endcall"}, &s->body, &end));
+      loop_depth_ = outer_loop_depth;
     } else if (name == "filter") {
       s->kind = Stmt::Kind::kFilterBlock;
       KILN_ASSIGN_OR_RETURN(s->expr, ParseFilterChain(nullptr));
@@ -258,7 +266,6 @@ class Parser {
     } else {
       return Error("unknown tag '" + name + "'", name_token.offset);
     }
-    if (s->kind == Stmt::Kind::kFor) --loop_depth_;
     // Every statement ends with its own or its end tag's %}.
     KILN_RETURN_IF_ERROR(ExpectStmtEnd());
     body->push_back(std::move(s));
@@ -272,7 +279,6 @@ class Parser {
       targets->push_back(t);
     } while (AcceptOp(","));
     if (paren) KILN_RETURN_IF_ERROR(ExpectOp(")"));
-    ++loop_depth_;
     return Status::Ok();
   }
 
