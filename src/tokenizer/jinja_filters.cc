@@ -392,7 +392,25 @@ Result<Value> ApplyFilter(std::string_view name, const Value& input, const CallA
     KILN_ASSIGN_OR_RETURN(Value strip, GetAttr(Value(input.Str()), "strip"));
     return strip.as_function()(strip_args);
   }
-  if (name == "upper" || name == "lower" || name == "capitalize" || name == "title") {
+  if (name == "title") {
+    // jinja2's title filter (not str.title): the first character of each chunk that follows
+    // -, whitespace, (, {, [ or < goes upper case, the rest of the chunk lower case.
+    std::string s = input.Str(), out;
+    bool at_start = true;
+    for (char c : s) {
+      bool delimiter = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || c == ' ' ||
+                       c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+      if (delimiter) {
+        out += c;
+        at_start = true;
+      } else {
+        out += at_start ? AsciiUpper(c) : AsciiLower(c);
+        at_start = false;
+      }
+    }
+    return Value(std::move(out));
+  }
+  if (name == "upper" || name == "lower" || name == "capitalize") {
     KILN_ASSIGN_OR_RETURN(Value method, GetAttr(Value(input.Str()), std::string(name)));
     return method.as_function()(CallArgs{});
   }
@@ -532,6 +550,9 @@ Result<Value> ApplyFilter(std::string_view name, const Value& input, const CallA
                               : std::nearbyint(x);  // Python round(): half to even
     return Value(r / scale);
   }
+  if ((name == "int" || name == "float") && input.is_undefined()) {
+    return InvalidArgument("'" + input.undefined_name() + "' is undefined");
+  }
   if (name == "int") return ToInt(input, a);
   if (name == "float") {
     if (input.is_number()) return Value(input.as_double());
@@ -600,7 +621,7 @@ Result<bool> ApplyTest(std::string_view name, const Value& v, const CallArgs& a)
   if (name == "iterable" || name == "sequence") {
     return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
   }
-  if (name == "callable") return v.is_callable();
+  if (name == "callable") return v.is_callable() || v.is_undefined();  // Undefined has __call__
   if (name == "escaped") return false;
   if (name == "lower" || name == "upper") {  // jinja2: str(value).islower()
     bool has_cased = false;
