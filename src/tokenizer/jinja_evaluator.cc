@@ -255,20 +255,26 @@ class Renderer {
                               std::to_string(limits_.max_loop_iterations) + ") loop iterations"),
             s.offset);
       }
+      // The keys are distinct, so entries are appended directly (ValueDict::Set would search).
+      static const Value kKeys[] = {"index", "index0", "revindex", "revindex0", "first",
+                                    "last",  "length", "previtem", "nextitem",  "cycle"};
       ValueDict loop;
-      loop.Set("index", Value(i + 1));
-      loop.Set("index0", Value(i));
-      loop.Set("revindex", Value(n - i));
-      loop.Set("revindex0", Value(n - i - 1));
-      loop.Set("first", Value(i == 0));
-      loop.Set("last", Value(i == n - 1));
-      loop.Set("length", Value(n));
-      if (i > 0) loop.Set("previtem", items[i - 1]);
-      if (i + 1 < n) loop.Set("nextitem", items[i + 1]);
-      loop.Set("cycle", Value::Callable("cycle", [i](const CallArgs& a) -> Result<Value> {
-                 if (a.positional.empty()) return InvalidArgument("loop.cycle() needs arguments");
-                 return a.positional[i % a.positional.size()];
-               }));
+      loop.entries.reserve(10);
+      loop.entries.emplace_back(kKeys[0], Value(i + 1));
+      loop.entries.emplace_back(kKeys[1], Value(i));
+      loop.entries.emplace_back(kKeys[2], Value(n - i));
+      loop.entries.emplace_back(kKeys[3], Value(n - i - 1));
+      loop.entries.emplace_back(kKeys[4], Value(i == 0));
+      loop.entries.emplace_back(kKeys[5], Value(i == n - 1));
+      loop.entries.emplace_back(kKeys[6], Value(n));
+      if (i > 0) loop.entries.emplace_back(kKeys[7], items[i - 1]);
+      if (i + 1 < n) loop.entries.emplace_back(kKeys[8], items[i + 1]);
+      loop.entries.emplace_back(kKeys[9],
+                                Value::Callable("cycle", [i](const CallArgs& a) -> Result<Value> {
+                                  if (a.positional.empty())
+                                    return InvalidArgument("loop.cycle() needs arguments");
+                                  return a.positional[i % a.positional.size()];
+                                }));
       // Each iteration starts from a fresh scope: names set in the body are not seen by the
       // next iteration (jinja2 re-resolves them from the enclosing scope).
       scopes_.emplace_back();

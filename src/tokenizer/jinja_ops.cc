@@ -467,7 +467,7 @@ Result<Value> GetAttr(const Value& obj, const std::string& name) {
       }
       [[fallthrough]];
     case Value::Kind::kNamespace: {
-      const Value* v = obj.as_dict().Find(Value(name));
+      const Value* v = obj.as_dict().FindString(name);
       return v ? *v : Value::Undefined(name);
     }
     case Value::Kind::kList:

@@ -13,6 +13,13 @@ const Value* ValueDict::Find(const Value& key) const {
   return nullptr;
 }
 
+const Value* ValueDict::FindString(std::string_view key) const {
+  for (const auto& [k, v] : entries) {
+    if (k.is_string() && k.as_string() == key) return &v;
+  }
+  return nullptr;
+}
+
 Value* ValueDict::Find(const Value& key) {
   for (auto& [k, v] : entries) {
     if (k.Equals(key)) return &v;

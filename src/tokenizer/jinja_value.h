@@ -30,6 +30,8 @@ struct ValueDict {
   std::vector<std::pair<Value, Value>> entries;
 
   const Value* Find(const Value& key) const;
+  // Find for a string key, without building a Value (attribute lookups).
+  const Value* FindString(std::string_view key) const;
   Value* Find(const Value& key);
   void Set(Value key, Value value);
 };
