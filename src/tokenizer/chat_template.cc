@@ -106,7 +106,6 @@ Result<std::string> SelectChatTemplate(std::string_view tokenizer_config_json,
     if (entry["name"] == wanted) return entry["template"].get<std::string>();
     names += (names.empty() ? "" : ", ") + entry["name"].get<std::string>();
   }
-  if (name.empty() && !it->empty()) return (*it)[0]["template"].get<std::string>();
   return NotFound("no chat template named '" + wanted + "' (have: " + names + ")");
 }
 

@@ -61,9 +61,10 @@ class ChatTemplate {
 jinja::Value ValueFromJson(const nlohmann::ordered_json& json);
 
 // Picks the chat template out of a tokenizer_config.json text. `chat_template` may be a string
-// or a list of {"name", "template"}; from a list, `name` picks one ("" means "default"; with no
-// "default" entry and no name, the first). Fails with kNotFound when there is no chat_template or
-// no entry called `name`, kInvalidArgument on malformed JSON.
+// or a list of {"name", "template"}; from a list, `name` picks one ("" means "default", and, as
+// in HF transformers, a list without a "default" entry then fails). Fails with kNotFound when
+// there is no chat_template or no entry called `name` (the message lists the names there are),
+// kInvalidArgument on malformed JSON.
 Result<std::string> SelectChatTemplate(std::string_view tokenizer_config_json,
                                        std::string_view name = "");
 

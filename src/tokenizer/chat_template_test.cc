@@ -25,6 +25,12 @@ TEST(SelectChatTemplate, NamedList) {
   EXPECT_NE(missing.status().message().find("tool_use"), std::string::npos);
 }
 
+TEST(SelectChatTemplate, ListWithoutDefaultNeedsAName) {
+  const char* config = R"({"chat_template": [{"name": "rag", "template": "R"}]})";
+  EXPECT_EQ(SelectChatTemplate(config).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(*SelectChatTemplate(config, "rag"), "R");
+}
+
 TEST(SelectChatTemplate, Errors) {
   EXPECT_EQ(SelectChatTemplate("{not json").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(SelectChatTemplate(R"({"bos_token": "<s>"})").status().code(), StatusCode::kNotFound);
