@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "tokenizer/jinja_builtins.h"
+#include "tokenizer/jinja_unicode.h"
 
 namespace kiln::jinja {
 namespace {
@@ -201,9 +202,7 @@ Result<Value> GetPath(const Value& item, const std::string& path) {
 
 Value Lowered(const Value& v, bool case_sensitive) {
   if (case_sensitive || !v.is_string()) return v;
-  std::string s = v.as_string();
-  for (char& c : s) c = AsciiLower(c);
-  return Value(std::move(s));
+  return Value(PyLower(v.as_string()));
 }
 
 Result<Value> SortKey(const Value& item, const CallArgs& a, size_t attr_index,
@@ -395,19 +394,23 @@ Result<Value> ApplyFilter(std::string_view name, const Value& input, const CallA
   if (name == "title") {
     // jinja2's title filter (not str.title): the first character of each chunk that follows
     // -, whitespace, (, {, [ or < goes upper case, the rest of the chunk lower case.
-    std::string s = input.Str(), out;
-    bool at_start = true;
-    for (char c : s) {
-      bool delimiter = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || c == ' ' ||
-                       c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+    std::string s = input.Str(), out, chunk;
+    auto flush = [&] {
+      out += PyCapitalize(chunk);  // chunk[0].upper() + chunk[1:].lower()
+      chunk.clear();
+    };
+    for (std::string_view c : Utf8Chars(s)) {
+      uint32_t cp = DecodeUtf8(c);
+      bool delimiter =
+          cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || IsPythonSpace(cp);
       if (delimiter) {
+        flush();
         out += c;
-        at_start = true;
       } else {
-        out += at_start ? AsciiUpper(c) : AsciiLower(c);
-        at_start = false;
+        chunk += c;
       }
     }
+    flush();
     return Value(std::move(out));
   }
   if (name == "upper" || name == "lower" || name == "capitalize") {
@@ -623,16 +626,8 @@ Result<bool> ApplyTest(std::string_view name, const Value& v, const CallArgs& a)
   }
   if (name == "callable") return v.is_callable() || v.is_undefined();  // Undefined has __call__
   if (name == "escaped") return false;
-  if (name == "lower" || name == "upper") {  // jinja2: str(value).islower()
-    bool has_cased = false;
-    for (unsigned char c : v.Str()) {
-      if (std::isalpha(c)) {
-        has_cased = true;
-        if (name == "lower" ? std::isupper(c) : std::islower(c)) return false;
-      }
-    }
-    return has_cased;
-  }
+  if (name == "lower") return PyIsLower(v.Str());  // jinja2: str(value).islower()
+  if (name == "upper") return PyIsUpper(v.Str());
   if (name == "odd" || name == "even" || name == "divisibleby") {
     // jinja2: value % 2 == 1, value % 2 == 0, value % num == 0 (Python semantics, bools too).
     Value divisor = name == "divisibleby" ? (arg0 ? *arg0 : Value::Undefined("num")) : Value(2);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "tokenizer/jinja_builtins.h"
+#include "tokenizer/jinja_unicode.h"
 
 namespace kiln::jinja {
 namespace {
@@ -25,21 +26,6 @@ int64_t FloorDiv(int64_t a, int64_t b) {
 
 bool IsWhitespace(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-// Python str.isspace() for one code point.
-bool IsPythonSpace(uint32_t cp) {
-  return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 ||
-         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
-         cp == 0x202F || cp == 0x205F || cp == 0x3000;
-}
-
-uint32_t DecodeUtf8(std::string_view c) {
-  auto b = [&](size_t i) { return static_cast<uint32_t>(static_cast<unsigned char>(c[i])); };
-  if (c.size() == 1) return b(0);
-  uint32_t cp = b(0) & (0x7F >> c.size());
-  for (size_t i = 1; i < c.size(); ++i) cp = (cp << 6) | (b(i) & 0x3F);
-  return cp;
 }
 
 // str.strip/lstrip/rstrip: Python whitespace by default, else any code point of `chars`.
@@ -152,17 +138,6 @@ std::string Replace(const std::string& s, const std::string& from, const std::st
   return out;
 }
 
-std::string Title(const std::string& s) {
-  std::string out = s;
-  bool prev_cased = false;
-  for (char& c : out) {
-    bool alpha = std::isalpha(static_cast<unsigned char>(c));
-    if (alpha) c = prev_cased ? AsciiLower(c) : AsciiUpper(c);
-    prev_cased = alpha;
-  }
-  return out;
-}
-
 // Applies `pred` to the prefix or suffix argument (a string or a tuple of strings).
 Result<Value> AffixTest(const std::string& s, const CallArgs& a, bool prefix) {
   if (a.positional.empty()) return InvalidArgument("startswith/endswith need an argument");
@@ -191,18 +166,12 @@ Result<Value> StringMethod(const std::string& s, const std::string& name, const 
   if (name == "rsplit") return RSplit(s, a);
   if (name == "startswith") return AffixTest(s, a, true);
   if (name == "endswith") return AffixTest(s, a, false);
-  if (name == "upper" || name == "lower") {
-    std::string out = s;
-    for (char& c : out) c = name == "upper" ? AsciiUpper(c) : AsciiLower(c);
-    return Value(std::move(out));
-  }
-  if (name == "title") return Value(Title(s));
-  if (name == "capitalize") {
-    std::string out = s;
-    for (char& c : out) c = AsciiLower(c);
-    if (!out.empty()) out[0] = AsciiUpper(out[0]);
-    return Value(std::move(out));
-  }
+  if (name == "upper") return Value(PyUpper(s));
+  if (name == "lower") return Value(PyLower(s));
+  if (name == "title") return Value(PyTitle(s));
+  if (name == "capitalize") return Value(PyCapitalize(s));
+  if (name == "islower") return Value(PyIsLower(s));
+  if (name == "isupper") return Value(PyIsUpper(s));
   if (name == "replace") {
     if (a.positional.size() < 2 || !a.positional[0].is_string() || !a.positional[1].is_string()) {
       return InvalidArgument("replace() needs two strings");
@@ -267,10 +236,11 @@ Result<Value> StringMethod(const std::string& s, const std::string& name, const 
 }
 
 bool IsStringMethod(const std::string& n) {
-  static const char* kNames[] = {
-      "strip", "lstrip",     "rstrip",     "split",   "rsplit",  "startswith", "endswith", "upper",
-      "lower", "title",      "capitalize", "replace", "find",    "rfind",      "count",    "index",
-      "join",  "splitlines", "isdigit",    "isalpha", "isspace", "isalnum"};
+  static const char* kNames[] = {"strip",      "lstrip",   "rstrip",     "split",   "rsplit",
+                                 "startswith", "endswith", "upper",      "lower",   "title",
+                                 "capitalize", "replace",  "find",       "rfind",   "count",
+                                 "index",      "join",     "splitlines", "isdigit", "isalpha",
+                                 "isspace",    "isalnum",  "islower",    "isupper"};
   return std::find(std::begin(kNames), std::end(kNames), n) != std::end(kNames);
 }
 

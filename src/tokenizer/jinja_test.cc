@@ -259,6 +259,21 @@ TEST(JinjaValues, RoundIsPythonRound) {
             "2.0 4.0 1.2 2.0 -2.0");
 }
 
+TEST(JinjaValues, CaseMappingBeyondAscii) {
+  // Expected output from jinja2 (Python's Unicode case mapping).
+  auto got = Render(
+      "{{ s | upper }}|{{ s | lower }}|{{ s.title() }}|{{ s | title }}|{{ s | capitalize }}|"
+      "{{ s is lower }}|{{ 'é' is lower }}|{{ 'ÉΣ' is upper }}|{{ 'straße' | upper }}|"
+      "{{ 'ŁÓDŹ ÿ' | lower }}|{{ ['Éa', 'éb', 'Ec'] | sort }}",
+      R"({"s": "héllo wörld-ñandú ПРИВЕТ мир άλφα"})");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got,
+            "HÉLLO WÖRLD-ÑANDÚ ПРИВЕТ МИР ΆΛΦΑ|héllo wörld-ñandú привет мир άλφα|"
+            "Héllo Wörld-Ñandú Привет Мир Άλφα|Héllo Wörld-Ñandú Привет Мир Άλφα|"
+            "Héllo wörld-ñandú привет мир άλφα|False|True|True|STRASSE|łódź ÿ|"
+            "['Ec', 'Éa', 'éb']");
+}
+
 TEST(JinjaValues, RenderIsRepeatableAndContextOrderKept) {
   auto t = ChatTemplate::Parse("{{ tools | tojson }}");
   ASSERT_TRUE(t.ok());

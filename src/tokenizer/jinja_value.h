@@ -160,6 +160,9 @@ class Value {
 // markupsafe.escape(): & < > " ' as HTML entities.
 std::string HtmlEscape(std::string_view s);
 
+// markupsafe.escape(): & < > " ' as HTML entities.
+std::string HtmlEscape(std::string_view s);
+
 // ASCII case mapping (other bytes unchanged).
 inline char AsciiLower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; }
 inline char AsciiUpper(char c) { return c >= 'a' && c <= 'z' ? static_cast<char>(c - 32) : c; }
