@@ -3,7 +3,7 @@
 // out — use namespace()), loop variables, macros, call and filter blocks.
 //
 // Sandboxed: templates reach only the values they are given and the built-ins (range, namespace,
-// dict, raise_exception, strftime_now, joiner, cycler); mutating methods (list.append,
+// dict, raise_exception, strftime_now, joiner); mutating methods (list.append,
 // dict.pop, ...) fail as in jinja2's ImmutableSandboxedEnvironment. Every render is bounded by
 // RenderLimits and fails with kResourceExhausted instead of running away.
 #pragma once
