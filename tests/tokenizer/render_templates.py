@@ -107,11 +107,25 @@ def cases():
     return out
 
 
+DEFAULT_MODEL_TEMPLATE = "default-model"
+
+
 def main():
     testdata, out_path = sys.argv[1], sys.argv[2]
     results = []
-    for path in sorted(glob.glob(os.path.join(testdata, "chat-templates", "*.jinja"))):
-        name = os.path.basename(path)[:-len(".jinja")]
+    templates = [(os.path.basename(p)[:-len(".jinja")], p, False)
+                 for p in sorted(glob.glob(os.path.join(testdata, "chat-templates", "*.jinja")))]
+    # The default model's own template, from its GGUF metadata (KILN_DEFAULT_MODEL, set by
+    # scripts/test), written beside the output so the C++ test renders the very same text.
+    model = os.environ.get("KILN_DEFAULT_MODEL")
+    if model and os.path.exists(model):
+        import gguf
+        field = gguf.GGUFReader(model).fields["tokenizer.chat_template"]
+        path = os.path.join(os.path.dirname(os.path.abspath(out_path)), "default-model.jinja")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(field.contents())
+        templates.append((DEFAULT_MODEL_TEMPLATE, path, True))
+    for name, path, explicit_path in templates:
         with open(path, encoding="utf-8") as f:
             source = f.read()
         try:
@@ -121,6 +135,8 @@ def main():
             template, parse_error = None, f"{type(e).__name__}: {e}"
         for case_name, ctx in cases():
             entry = {"template": name, "case": case_name, "context": ctx}
+            if explicit_path:
+                entry["template_path"] = path
             if template is None:
                 entry["error"] = parse_error
             else:
