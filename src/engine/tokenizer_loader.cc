@@ -1,5 +1,6 @@
 #include "engine/tokenizer_loader.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <utility>
 
@@ -69,16 +70,16 @@ Result<LoadedTokenizer> LoadHfDirectory(const fs::path& dir, const TokenizerLoad
   flag("add_bos_token", &vocab.add_bos);
   flag("add_eos_token", &vocab.add_eos);
 
-  KILN_ASSIGN_OR_RETURN(out.tokenizer, Tokenizer::Create(std::move(vocab)));
   // The config's bos/eos token names the id when the post-processor did not.
-  auto find_id = [&](const std::string& token) { return out.tokenizer->TokenToId(token); };
+  auto find_id = [&](const std::string& token) -> int32_t {
+    auto it = std::find(vocab.tokens.begin(), vocab.tokens.end(), token);
+    return it == vocab.tokens.end() ? -1 : static_cast<int32_t>(it - vocab.tokens.begin());
+  };
+  if (vocab.bos_id < 0 && !out.bos_token.empty()) vocab.bos_id = find_id(out.bos_token);
+  if (vocab.eos_id < 0 && !out.eos_token.empty()) vocab.eos_id = find_id(out.eos_token);
+  KILN_ASSIGN_OR_RETURN(out.tokenizer, Tokenizer::Create(std::move(vocab)));
   if (out.bos_token.empty()) out.bos_token = TokenText(*out.tokenizer, out.tokenizer->bos_id());
   if (out.eos_token.empty()) out.eos_token = TokenText(*out.tokenizer, out.tokenizer->eos_id());
-  if (out.tokenizer->bos_id() < 0 && !out.bos_token.empty() && find_id(out.bos_token) >= 0) {
-    TokenizerVocab v = out.tokenizer->vocab();
-    v.bos_id = find_id(out.bos_token);
-    KILN_ASSIGN_OR_RETURN(out.tokenizer, Tokenizer::Create(std::move(v)));
-  }
 
   if (!opts.chat_template_file.empty()) return out;  // LoadTokenizer parses the override
   // As in HF transformers, chat_template.jinja wins over tokenizer_config.json's chat_template
