@@ -21,7 +21,10 @@ std::string FormatBytes(int64_t bytes);
 // Formats a count with thousands separators: 8030261248 -> "8,030,261,248".
 std::string FormatCount(int64_t n);
 
-void AddInspectCommand(CLI::App& app);  // inspect_command.cc
-void AddSynthCommand(CLI::App& app);    // synth_command.cc
+void AddInspectCommand(CLI::App& app);       // inspect_command.cc
+void AddSynthCommand(CLI::App& app);         // synth_command.cc
+void AddTokenizeCommand(CLI::App& app);      // tokenize_command.cc
+void AddDetokenizeCommand(CLI::App& app);    // tokenize_command.cc
+void AddChatTemplateCommand(CLI::App& app);  // tokenize_command.cc
 
 }  // namespace kiln::cli

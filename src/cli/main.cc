@@ -22,6 +22,9 @@ int main(int argc, char** argv) {
   });
   kiln::cli::AddInspectCommand(app);
   kiln::cli::AddSynthCommand(app);
+  kiln::cli::AddTokenizeCommand(app);
+  kiln::cli::AddDetokenizeCommand(app);
+  kiln::cli::AddChatTemplateCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -12,7 +12,7 @@
 #include <sstream>
 #include <string>
 
-#include "tokenizer/gguf_fields_for_test.h"
+#include "engine/tokenizer_loader.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab.h"

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/gguf_fields_for_test.h"
+#include "engine/tokenizer_loader.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab.h"

@@ -33,6 +33,23 @@ expect_error "--gpu-memory" inspect "$work/tiny" --gpu-memory 12XB
 expect_error "--gpu-memory-utilization" inspect "$work/tiny" --gpu-memory 80GB --gpu-memory-utilization 1.5
 expect_error "--kv-cache-dtype" inspect "$work/tiny" --kv-cache-dtype q4_0
 expect_error "max_position_embeddings" inspect "$work/tiny" --gpu-memory 80GB --max-model-len 999999
+# kiln tokenize / detokenize / chat-template
+expect_error "no such file or directory" tokenize "$work/missing" --text hi
+expect_error "tokenizer.json" tokenize "$work/empty" --text hi
+expect_error "--text" tokenize "$work/tiny"
+expect_error "not a token id" detokenize "$work/tiny" --ids "1 x 3"
+expect_error "outside the vocab" detokenize "$work/tiny" --ids "99999999"
+printf '[{"role": "user"' >"$work/bad.json"
+expect_error "not valid JSON" chat-template "$work/tiny" --messages "$work/bad.json"
+printf '{"role": "user", "content": "hi"}' >"$work/notlist.json"
+expect_error "expected a JSON list" chat-template "$work/tiny" --messages "$work/notlist.json"
+printf '[{"role": "user", "content": "hi"}]' >"$work/msgs.json"
+expect_error "expected a JSON list of tools" chat-template "$work/tiny" --messages "$work/msgs.json" --tools "$work/notlist.json"
+printf "{{ raise_exception('roles must alternate') }}" >"$work/raise.jinja"
+expect_error "roles must alternate" chat-template "$work/tiny" --messages "$work/msgs.json" --chat-template "$work/raise.jinja"
+printf '{%% for %%}' >"$work/syntax.jinja"
+expect_error "syntax.jinja" chat-template "$work/tiny" --messages "$work/msgs.json" --chat-template "$work/syntax.jinja"
+expect_error "no such file or directory" chat-template "$work/missing" --messages "$work/msgs.json"
 truncate -s 1000 "$work/tiny/model.safetensors"
 expect_error "model.safetensors" inspect "$work/tiny"
 expect_error "not empty" synth --preset smollm2-135m --out "$work/tiny"
