@@ -26,5 +26,6 @@ void AddSynthCommand(CLI::App& app);         // synth_command.cc
 void AddTokenizeCommand(CLI::App& app);      // tokenize_command.cc
 void AddDetokenizeCommand(CLI::App& app);    // tokenize_command.cc
 void AddChatTemplateCommand(CLI::App& app);  // tokenize_command.cc
+void AddGenerateCommand(CLI::App& app);      // generate_command.cc
 
 }  // namespace kiln::cli

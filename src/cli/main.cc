@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   kiln::cli::AddTokenizeCommand(app);
   kiln::cli::AddDetokenizeCommand(app);
   kiln::cli::AddChatTemplateCommand(app);
+  kiln::cli::AddGenerateCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

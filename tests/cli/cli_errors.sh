@@ -50,6 +50,28 @@ expect_error "roles must alternate" chat-template "$work/tiny" --messages "$work
 printf '{%% for %%}' >"$work/syntax.jinja"
 expect_error "syntax.jinja" chat-template "$work/tiny" --messages "$work/msgs.json" --chat-template "$work/syntax.jinja"
 expect_error "no such file or directory" chat-template "$work/missing" --messages "$work/msgs.json"
+# kiln generate (the tiny checkpoint runs on the CPU backend)
+"$kiln" generate "$work/tiny" --prompt hi --max-tokens 2 --kv-cache-memory 64MiB >/dev/null 2>&1 \
+  && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: kiln generate on the tiny model"; }
+g=(generate "$work/tiny" --kv-cache-memory 64MiB)
+expect_error "--prompt" "${g[@]}"
+expect_error "temperature" "${g[@]}" --prompt hi --temperature 3
+expect_error "top_p" "${g[@]}" --prompt hi --top-p 0
+expect_error "logprobs" "${g[@]}" --prompt hi --logprobs 50
+expect_error "max_tokens" "${g[@]}" --prompt hi --max-tokens 0
+expect_error "stop_token_ids" "${g[@]}" --prompt hi --stop-token-id 99999999
+expect_error "cannot open" "${g[@]}" --input "$work/missing.jsonl"
+printf '{"prompt": "ok"}\n[1, 2]\n' >"$work/bad.jsonl"
+expect_error "bad.jsonl:2" "${g[@]}" --input "$work/bad.jsonl"
+printf '{"prompt_token_ids": [1, 99999999]}\n' >"$work/ids.jsonl"
+expect_error "outside the vocabulary" "${g[@]}" --input "$work/ids.jsonl"
+expect_error "device" "${g[@]}" --prompt hi --device tpu
+expect_error "KV cache" generate "$work/tiny" --prompt hi --kv-cache-memory 1KB
+expect_error "max_model_len" "${g[@]}" --prompt hi --max-model-len 99999999
+expect_error "max_model_len" "${g[@]}" --prompt "a prompt longer than four tokens" --max-model-len 4
+expect_error "scheduling policy" "${g[@]}" --prompt hi --scheduling-policy lifo
+expect_error "capacity policy" "${g[@]}" --prompt hi --capacity-policy most
+expect_error "no such file or directory" generate "$work/missing" --prompt hi
 truncate -s 1000 "$work/tiny/model.safetensors"
 expect_error "model.safetensors" inspect "$work/tiny"
 expect_error "not empty" synth --preset smollm2-135m --out "$work/tiny"

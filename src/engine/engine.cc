@@ -1,0 +1,212 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "core/check.h"
+#include "core/logging.h"
+#include "engine/step_builder.h"
+
+namespace kiln {
+namespace {
+
+// Measures consecutive phases of a step: each Lap() stores the time since the previous one.
+class LapTimer {
+ public:
+  void Lap(double* us) {
+    const auto now = std::chrono::steady_clock::now();
+    *us = std::chrono::duration<double, std::micro>(now - last_).count();
+    last_ = now;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<ModelRunner> runner,
+                                               const EngineOptions& options) {
+  CHECK(runner != nullptr);
+  const ModelConfig& config = runner->config();
+  if (options.block_size < 1 || options.block_size > 1024) {
+    return InvalidArgument("block_size: must be in [1, 1024], got " +
+                           std::to_string(options.block_size));
+  }
+  if (options.scheduler.max_num_seqs < 1) {
+    return InvalidArgument("max_num_seqs: must be >= 1");
+  }
+  if (options.scheduler.max_num_batched_tokens < 1) {
+    return InvalidArgument("max_num_batched_tokens: must be >= 1");
+  }
+  int64_t num_blocks = options.num_kv_blocks;
+  if (num_blocks <= 0) {
+    num_blocks = options.kv_cache_memory_bytes / runner->KvBlockBytes(options.block_size);
+  }
+  if (num_blocks < 1) {
+    return ResourceExhausted("KV cache: " + std::to_string(options.kv_cache_memory_bytes) +
+                             " bytes hold no block of " + std::to_string(options.block_size) +
+                             " tokens; raise the KV cache memory");
+  }
+  num_blocks = std::min<int64_t>(num_blocks, int64_t{1} << 30);
+  const int64_t pool_tokens = num_blocks * options.block_size;
+  const int64_t model_len = config.max_position_embeddings > 0 ? config.max_position_embeddings
+                                                               : int64_t{1} << 20;
+  int64_t max_model_len = options.max_model_len;
+  if (max_model_len > 0) {
+    if (max_model_len > model_len) {
+      return InvalidArgument("max_model_len: " + std::to_string(max_model_len) +
+                             " exceeds the model's context of " + std::to_string(model_len));
+    }
+    if (max_model_len > pool_tokens) {
+      return ResourceExhausted("max_model_len: " + std::to_string(max_model_len) +
+                               " tokens do not fit in the KV pool of " +
+                               std::to_string(pool_tokens) +
+                               " tokens; give the KV cache more memory or lower max_model_len");
+    }
+  } else {
+    max_model_len = std::min(model_len, pool_tokens);
+    if (max_model_len < model_len) {
+      LOG(INFO) << "max_model_len capped at " << max_model_len << " (the KV pool's size; the model"
+                << " allows " << model_len << ")";
+    }
+  }
+  if (!options.scheduler.enable_chunked_prefill &&
+      options.scheduler.max_num_batched_tokens < max_model_len) {
+    return InvalidArgument(
+        "max_num_batched_tokens: without chunked prefill it must cover max_model_len (" +
+        std::to_string(max_model_len) + ")");
+  }
+
+  std::unique_ptr<Engine> engine(new Engine());
+  engine->options_ = options;
+  KILN_RETURN_IF_ERROR(runner->AllocateKvCache(static_cast<int32_t>(num_blocks),
+                                               options.block_size));
+  engine->runner_ = std::move(runner);
+  engine->max_model_len_ = static_cast<int32_t>(max_model_len);
+  engine->kv_ = std::make_unique<KvCacheManager>(KvCacheOptions{
+      .num_blocks = static_cast<int32_t>(num_blocks),
+      .block_size = options.block_size,
+      .enable_prefix_caching = options.enable_prefix_caching,
+  });
+  engine->scheduler_ = std::make_unique<Scheduler>(options.scheduler, engine->kv_.get(),
+                                                   engine->max_model_len_);
+  engine->scheduler_->set_eos_token_ids(
+      options.eos_token_ids.empty() ? config.eos_token_ids : options.eos_token_ids);
+  engine->stats_.num_kv_blocks = static_cast<int32_t>(num_blocks);
+  return engine;
+}
+
+Engine::~Engine() = default;
+
+Status Engine::AddRequest(EngineRequest request) {
+  KILN_RETURN_IF_ERROR(ValidateRequest(request));
+  if (scheduler_->Find(request.id) != nullptr || reported_.contains(request.id)) {
+    return InvalidArgument("request id " + std::to_string(request.id) + " is already in use");
+  }
+  reported_[request.id] = {};
+  scheduler_->Add(std::move(request));
+  return Status::Ok();
+}
+
+Status Engine::ValidateRequest(const EngineRequest& request) const {
+  const int32_t vocab_size = runner_->config().vocab_size;
+  KILN_RETURN_IF_ERROR(request.params.Validate(vocab_size));
+  const auto& prompt = request.prompt_token_ids;
+  if (prompt.empty()) return InvalidArgument("prompt: must contain at least one token");
+  if (static_cast<int64_t>(prompt.size()) >= max_model_len_) {
+    return InvalidArgument("prompt: " + std::to_string(prompt.size()) +
+                           " tokens leave no room to generate within max_model_len " +
+                           std::to_string(max_model_len_));
+  }
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= vocab_size) {
+      return InvalidArgument("prompt: token " + std::to_string(prompt[i]) + " at position " +
+                             std::to_string(i) + " is outside the vocabulary of " +
+                             std::to_string(vocab_size));
+    }
+  }
+  return Status::Ok();
+}
+
+bool Engine::Abort(RequestId id) {
+  const Request* r = scheduler_->Finish(id, FinishReason::kAbort);
+  if (r == nullptr) return false;
+  aborted_.push_back(MakeOutput(const_cast<Request*>(r)));
+  return true;
+}
+
+bool Engine::HasWork() const { return scheduler_->HasWork() || !aborted_.empty(); }
+
+RequestOutput Engine::MakeOutput(Request* r) {
+  Reported& rep = reported_.at(r->id);
+  RequestOutput out;
+  out.id = r->id;
+  out.num_prompt_tokens = r->num_prompt_tokens;
+  out.num_cached_tokens = r->num_cached_tokens;
+  const auto output = r->output();
+  out.new_token_ids.assign(output.begin() + rep.num_output_tokens, output.end());
+  if (r->params.logprobs.has_value()) {
+    out.new_logprobs.assign(r->output_logprobs.begin() + rep.num_output_tokens,
+                            r->output_logprobs.end());
+  }
+  rep.num_output_tokens = r->num_output_tokens();
+  const int32_t num_prompt_logprobs = static_cast<int32_t>(r->prompt_logprobs.size());
+  if (num_prompt_logprobs > rep.num_prompt_logprobs) {
+    out.new_prompt_logprobs.assign(r->prompt_logprobs.begin() + rep.num_prompt_logprobs,
+                                   r->prompt_logprobs.end());
+    rep.num_prompt_logprobs = num_prompt_logprobs;
+  }
+  if (r->is_finished()) {
+    out.finished = true;
+    out.finish_reason = r->finish_reason;
+    out.stop_token_id = r->stop_token_id;
+    reported_.erase(r->id);
+  }
+  return out;
+}
+
+std::vector<RequestOutput> Engine::Step() {
+  std::vector<RequestOutput> outputs = std::move(aborted_);
+  aborted_.clear();
+  StepStats& s = stats_.last_step;
+  LapTimer timer;
+  ScheduledBatch batch = scheduler_->Schedule();
+  timer.Lap(&s.schedule_us);
+  StepInputs inputs = BuildStepInputs(batch, *kv_);
+  timer.Lap(&s.build_us);
+  StepResult result = batch.empty() ? StepResult{} : runner_->Execute(inputs);
+  timer.Lap(&s.execute_us);
+  for (Request* r : scheduler_->Update(batch, result)) outputs.push_back(MakeOutput(r));
+  timer.Lap(&s.update_us);
+
+  // Bookkeeping for stats; nothing below changes what the step did.
+  s.num_seqs = inputs.num_seqs();
+  s.num_batched_tokens = inputs.num_tokens();
+  s.num_decode_seqs = static_cast<int32_t>(std::count_if(
+      batch.seqs.begin(), batch.seqs.end(), [](const ScheduledSeq& q) {
+        return q.num_new_tokens == 1 && q.num_computed_tokens >= q.request->num_prompt_tokens;
+      }));
+  s.num_running = scheduler_->num_running();
+  s.num_waiting = scheduler_->num_waiting();
+  ++stats_.num_steps;
+  stats_.num_prompt_tokens += s.num_batched_tokens - s.num_decode_seqs;
+  for (const RequestOutput& o : outputs) stats_.num_generated_tokens += o.new_token_ids.size();
+  stats_.num_preemptions += static_cast<int64_t>(batch.preempted.size());
+  stats_.total_bookkeeping_us += s.bookkeeping_us();
+  stats_.total_execute_us += s.execute_us;
+  if (options_.check_invariants) {
+    kv_->CheckInvariants();
+    scheduler_->CheckInvariants();
+  }
+  return outputs;
+}
+
+const EngineStats& Engine::stats() {
+  stats_.kv = kv_->stats();
+  stats_.num_free_kv_blocks = kv_->NumFreeBlocks();
+  return stats_;
+}
+
+}  // namespace kiln

@@ -1,0 +1,134 @@
+// Engine: the step loop (DESIGN.md §3). Single-threaded and synchronous: the caller adds
+// requests and calls Step() until HasWork() is false. LLM (offline) drives it in a loop on the
+// caller's thread; Executor drives it on its own thread for the server.
+//
+//   Engine::Step():
+//     batch   = scheduler.Schedule()         // {request -> num_new_tokens}, preemptions
+//     inputs  = BuildStepInputs(batch)       // flat tokens, positions, slots, block tables
+//     result  = runner.Execute(inputs)       // forward + sampling
+//     updated = scheduler.Update(batch, result)
+//     return  MakeOutputs(updated)           // token deltas for the callers' streams
+//
+// Text (detokenization, stop strings) lives above the engine (OutputProcessor): the engine deals
+// in token ids only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/model_runner.h"
+#include "core/status.h"
+#include "engine/kv_cache_manager.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+
+namespace kiln {
+
+struct EngineOptions {
+  SchedulerOptions scheduler;
+  // Tokens per KV block (16 as vLLM). Smaller blocks share prefixes more finely and waste less
+  // of a sequence's last block; larger ones make block tables shorter.
+  int32_t block_size = 16;
+  // KV pool size: an explicit number of blocks, or else bytes (the runner converts).
+  int32_t num_kv_blocks = 0;
+  int64_t kv_cache_memory_bytes = int64_t{1} << 30;
+  bool enable_prefix_caching = true;
+  // The longest sequence (prompt + output). 0 = the model's max_position_embeddings, capped to
+  // what the KV pool holds.
+  int32_t max_model_len = 0;
+  // Token ids that end a request (unless ignore_eos); empty = the model config's eos ids.
+  std::vector<int32_t> eos_token_ids;
+  // Run the KV cache manager's and scheduler's invariant checks after every step (tests).
+  bool check_invariants = false;
+};
+
+// What one step produced for one request: deltas since its previous output.
+struct RequestOutput {
+  RequestId id = 0;
+  std::vector<int32_t> new_token_ids;
+  std::vector<ScoredToken> new_logprobs;         // when params.logprobs
+  std::vector<ScoredToken> new_prompt_logprobs;  // when params.prompt_logprobs
+  int32_t num_prompt_tokens = 0;
+  int32_t num_cached_tokens = 0;  // prompt tokens served by the prefix cache
+  bool finished = false;
+  std::optional<FinishReason> finish_reason;
+  int32_t stop_token_id = -1;  // the eos / stop_token_ids entry that stopped it, else -1
+};
+
+// Timing and counts of one step (microseconds of wall time per phase).
+struct StepStats {
+  int32_t num_seqs = 0;
+  int32_t num_batched_tokens = 0;
+  int32_t num_decode_seqs = 0;  // sequences computing exactly one token
+  int32_t num_running = 0;
+  int32_t num_waiting = 0;
+  double schedule_us = 0, build_us = 0, execute_us = 0, update_us = 0;
+  double bookkeeping_us() const { return schedule_us + build_us + update_us; }
+};
+
+struct EngineStats {
+  int64_t num_steps = 0;
+  int64_t num_prompt_tokens = 0;     // computed prompt tokens (excluding cache hits)
+  int64_t num_generated_tokens = 0;
+  int64_t num_preemptions = 0;
+  double total_bookkeeping_us = 0;   // schedule + build + update over all steps
+  double total_execute_us = 0;
+  StepStats last_step;
+  KvCacheStats kv;
+  int32_t num_kv_blocks = 0;
+  int32_t num_free_kv_blocks = 0;
+};
+
+class Engine {
+ public:
+  // Takes the runner, sizes and allocates the KV pool. Errors: kInvalidArgument for options
+  // that contradict each other or the model (naming the option), kResourceExhausted when the
+  // pool cannot hold even one max_model_len sequence.
+  static Result<std::unique_ptr<Engine>> Create(std::unique_ptr<ModelRunner> runner,
+                                                const EngineOptions& options);
+  ~Engine();
+
+  // Validates and queues a request. Errors (kInvalidArgument, naming the field): invalid
+  // params, an empty prompt, a token id outside the vocabulary, a prompt of max_model_len
+  // tokens or more, a duplicate id.
+  Status AddRequest(EngineRequest request);
+  // The checks of AddRequest that need no engine state (all but the duplicate id); safe to call
+  // from any thread.
+  Status ValidateRequest(const EngineRequest& request) const;
+
+  // Finishes the request with reason abort; its output appears in the next Step()'s result.
+  // Returns false for an unknown or already finished id.
+  bool Abort(RequestId id);
+
+  // Runs one step and returns the outputs it produced (plus those of requests aborted since).
+  std::vector<RequestOutput> Step();
+
+  bool HasWork() const;
+  const EngineStats& stats();
+  const ModelConfig& model_config() const { return runner_->config(); }
+  int32_t max_model_len() const { return max_model_len_; }
+  const ModelRunner& runner() const { return *runner_; }
+
+ private:
+  Engine() = default;
+  RequestOutput MakeOutput(Request* r);
+
+  EngineOptions options_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<KvCacheManager> kv_;
+  std::unique_ptr<Scheduler> scheduler_;
+  int32_t max_model_len_ = 0;
+  std::vector<RequestOutput> aborted_;
+  EngineStats stats_;
+  // Per request: how much has been reported (token and prompt-logprob deltas).
+  struct Reported {
+    int32_t num_output_tokens = 0;
+    int32_t num_prompt_logprobs = 0;
+  };
+  std::unordered_map<RequestId, Reported> reported_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,110 @@
+// LLM: the offline API (vLLM's `LLM(...).generate(prompts, SamplingParams)`): load a model, then
+// generate for a list of prompts on the caller's thread, all prompts batched together.
+//
+//   KILN_ASSIGN_OR_RETURN(std::unique_ptr<LLM> llm, LLM::Create("/models/smollm2.gguf", {}));
+//   SamplingParams params;
+//   params.temperature = 0;
+//   params.max_tokens = 64;
+//   KILN_ASSIGN_OR_RETURN(auto results, llm->Generate({Prompt::Text("Hello")}, params));
+//   std::cout << results[0].completions[0].text;
+//
+// Thread safety: one thread at a time (Generate runs the engine to completion).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "engine/engine.h"
+#include "engine/sampling_params.h"
+#include "engine/tokenizer_loader.h"
+#include "model/checkpoint.h"
+
+namespace kiln {
+
+struct LlmOptions {
+  EngineOptions engine;
+  // Where the model runs: "cpu" (the reference backend) or "auto" (CUDA when a GPU is present
+  // and kiln was built with CUDA, else CPU). Only "cpu" exists until the CUDA backend lands.
+  std::string device = "auto";
+  int32_t num_threads = 0;  // CPU backend threads; 0 = all cores
+  TokenizerLoadOptions tokenizer;
+};
+
+// A prompt: text (tokenized with the model's tokenizer, bos added as the model wants), chat
+// messages (rendered with its chat template, generation prompt added) or token ids.
+struct Prompt {
+  std::string text;
+  nlohmann::ordered_json messages;  // a JSON list of {"role", "content"} when chat
+  std::vector<int32_t> token_ids;
+  enum class Kind : uint8_t { kText, kChat, kTokens } kind = Kind::kText;
+
+  static Prompt Text(std::string text);
+  static Prompt Chat(nlohmann::ordered_json messages);
+  static Prompt Tokens(std::vector<int32_t> ids);
+};
+
+struct CompletionOutput {
+  int32_t index = 0;  // among the prompt's n completions
+  std::string text;
+  std::vector<int32_t> token_ids;
+  std::vector<ScoredToken> logprobs;  // per token, when params.logprobs
+  FinishReason finish_reason = FinishReason::kLength;
+  std::optional<std::string> stop_string;  // the stop string that ended it
+  int32_t stop_token_id = -1;              // the eos / stop token that ended it
+  double first_token_ms = 0;               // from Generate() start to its first token
+  double finish_ms = 0;                    // from Generate() start to its end
+};
+
+struct GenerateResult {
+  std::vector<int32_t> prompt_token_ids;
+  std::vector<ScoredToken> prompt_logprobs;  // prompt_token_ids[1:] each, when asked for
+  int32_t num_cached_tokens = 0;             // prompt tokens served by the prefix cache
+  std::vector<CompletionOutput> completions;  // params.n of them
+};
+
+class LLM {
+ public:
+  // Opens the checkpoint (HF directory or GGUF), its tokenizer, the backend, and the engine.
+  static Result<std::unique_ptr<LLM>> Create(const std::string& model, const LlmOptions& options);
+  ~LLM();
+
+  // Turns a prompt into token ids. Errors: kInvalidArgument for an empty prompt or chat
+  // messages the template rejects; kNotFound for chat without a template.
+  Result<std::vector<int32_t>> Tokenize(const Prompt& prompt) const;
+
+  // Generates for every prompt; all are validated before any runs (kInvalidArgument names the
+  // prompt index and the field). Seeds: params.seed when given (completion j of a prompt uses a
+  // seed derived from (seed, j)), else a random one per completion.
+  Result<std::vector<GenerateResult>> Generate(const std::vector<Prompt>& prompts,
+                                               const SamplingParams& params);
+
+  Engine& engine() { return *engine_; }
+  const LoadedTokenizer& tokenizer() const { return tokenizer_; }
+  const ModelConfig& model_config() const { return engine_->model_config(); }
+  const std::string& model_name() const { return model_name_; }
+
+ private:
+  LLM() = default;
+  std::unique_ptr<Checkpoint> checkpoint_;  // the backend may read its mapped weights
+  LoadedTokenizer tokenizer_;
+  std::unique_ptr<Engine> engine_;
+  std::string model_name_;
+  RequestId next_id_ = 1;
+};
+
+// The seed of completion `index` of a request seeded with `seed` (index 0 keeps `seed`).
+uint64_t CompletionSeed(uint64_t seed, int32_t index);
+
+// Creates the runner `device` names ("cpu" or "auto"). Errors: kInvalidArgument for an unknown
+// device, kUnsupported for "cuda" until the CUDA backend exists, and those of the backend.
+Result<std::unique_ptr<ModelRunner>> CreateRunner(const Checkpoint& checkpoint,
+                                                  const std::string& device,
+                                                  int32_t num_threads);
+
+}  // namespace kiln

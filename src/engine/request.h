@@ -1,0 +1,74 @@
+// Request: the engine's state for one sequence being generated. The engine thread owns it; the
+// scheduler moves it between the waiting and running queues.
+//
+//   token_ids:  | prompt (num_prompt_tokens) | output (generated so far) |
+//               |<- num_computed_tokens (K/V in the cache) ->|<- to compute ->|
+//
+// After preemption by recompute, num_computed_tokens falls back to 0 and the whole token list
+// (prompt and output) is computed again; the output and its RNG position are kept, so a
+// request's tokens do not depend on whether it was preempted.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "backend/step.h"
+#include "engine/kv_cache_manager.h"
+#include "engine/sampling_params.h"
+
+namespace kiln {
+
+enum class FinishReason : uint8_t { kStop, kLength, kAbort };
+std::string_view FinishReasonName(FinishReason reason);  // "stop", "length", "abort"
+
+enum class RequestStatus : uint8_t { kWaiting, kRunning, kFinished };
+
+// What the engine needs to start a request (tokens, already validated parameters). One
+// EngineRequest is one sequence: `n > 1` is expanded into n requests above the engine.
+struct EngineRequest {
+  RequestId id = 0;
+  std::vector<int32_t> prompt_token_ids;
+  SamplingParams params;  // validated; params.n is ignored here
+  uint64_t seed = 0;      // the request's random stream (params.seed or drawn by the caller)
+  PrefixCacheKey cache_key;
+};
+
+struct Request {
+  explicit Request(EngineRequest r, int64_t arrival_order, int32_t max_model_len);
+
+  RequestId id;
+  SamplingParams params;
+  uint64_t seed;
+  PrefixCacheKey cache_key;
+  int64_t arrival_order;  // FCFS order and the priority tie-break
+  RequestStatus status = RequestStatus::kWaiting;
+  std::optional<FinishReason> finish_reason;
+  int32_t stop_token_id = -1;  // the token that stopped it (eos or a stop_token_ids entry)
+
+  std::vector<int32_t> token_ids;  // prompt then output
+  int32_t num_prompt_tokens;
+  int32_t num_computed_tokens = 0;
+  int32_t num_cached_tokens = 0;  // prefix-cache hit at the last admission
+  int32_t max_num_tokens;         // prompt + max_tokens, capped at the context length
+  int32_t num_preemptions = 0;
+
+  std::vector<ScoredToken> output_logprobs;  // per output token (when params.logprobs)
+  std::vector<ScoredToken> prompt_logprobs;  // per prompt token after the first
+  std::vector<int32_t> banned_token_ids;     // eos + stop ids while below min_tokens
+  std::vector<std::pair<int32_t, float>> logit_bias;
+
+  int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
+  int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
+  std::span<const int32_t> prompt() const { return {token_ids.data(), size_t(num_prompt_tokens)}; }
+  std::span<const int32_t> output() const {
+    return {token_ids.data() + num_prompt_tokens, size_t(num_output_tokens())};
+  }
+  bool wants_prompt_logprobs() const { return params.prompt_logprobs.has_value(); }
+  bool is_finished() const { return status == RequestStatus::kFinished; }
+};
+
+}  // namespace kiln

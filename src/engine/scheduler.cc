@@ -1,0 +1,267 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace kiln {
+
+Result<SchedulingPolicy> ParseSchedulingPolicy(std::string_view name) {
+  if (name == "fcfs") return SchedulingPolicy::kFcfs;
+  if (name == "priority") return SchedulingPolicy::kPriority;
+  return InvalidArgument("scheduling policy: expected fcfs or priority, got '" +
+                         std::string(name) + "'");
+}
+
+Result<CapacityPolicy> ParseCapacityPolicy(std::string_view name) {
+  if (name == "max_utilization") return CapacityPolicy::kMaxUtilization;
+  if (name == "guaranteed_no_evict") return CapacityPolicy::kGuaranteedNoEvict;
+  return InvalidArgument(
+      "capacity policy: expected max_utilization or guaranteed_no_evict, got '" +
+      std::string(name) + "'");
+}
+
+Scheduler::Scheduler(const SchedulerOptions& options, KvCacheManager* kv, int32_t max_model_len)
+    : options_(options), kv_(kv), max_model_len_(max_model_len) {
+  CHECK(options_.max_num_batched_tokens > 0 && options_.max_num_seqs > 0);
+}
+
+Scheduler::~Scheduler() = default;
+
+bool Scheduler::ComesBefore(const Request& a, const Request& b) const {
+  if (options_.scheduling_policy == SchedulingPolicy::kPriority &&
+      a.params.priority != b.params.priority) {
+    return a.params.priority < b.params.priority;
+  }
+  return a.arrival_order < b.arrival_order;
+}
+
+void Scheduler::InsertWaiting(Request* r, bool at_front) {
+  if (options_.scheduling_policy == SchedulingPolicy::kFcfs) {
+    // FCFS: a preempted request resumes before anything that has not started yet.
+    if (at_front) {
+      waiting_.push_front(r);
+    } else {
+      waiting_.push_back(r);
+    }
+    return;
+  }
+  auto it = std::upper_bound(waiting_.begin(), waiting_.end(), r,
+                             [this](const Request* x, const Request* y) {
+                               return ComesBefore(*x, *y);
+                             });
+  waiting_.insert(it, r);
+}
+
+void Scheduler::Add(EngineRequest request) {
+  CHECK(!request.prompt_token_ids.empty());
+  CHECK(static_cast<int64_t>(request.prompt_token_ids.size()) < max_model_len_);
+  const RequestId id = request.id;
+  auto r = std::make_unique<Request>(std::move(request), next_arrival_++, max_model_len_);
+  if (!r->params.ignore_eos) {
+    r->banned_token_ids = eos_token_ids_;
+  }
+  r->banned_token_ids.insert(r->banned_token_ids.end(), r->params.stop_token_ids.begin(),
+                             r->params.stop_token_ids.end());
+  Request* raw = r.get();
+  CHECK(requests_.emplace(id, std::move(r)).second) << "duplicate request id " << id;
+  InsertWaiting(raw, /*at_front=*/false);
+}
+
+const Request* Scheduler::Find(RequestId id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : it->second.get();
+}
+
+void Scheduler::Release(Request* r) {
+  kv_->Free(r->id);
+  if (r->status == RequestStatus::kRunning) {
+    running_.erase(std::find(running_.begin(), running_.end(), r));
+  } else if (r->status == RequestStatus::kWaiting) {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), r));
+  }
+  r->status = RequestStatus::kFinished;
+  finished_.push_back(r->id);
+}
+
+const Request* Scheduler::Finish(RequestId id, FinishReason reason) {
+  auto it = requests_.find(id);
+  if (it == requests_.end() || it->second->is_finished()) return nullptr;
+  Request* r = it->second.get();
+  r->finish_reason = reason;
+  Release(r);
+  return r;
+}
+
+void Scheduler::Preempt(Request* r, ScheduledBatch* batch) {
+  CHECK(r->status == RequestStatus::kRunning);
+  kv_->Free(r->id);
+  running_.erase(std::find(running_.begin(), running_.end(), r));
+  // Already scheduled in this step (a decode scheduled before a later request ran out of
+  // blocks): take it back out and return its tokens to the budget.
+  auto seq = std::find_if(batch->seqs.begin(), batch->seqs.end(),
+                          [r](const ScheduledSeq& s) { return s.request == r; });
+  if (seq != batch->seqs.end()) {
+    batch->num_batched_tokens -= seq->num_new_tokens;
+    batch->seqs.erase(seq);
+  }
+  r->status = RequestStatus::kWaiting;
+  r->num_computed_tokens = 0;
+  r->num_cached_tokens = 0;
+  // NOTE: recomputation yields the same prompt logprobs (the forward is batch-invariant); they
+  // are recomputed rather than tracked through partial chunks.
+  r->prompt_logprobs.clear();
+  ++r->num_preemptions;
+  ++stats_.num_preemptions;
+  batch->preempted.push_back(r->id);
+  InsertWaiting(r, /*at_front=*/true);
+}
+
+bool Scheduler::AllocateRunning(Request* r, int32_t num_tokens, ScheduledBatch* batch) {
+  while (!kv_->Allocate(r->id, num_tokens).has_value()) {
+    CHECK(options_.capacity_policy == CapacityPolicy::kMaxUtilization)
+        << "guaranteed_no_evict admitted more than the KV pool holds";
+    // The victim is whoever comes last in policy order (possibly r itself).
+    Request* victim = *std::max_element(
+        running_.begin(), running_.end(),
+        [this](const Request* a, const Request* b) { return ComesBefore(*a, *b); });
+    Preempt(victim, batch);
+    if (victim == r) return false;
+  }
+  return true;
+}
+
+int32_t Scheduler::WorstCaseBlocks(const Request& r) const {
+  // The last sampled token's K/V is never computed.
+  return kv_->NumBlocksFor(r.max_num_tokens - 1);
+}
+
+bool Scheduler::FitsWorstCase(const Request& r) const {
+  int64_t reserved = 0;
+  for (const Request* x : running_) {
+    reserved += WorstCaseBlocks(*x) - static_cast<int64_t>(kv_->BlockTable(x->id).size());
+  }
+  return reserved + WorstCaseBlocks(r) <= kv_->NumFreeBlocks();
+}
+
+ScheduledBatch Scheduler::Schedule() {
+  for (RequestId id : finished_) requests_.erase(id);
+  finished_.clear();
+
+  ScheduledBatch batch;
+  auto budget = [&] { return options_.max_num_batched_tokens - batch.num_batched_tokens; };
+
+  // 1 + 2: running requests, decodes before prefill chunks.
+  std::vector<Request*> order;
+  order.reserve(running_.size());
+  for (Request* r : running_) {
+    if (r->num_tokens() - r->num_computed_tokens == 1) order.push_back(r);
+  }
+  for (Request* r : running_) {
+    if (r->num_tokens() - r->num_computed_tokens > 1) order.push_back(r);
+  }
+  for (Request* r : order) {
+    if (r->status != RequestStatus::kRunning) continue;  // preempted by an earlier one
+    if (budget() <= 0) break;
+    const int32_t num_new = std::min(r->num_tokens() - r->num_computed_tokens, budget());
+    if (!AllocateRunning(r, r->num_computed_tokens + num_new, &batch)) continue;
+    batch.seqs.push_back({r, r->num_computed_tokens, num_new});
+    batch.num_batched_tokens += num_new;
+  }
+
+  // 3: admissions, in policy order; none in a step that had to preempt (no room).
+  while (!waiting_.empty() && batch.preempted.empty() &&
+         static_cast<int32_t>(running_.size()) < options_.max_num_seqs && budget() > 0) {
+    Request* r = waiting_.front();
+    PrefixHit hit;
+    // NOTE: requests asking for prompt logprobs compute their whole prompt (a cached prefix
+    // has no logits).
+    if (!r->wants_prompt_logprobs()) hit = kv_->FindCachedPrefix(r->token_ids, r->cache_key);
+    const int32_t remaining = r->num_tokens() - hit.num_tokens;
+    const int32_t num_new = std::min(remaining, budget());
+    if (!options_.enable_chunked_prefill && num_new < remaining) break;
+    if (options_.capacity_policy == CapacityPolicy::kGuaranteedNoEvict && !FitsWorstCase(*r)) {
+      break;
+    }
+    if (!kv_->Allocate(r->id, hit.num_tokens + num_new, &hit).has_value()) break;
+    waiting_.pop_front();
+    r->status = RequestStatus::kRunning;
+    r->num_computed_tokens = hit.num_tokens;
+    r->num_cached_tokens = hit.num_tokens;
+    running_.push_back(r);
+    batch.seqs.push_back({r, r->num_computed_tokens, num_new});
+    batch.num_batched_tokens += num_new;
+  }
+  stats_.num_running = num_running();
+  stats_.num_waiting = num_waiting();
+  return batch;
+}
+
+void Scheduler::CheckStop(Request* r, int32_t token) {
+  const bool is_eos = std::find(eos_token_ids_.begin(), eos_token_ids_.end(), token) !=
+                      eos_token_ids_.end();
+  const auto& stops = r->params.stop_token_ids;
+  const bool is_stop_id = std::find(stops.begin(), stops.end(), token) != stops.end();
+  if ((is_eos && !r->params.ignore_eos) || is_stop_id) {
+    r->finish_reason = FinishReason::kStop;
+    r->stop_token_id = token;
+  } else if (r->num_tokens() >= r->max_num_tokens) {
+    r->finish_reason = FinishReason::kLength;
+  }
+}
+
+std::vector<Request*> Scheduler::Update(const ScheduledBatch& batch, const StepResult& result) {
+  CHECK_EQ(batch.seqs.size(), result.seqs.size());
+  std::vector<Request*> outputs;
+  outputs.reserve(batch.seqs.size());
+  for (size_t i = 0; i < batch.seqs.size(); ++i) {
+    Request* r = batch.seqs[i].request;
+    const SequenceResult& res = result.seqs[i];
+    r->num_computed_tokens += batch.seqs[i].num_new_tokens;
+    bool has_output = !res.prompt_logprobs.empty();
+    r->prompt_logprobs.insert(r->prompt_logprobs.end(), res.prompt_logprobs.begin(),
+                              res.prompt_logprobs.end());
+    if (r->num_computed_tokens == r->num_tokens()) {  // the step sampled a token
+      const int32_t token = res.sampled.token_id;
+      r->token_ids.push_back(token);
+      if (r->params.logprobs.has_value()) r->output_logprobs.push_back(res.sampled);
+      CheckStop(r, token);
+      has_output = true;
+    }
+    kv_->CacheFullBlocks(r->id, r->token_ids, r->num_computed_tokens, r->cache_key);
+    if (r->finish_reason.has_value()) Release(r);
+    if (has_output) outputs.push_back(r);
+  }
+  return outputs;
+}
+
+void Scheduler::CheckInvariants() const {
+  size_t num_running = 0, num_waiting = 0;
+  for (const auto& [id, r] : requests_) {
+    CHECK_EQ(id, r->id);
+    if (r->status == RequestStatus::kRunning) {
+      ++num_running;
+      CHECK(std::find(running_.begin(), running_.end(), r.get()) != running_.end());
+      CHECK(r->num_computed_tokens < r->num_tokens()) << "request " << id;
+      CHECK(static_cast<int32_t>(kv_->BlockTable(id).size()) >=
+            kv_->NumBlocksFor(r->num_computed_tokens))
+          << "request " << id << " lacks blocks for its computed tokens";
+    } else if (r->status == RequestStatus::kWaiting) {
+      ++num_waiting;
+      CHECK_EQ(r->num_computed_tokens, 0);
+      CHECK(kv_->BlockTable(id).empty()) << "waiting request " << id << " holds blocks";
+    } else {
+      CHECK(kv_->BlockTable(id).empty()) << "finished request " << id << " holds blocks";
+    }
+  }
+  CHECK_EQ(num_running, running_.size());
+  CHECK_EQ(num_waiting, waiting_.size());
+  CHECK(static_cast<int32_t>(running_.size()) <= options_.max_num_seqs);
+  for (size_t i = 1; i < waiting_.size(); ++i) {
+    if (options_.scheduling_policy == SchedulingPolicy::kPriority) {
+      CHECK(!ComesBefore(*waiting_[i], *waiting_[i - 1])) << "waiting queue out of order";
+    }
+  }
+}
+
+}  // namespace kiln

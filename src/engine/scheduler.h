@@ -1,0 +1,143 @@
+// Scheduler: decides, each step, how many tokens every request computes (DESIGN.md §3).
+//
+// There are no prefill and decode phases: a request has num_tokens (prompt + output) and
+// num_computed_tokens, and a step gives it num_new_tokens so that the second catches up with the
+// first. A decode is 1 new token, a prefill chunk is many, a prefix-cache hit counts as computed.
+//
+// Schedule(), in order, inside max_num_batched_tokens and max_num_seqs:
+//   1. running decodes (requests needing exactly one token) — first, so that a long prefill never
+//      stalls the requests already streaming (chunked prefill protects decodes);
+//   2. running prefills (chunked to what is left of the token budget);
+//   3. waiting requests in policy order (FCFS: arrival; priority: (priority, arrival)), each with
+//      its prefix-cache hit, while a seat, tokens and blocks are left. The queue head blocks the
+//      rest (no overtaking), so order is kept.
+// When a running request's blocks cannot grow:
+//   max_utilization:      preempt the running request that comes last in policy order (free its
+//                         blocks, back to the front of the waiting queue, recompute later) and retry;
+//   guaranteed_no_evict:  cannot happen: a request is admitted only when the worst case of every
+//                         running request plus its own fits in the pool.
+//
+// Thread safety: none; lives on the engine thread.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/step.h"
+#include "core/status.h"
+#include "engine/kv_cache_manager.h"
+#include "engine/request.h"
+
+namespace kiln {
+
+enum class SchedulingPolicy : uint8_t {
+  kFcfs,      // first come, first served
+  kPriority,  // smaller SamplingParams::priority first, then arrival
+};
+enum class CapacityPolicy : uint8_t {
+  kMaxUtilization,     // admit greedily; preempt by recompute when blocks run out
+  kGuaranteedNoEvict,  // admit only when the worst case fits; never preempt
+};
+Result<SchedulingPolicy> ParseSchedulingPolicy(std::string_view name);  // "fcfs", "priority"
+Result<CapacityPolicy> ParseCapacityPolicy(std::string_view name);  // "max_utilization", ...
+
+struct SchedulerOptions {
+  // Tokens one step computes at most (all requests together). Larger = better prefill
+  // throughput, longer steps (and so higher inter-token latency for running decodes).
+  int32_t max_num_batched_tokens = 2048;
+  // Requests running at once. Bounded by KV blocks in practice.
+  int32_t max_num_seqs = 256;
+  // Split long prompts over several steps. Off: a prompt is admitted only when all of it fits
+  // in one step's budget (so max_num_batched_tokens must cover the longest prompt).
+  bool enable_chunked_prefill = true;
+  SchedulingPolicy scheduling_policy = SchedulingPolicy::kFcfs;
+  CapacityPolicy capacity_policy = CapacityPolicy::kMaxUtilization;
+};
+
+// One request's share of a step.
+struct ScheduledSeq {
+  Request* request = nullptr;
+  int32_t num_computed_tokens = 0;  // before this step
+  int32_t num_new_tokens = 0;
+};
+
+struct ScheduledBatch {
+  std::vector<ScheduledSeq> seqs;        // decodes first, then prefills, then new admissions
+  std::vector<RequestId> preempted;      // preempted during this Schedule()
+  int32_t num_batched_tokens = 0;
+  bool empty() const { return seqs.empty(); }
+};
+
+struct SchedulerStats {
+  int64_t num_preemptions = 0;
+  int32_t num_running = 0;
+  int32_t num_waiting = 0;
+};
+
+class Scheduler {
+ public:
+  // `kv` must outlive the scheduler. max_model_len caps every request's length.
+  Scheduler(const SchedulerOptions& options, KvCacheManager* kv, int32_t max_model_len);
+  ~Scheduler();
+
+  // Takes a new request into the waiting queue.
+  // REQUIRES: unique id; 1 <= prompt length < max_model_len (validated at the edge).
+  void Add(EngineRequest request);
+
+  // Finishes request `id` with `reason` wherever it is (waiting or running) and frees its blocks.
+  // Returns the request (valid until the next Schedule()), or nullptr for an unknown or already
+  // finished id.
+  const Request* Finish(RequestId id, FinishReason reason);
+
+  ScheduledBatch Schedule();
+
+  // Applies a step's result: advances num_computed_tokens, appends sampled tokens and logprobs,
+  // checks stop tokens and lengths, caches newly full blocks, frees finished requests. Returns
+  // the requests that produced output this step (new tokens, prompt logprobs or a finish); the
+  // pointers stay valid until the next Schedule() (finished requests are destroyed there).
+  std::vector<Request*> Update(const ScheduledBatch& batch, const StepResult& result);
+
+  bool HasWork() const { return !running_.empty() || !waiting_.empty(); }
+  int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
+  const Request* Find(RequestId id) const;
+  const SchedulerStats& stats() const { return stats_; }
+  const SchedulerOptions& options() const { return options_; }
+
+  // Eos token ids that finish a request (unless ignore_eos) — from the model's config.
+  void set_eos_token_ids(std::vector<int32_t> ids) { eos_token_ids_ = std::move(ids); }
+
+  // Checks that queues, statuses and block tables agree (aborts through CHECK otherwise).
+  void CheckInvariants() const;
+
+ private:
+  bool ComesBefore(const Request& a, const Request& b) const;  // policy order
+  void InsertWaiting(Request* r, bool at_front);
+  // Grows r's blocks to cover num_tokens, preempting others (max_utilization) when needed.
+  // Returns false when r itself had to be preempted (or there is no room at all).
+  bool AllocateRunning(Request* r, int32_t num_tokens, ScheduledBatch* batch);
+  void Preempt(Request* r, ScheduledBatch* batch);
+  int32_t WorstCaseBlocks(const Request& r) const;
+  bool FitsWorstCase(const Request& r) const;
+  void CheckStop(Request* r, int32_t token);
+  void Release(Request* r);  // frees blocks, removes from queues
+
+  SchedulerOptions options_;
+  KvCacheManager* kv_;
+  int32_t max_model_len_;
+  std::vector<int32_t> eos_token_ids_;
+  int64_t next_arrival_ = 0;
+
+  std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
+  std::vector<Request*> running_;  // admission order
+  std::deque<Request*> waiting_;   // policy order (front = next)
+  std::vector<RequestId> finished_;  // destroyed at the start of the next Schedule()
+  SchedulerStats stats_;
+};
+
+}  // namespace kiln
