@@ -36,10 +36,16 @@ struct SamplingParams {
   bool skip_special_tokens = true;         // leave special tokens out of the text
   std::string cache_salt;                  // per-tenant prefix-cache isolation ("" = shared)
 
+  static constexpr int32_t kMaxN = 128;
   static constexpr int32_t kMaxLogprobs = 20;
+  static constexpr int32_t kMaxStopStrings = 16;
+  static constexpr float kMaxLogitBias = 100.0f;  // |bias| <= this
 
   // Checks every field's range and that token ids are < vocab_size. Errors: kInvalidArgument
-  // whose message starts with the field's name, e.g. "temperature: must be in [0, 2], got 3".
+  // whose message starts with the field's name, e.g. "temperature: must be in [0, 2], got 3";
+  // the first offending field in declaration order is reported. NaN fails every float range.
+  // Does not normalize: top_k == -1 passes and means 0 (no limit) when building a SamplingSpec.
+  // REQUIRES: vocab_size > 0.
   Status Validate(int32_t vocab_size) const;
 };
 
