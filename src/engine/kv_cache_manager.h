@@ -28,7 +28,9 @@
 // Thread safety: none; owned by the scheduler on the engine thread.
 // Invariants (CheckInvariants): each block is either in the free queue (ref 0) or referenced
 // (ref = number of block tables holding it); the hash map indexes exactly the cached blocks;
-// NumFreeBlocks() == free queue length; no block table holds a block twice.
+// NumFreeBlocks() == free queue length; no block table holds a block twice; no two cached blocks
+// hold the same verified content (tokens, adapter, salt, parent); nothing is cached while prefix
+// caching is off. Debug builds check them after every mutating call.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +48,10 @@ struct KvCacheOptions {
   int32_t num_blocks = 0;             // blocks in the pool (from the memory plan)
   int32_t block_size = 16;            // tokens per block; smaller = finer sharing, bigger tables
   bool enable_prefix_caching = true;  // reuse full blocks across requests
+  // Test-only: keep just the low hash_bits bits (1..64) of every block hash, so that tests can
+  // force hash collisions and show they never give a wrong hit (the index keeps several blocks
+  // per hash, so they do not even cost a miss, only longer scans). Leave at 64 in production.
+  int32_t hash_bits = 64;
 };
 
 // What makes two identical token prefixes shareable: the same adapter and the same tenant salt.
@@ -60,7 +66,7 @@ struct PrefixHit {
 };
 
 struct KvCacheStats {
-  int64_t num_lookups = 0;        // FindCachedPrefix calls
+  int64_t num_lookups = 0;        // FindCachedPrefix calls (while prefix caching is on)
   int64_t num_lookup_tokens = 0;  // tokens asked about
   int64_t num_hit_tokens = 0;     // tokens found
   int64_t num_evictions = 0;      // cached blocks whose hash was dropped to reuse the block
@@ -79,7 +85,8 @@ class KvCacheManager {
 
   // The longest verified cached prefix of `token_ids` in full blocks, capped at
   // token_ids.size() - 1 tokens (NOTE: the last token must still be computed to yield logits).
-  // Returns an empty hit when prefix caching is off. Changes nothing but the stats.
+  // Returns an empty hit (and counts nothing) when prefix caching is off. Changes nothing but
+  // the stats.
   PrefixHit FindCachedPrefix(std::span<const int32_t> token_ids, const PrefixCacheKey& key);
 
   // Grows request `id`'s block table so that it covers `num_tokens` positions. For a request
@@ -87,15 +94,21 @@ class KvCacheManager {
   // between) becomes the table's head and its blocks are referenced. Returns the whole block
   // table, or nullopt — with nothing changed — when the free blocks (counting evictable
   // cached ones, minus those `hit` itself revives) do not suffice.
-  // A table never shrinks: a num_tokens it already covers returns it unchanged.
-  // REQUIRES: hit is non-null only for a request without a table.
+  // A table never shrinks: a num_tokens it already covers returns it unchanged. The span stays
+  // valid until the next Allocate or Free of `id`.
+  // REQUIRES: hit is non-null only for a request without a table (or with an empty one);
+  // num_tokens >= 0. A stale hit (one of its blocks evicted since) aborts through CHECK.
   std::optional<std::span<const int32_t>> Allocate(RequestId id, int32_t num_tokens,
                                                    const PrefixHit* hit = nullptr);
 
   // Registers the full blocks of request `id` among its first num_computed_tokens positions
   // (whose K/V are now written) in the prefix cache. `token_ids` are the request's tokens (at
   // least num_computed_tokens). Blocks already cached are skipped; a block whose content is
-  // already cached under another block stays private (no duplicate index entry).
+  // already cached under another block stays private (no duplicate index entry), and the
+  // request's later blocks chain onto that other block. Incremental: only blocks past those
+  // handled by earlier calls are hashed. A no-op when prefix caching is off.
+  // REQUIRES: `id` has a table covering num_computed_tokens; every call for a request passes the
+  // same `key` (the one given to FindCachedPrefix) and tokens that extend the earlier ones.
   void CacheFullBlocks(RequestId id, std::span<const int32_t> token_ids,
                        int32_t num_computed_tokens, const PrefixCacheKey& key);
 
@@ -106,7 +119,10 @@ class KvCacheManager {
   // The block table of `id` (empty for an unknown id).
   std::span<const int32_t> BlockTable(RequestId id) const;
 
-  // Drops every cached hash of free blocks (e.g. after weights change). Returns whether it did.
+  // Drops every cached hash (e.g. after weights change) and returns true, but only when no
+  // request holds a block (NumFreeBlocks() == num_blocks()); otherwise returns false with nothing
+  // changed, since blocks in use would keep stale content indexed. The free queue order and the
+  // stats stay as they are (dropped hashes are not counted as evictions).
   bool ResetPrefixCache();
 
   const KvCacheStats& stats() const;

@@ -53,6 +53,7 @@ class StopStringMatcher {
   std::string Flush();
 
   bool is_stopped() const { return is_stopped_; }
+  const std::string& stop(int32_t index) const { return stops_[index]; }
 
  private:
   // The length of the longest suffix of `text` that is a proper prefix of some stop string.
