@@ -1,6 +1,7 @@
 #include "backend/cpu/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -69,30 +70,40 @@ double Exponentiate(std::vector<Candidate>& candidates) {
   return sum;
 }
 
-// Keeps the smallest prefix, in Better() order, whose probability mass (weight over
-// `total_weight`) reaches top_p. Sorts only as far as needed: the best 64 first, then four times
-// as many each round.
+// Weights (in [0, 1]) fall into buckets that keep their order: the top 13 bits of the fp32
+// pattern, i.e. the exponent and 4 mantissa bits (16 buckets per power of two).
+constexpr int32_t kNumWeightBuckets = (std::bit_cast<uint32_t>(1.0f) >> 19) + 1;
+int32_t WeightBucket(float weight) {
+  return static_cast<int32_t>(std::bit_cast<uint32_t>(weight) >> 19);
+}
+
+// Keeps the smallest prefix, in Better() order, whose weight reaches top_p of `total_weight`.
+// Rather than sort every candidate, a histogram of the weight per bucket finds the bucket where
+// the prefix ends: the buckets above it are kept whole, and only that bucket is sorted.
 void TopP(float top_p, double total_weight, std::vector<Candidate>& candidates) {
   if (top_p >= 1.0f) return;
   const double target = (static_cast<double>(top_p) - kTopPSlack) * total_weight;
-  double mass = 0.0;
-  size_t num_sorted = 0;
-  size_t chunk = 64;
-  while (num_sorted < candidates.size()) {
-    const auto begin = candidates.begin() + num_sorted;
-    const auto end = candidates.begin() + std::min(candidates.size(), num_sorted + chunk);
-    if (end != candidates.end()) std::nth_element(begin, end, candidates.end(), Better);
-    std::sort(begin, end, Better);
-    for (auto it = begin; it != end; ++it) {
-      mass += it->value;
-      if (mass >= target) {
-        candidates.erase(it + 1, candidates.end());
-        return;
-      }
-    }
-    num_sorted = end - candidates.begin();
-    chunk *= 4;
+  std::vector<double> bucket_weight(kNumWeightBuckets, 0.0);
+  for (const Candidate& c : candidates) bucket_weight[WeightBucket(c.value)] += c.value;
+  double weight_above = 0.0;  // of the buckets above `last`
+  int32_t last = kNumWeightBuckets - 1;
+  while (last > 0 && weight_above + bucket_weight[last] < target) {
+    weight_above += bucket_weight[last--];
   }
+  const auto first_of_last =
+      std::partition(candidates.begin(), candidates.end(),
+                     [&](const Candidate& c) { return WeightBucket(c.value) > last; });
+  const auto end_of_last = std::partition(first_of_last, candidates.end(), [&](const Candidate& c) {
+    return WeightBucket(c.value) == last;
+  });
+  std::sort(first_of_last, end_of_last, Better);
+  double mass = weight_above;
+  auto cut = first_of_last;
+  // NOTE: the best candidate is always kept, also when top_p < the slack makes target <= 0.
+  while (cut != end_of_last && (mass < target || cut == candidates.begin())) {
+    mass += (cut++)->value;
+  }
+  candidates.erase(cut, candidates.end());
 }
 
 // Drops the candidates less likely than min_p times the most likely one.

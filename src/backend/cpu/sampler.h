@@ -10,9 +10,9 @@
 //     top_p) is (value desc, token id asc).
 //   - softmax: weights w_i = expf(v_i - v_max) over the candidates left by top_k; probabilities
 //     are w_i / sum(w), every sum of weights in double.
-//   - top_p keeps the smallest prefix whose weight reaches (top_p - 1e-6) * sum(w), summing in
-//     that order. NOTE: the slack absorbs fp32 rounding, so that top_p = 0.8 over probabilities
-//     0.5 / 0.3 / 0.2 keeps two tokens as exact arithmetic says, not three.
+//   - top_p keeps the smallest prefix whose weight reaches (top_p - 1e-6) * sum(w). NOTE: the
+//     slack absorbs fp32 rounding, so that top_p = 0.8 over probabilities 0.5 / 0.3 / 0.2 keeps
+//     two tokens as exact arithmetic says, not three.
 //   - min_p drops w_i < min_p * w_max (in float); the survivors are renormalized:
 //     p_i = (float)(w_i / sum of the kept w).
 //   - The race: token i scores p_i / E_i with U_i = UniformFloat(SamplerRandomWords(seed,

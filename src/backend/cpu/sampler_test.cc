@@ -241,8 +241,32 @@ TEST(SampleTest, TinyTopPKeepsOnlyTheBest) {
   SamplingSpec spec;
   spec.temperature = 1.5f;
   spec.top_p = 0.01f;
-  const std::vector<int> counts = Histogram(logits, spec, 300);
-  EXPECT_EQ(counts[2], 300);
+  EXPECT_EQ(Histogram(logits, spec, 300)[2], 300);
+  spec.top_p = 1e-7f;  // below the 1e-6 slack: still one token
+  EXPECT_EQ(Histogram(logits, spec, 300)[2], 300);
+  spec.top_k = 3;
+  EXPECT_EQ(Histogram(logits, spec, 300)[2], 300);
+}
+
+TEST(SampleTest, TopPCutsWhereTheMassIsReached) {
+  // A slowly falling row: token i has weight exp(-i / 1000), so ids are in rank order and the
+  // prefix holding half the mass is ~566 tokens long, spread over several weight buckets.
+  std::vector<float> logits(2000);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = -0.001f * static_cast<float>(i);
+  double total = 0.0;
+  for (float x : logits) total += std::exp(static_cast<double>(x));
+  size_t prefix_len = 0;
+  for (double mass = 0.0; mass < 0.5 * total; ++prefix_len) mass += std::exp(logits[prefix_len]);
+  SamplingSpec spec;
+  spec.temperature = 1.0f;
+  spec.top_p = 0.5f;
+  const std::vector<int> counts = Histogram(logits, spec, 3000);
+  int32_t max_id = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (counts[i] > 0) max_id = static_cast<int32_t>(i);
+  }
+  EXPECT_LT(max_id, static_cast<int32_t>(prefix_len));       // never past the prefix
+  EXPECT_GE(max_id, static_cast<int32_t>(prefix_len) - 15);  // and close to its end
 }
 
 TEST(SampleTest, MinPDropsUnlikelyTokens) {
