@@ -45,9 +45,9 @@ Result<std::unique_ptr<ModelRunner>> CreateRunner(const Checkpoint& checkpoint,
                                                   const std::string& device,
                                                   int32_t num_threads) {
   if (device == "cpu" || device == "auto") {
-    cpu::CpuRunnerOptions options;
+    CpuRunnerOptions options;
     options.num_threads = num_threads;
-    return cpu::CreateCpuRunner(checkpoint, options);
+    return CreateCpuRunner(checkpoint, options);
   }
   if (device == "cuda" || device.starts_with("cuda:")) {
     return Unsupported("device: the CUDA backend is not built yet; use --device cpu");

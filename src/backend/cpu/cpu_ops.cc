@@ -1,0 +1,336 @@
+// The CPU ops (cpu_ops.h): thread partitioning and the plain scalar ops here, the vectorized
+// dot products and weight decoders in simd_*.cc. Compiled with -ffp-contract=off, so every
+// product and sum written here is rounded on its own, whatever the compiler vectorizes.
+#include "backend/cpu/cpu_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <string>
+
+#include "backend/cpu/simd.h"
+#include "backend/cpu/thread_pool.h"
+#include "core/check.h"
+
+namespace kiln::cpu {
+namespace {
+
+// Threads for a loop of `num_items` independent items worth `work` float operations in all: one
+// thread when the work (under ~50 us on one core) would not pay for waking the others, which on
+// a busy machine can mean waiting a scheduler time slice at the barrier.
+int ThreadsFor(int num_threads, int64_t num_items, int64_t work) {
+  const int max_threads = num_threads > 0 ? num_threads : DefaultNumThreads();
+  if (work < (int64_t{1} << 17)) return 1;
+  return static_cast<int>(std::clamp<int64_t>(num_items, 1, max_threads));
+}
+
+}  // namespace
+
+// ---- Weights
+// -------------------------------------------------------------------------------------
+
+std::string_view WeightFormatName(WeightFormat format) {
+  return DTypeName(WeightFormatDType(format));
+}
+
+DType WeightFormatDType(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kF32:
+      return DType::kF32;
+    case WeightFormat::kF16:
+      return DType::kF16;
+    case WeightFormat::kBF16:
+      return DType::kBF16;
+    case WeightFormat::kQ4_0:
+      return DType::kQ4_0;
+    case WeightFormat::kQ4_1:
+      return DType::kQ4_1;
+    case WeightFormat::kQ8_0:
+      return DType::kQ8_0;
+  }
+  CHECK(false) << "unreachable";
+  return DType::kF32;
+}
+
+std::optional<WeightFormat> WeightFormatFor(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return WeightFormat::kF32;
+    case DType::kF16:
+      return WeightFormat::kF16;
+    case DType::kBF16:
+      return WeightFormat::kBF16;
+    case DType::kQ4_0:
+      return WeightFormat::kQ4_0;
+    case DType::kQ4_1:
+      return WeightFormat::kQ4_1;
+    case DType::kQ8_0:
+      return WeightFormat::kQ8_0;
+    default:
+      return std::nullopt;
+  }
+}
+
+int64_t WeightRowBytes(WeightFormat format, int64_t cols) {
+  const DTypeInfo& info = GetDTypeInfo(WeightFormatDType(format));
+  CHECK_EQ(cols % info.block_size, 0) << "a row of " << WeightFormatName(format);
+  return cols / info.block_size * info.block_bytes;
+}
+
+void DecodeRows(const WeightView& w, int64_t row_begin, int64_t num_rows, float* out) {
+  CHECK(row_begin >= 0 && num_rows >= 0 && row_begin + num_rows <= w.rows);
+  internal::BestSimdKernels().decode_rows(w, row_begin, num_rows, out);
+}
+
+// ---- Linear algebra
+// ------------------------------------------------------------------------------
+
+float Dot(const float* a, const float* b, int64_t n) {
+  return internal::BestSimdKernels().dot(a, b, n);
+}
+
+void Linear(const float* x, int64_t ldx, int64_t num_rows, const WeightView& w, const float* bias,
+            float* y, int64_t ldy, bool accumulate, int num_threads) {
+  if (num_rows == 0 || w.rows == 0) return;
+  const internal::SimdKernels& kernels = internal::BestSimdKernels();
+  const int64_t k = w.cols;
+  const int64_t n = w.rows;
+  // Output columns are split in panels of kPanel weight rows; a thread decodes a panel into its
+  // scratch (an f32 weight is read in place) and multiplies every x row with it.
+  constexpr int64_t kPanel = 16;
+  const int64_t num_panels = (n + kPanel - 1) / kPanel;
+  const bool decode = w.format != WeightFormat::kF32;
+  const int threads = ThreadsFor(num_threads, num_panels, num_rows * n * k);
+  ParallelFor(num_panels, threads, [&](int64_t p_begin, int64_t p_end) {
+    thread_local std::vector<float> panel;
+    if (decode && panel.size() < static_cast<size_t>(kPanel * k)) panel.resize(kPanel * k);
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      const int64_t n0 = p * kPanel;
+      const int64_t cols = std::min(kPanel, n - n0);
+      const float* wp = reinterpret_cast<const float*>(w.data) + n0 * k;
+      if (decode) {
+        kernels.decode_rows(w, n0, cols, panel.data());
+        wp = panel.data();
+      }
+      kernels.linear_block(x, ldx, num_rows, k, wp, k, cols, bias ? bias + n0 : nullptr, y + n0,
+                           ldy, accumulate);
+    }
+  });
+}
+
+// ---- Elementwise and normalization
+// ---------------------------------------------------------------
+
+void RmsNorm(const float* x, int64_t ldx, const float* weight, int64_t num_rows, int64_t dim,
+             float eps, float* out, int64_t ldo, int num_threads) {
+  const internal::SimdKernels& kernels = internal::BestSimdKernels();
+  const int threads = ThreadsFor(num_threads, num_rows, num_rows * dim * 4);
+  ParallelFor(num_rows, threads, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* xr = x + r * ldx;
+      float* o = out + r * ldo;
+      const float mean_sq = kernels.dot(xr, xr, dim) / static_cast<float>(dim);
+      const float inv_rms = 1.0f / std::sqrt(mean_sq + eps);
+      for (int64_t i = 0; i < dim; ++i) o[i] = weight[i] * (xr[i] * inv_rms);
+    }
+  });
+}
+
+void SiluMul(const float* gate_up, int64_t ld, int64_t num_rows, int64_t dim, float* out,
+             int64_t ldo, int num_threads) {
+  const int threads = ThreadsFor(num_threads, num_rows, num_rows * dim * 16);
+  ParallelFor(num_rows, threads, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* g = gate_up + r * ld;
+      const float* u = g + dim;
+      float* o = out + r * ldo;
+      for (int64_t i = 0; i < dim; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    }
+  });
+}
+
+// ---- Rotary embedding
+// ----------------------------------------------------------------------------
+
+Result<std::vector<float>> RopeInvFreq(int head_dim, double theta, const RopeScaling& scaling) {
+  using Type = RopeScaling::Type;
+  if (head_dim <= 0 || head_dim % 2 != 0) {
+    return InvalidArgument("rotary embedding needs an even head_dim, got " +
+                           std::to_string(head_dim));
+  }
+  if (scaling.type == Type::kDynamic || scaling.type == Type::kYarn) {
+    return Unsupported(
+        "rope_scaling type '" + std::string(RopeScalingTypeName(scaling.type)) +
+        "' is not implemented by the CPU backend (supported: none, linear, llama3); dynamic NTK "
+        "changes the frequencies with the sequence length and yarn rescales attention");
+  }
+  if (scaling.type == Type::kLlama3 && scaling.original_max_position_embeddings <= 0) {
+    return InvalidArgument("llama3 rope_scaling needs original_max_position_embeddings");
+  }
+  if ((scaling.type == Type::kLinear || scaling.type == Type::kLlama3) && !(scaling.factor > 0)) {
+    return InvalidArgument("rope_scaling factor must be positive");
+  }
+  const int half = head_dim / 2;
+  std::vector<float> inv_freq(half);
+  const double base = static_cast<float>(theta);
+  for (int i = 0; i < half; ++i) {
+    // torch: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), all in float32.
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    const float power = static_cast<float>(std::pow(base, static_cast<double>(exponent)));
+    inv_freq[i] = 1.0f / power;
+  }
+  if (scaling.type == Type::kLinear) {
+    for (float& f : inv_freq) f = static_cast<float>(f / scaling.factor);
+  } else if (scaling.type == Type::kLlama3) {
+    // transformers' _compute_llama3_parameters, evaluated in double and rounded once.
+    const double factor = scaling.factor;
+    const double old_len = static_cast<double>(scaling.original_max_position_embeddings);
+    const double low_freq_wavelen = old_len / scaling.low_freq_factor;
+    const double high_freq_wavelen = old_len / scaling.high_freq_factor;
+    for (float& f : inv_freq) {
+      const double freq = f;
+      const double wavelen = 2 * std::numbers::pi / freq;
+      double scaled = wavelen > low_freq_wavelen ? freq / factor : freq;
+      if (!(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen)) {
+        const double smooth = (old_len / wavelen - scaling.low_freq_factor) /
+                              (scaling.high_freq_factor - scaling.low_freq_factor);
+        scaled = (1 - smooth) * scaled / factor + smooth * scaled;
+      }
+      f = static_cast<float>(scaled);
+    }
+  }
+  return inv_freq;
+}
+
+void RopeCosSin(const int32_t* positions, int64_t num_tokens, const float* inv_freq, int half_dim,
+                float* cos, float* sin) {
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    for (int i = 0; i < half_dim; ++i) {
+      const float angle = static_cast<float>(positions[t]) * inv_freq[i];
+      cos[t * half_dim + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      sin[t * half_dim + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+  }
+}
+
+void ApplyRope(float* x, int64_t ldx, int64_t num_tokens, int num_heads, int head_dim,
+               const float* cos, const float* sin) {
+  const int half = head_dim / 2;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const float* c = cos + t * half;
+    const float* s = sin + t * half;
+    for (int h = 0; h < num_heads; ++h) {
+      float* v = x + t * ldx + int64_t{h} * head_dim;
+      for (int i = 0; i < half; ++i) {
+        const float a = v[i];
+        const float b = v[i + half];
+        v[i] = a * c[i] - b * s[i];
+        v[i + half] = b * c[i] + a * s[i];
+      }
+    }
+  }
+}
+
+// ---- Paged KV cache and attention
+// ----------------------------------------------------------------
+
+void StoreKv(const float* k, int64_t ldk, const float* v, int64_t ldv, const int64_t* slot_mapping,
+             int64_t num_tokens, int64_t kv_width, float* k_cache, float* v_cache) {
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const int64_t slot = slot_mapping[t];
+    std::copy(k + t * ldk, k + t * ldk + kv_width, k_cache + slot * kv_width);
+    std::copy(v + t * ldv, v + t * ldv + kv_width, v_cache + slot * kv_width);
+  }
+}
+
+void PagedAttention(const PagedAttentionArgs& a, int num_threads) {
+  CHECK(a.num_heads > 0 && a.num_kv_heads > 0 && a.num_heads % a.num_kv_heads == 0);
+  const internal::SimdKernels& kernels = internal::BestSimdKernels();
+  const int64_t num_tokens = a.cu_seqlens[a.num_seqs];
+  std::vector<int32_t> token_seq(num_tokens);
+  int64_t work = 0;
+  for (int32_t s = 0; s < a.num_seqs; ++s) {
+    for (int32_t t = a.cu_seqlens[s]; t < a.cu_seqlens[s + 1]; ++t) {
+      token_seq[t] = s;
+      work += int64_t{a.positions[t] + 1} * a.num_heads * a.head_dim * 4;
+    }
+  }
+  const int group = a.num_heads / a.num_kv_heads;
+  const int64_t kv_width = int64_t{a.num_kv_heads} * a.head_dim;
+  const int64_t num_items = num_tokens * a.num_heads;
+  const int threads = ThreadsFor(num_threads, num_items, work);
+  ParallelFor(num_items, threads, [&](int64_t item_begin, int64_t item_end) {
+    thread_local std::vector<float> probs;
+    for (int64_t item = item_begin; item < item_end; ++item) {
+      const int64_t t = item / a.num_heads;
+      const int h = static_cast<int>(item % a.num_heads);
+      const int64_t kv_offset = int64_t{h / group} * a.head_dim;
+      const int32_t* table = a.block_tables + int64_t{token_seq[t]} * a.max_blocks_per_seq;
+      const int64_t context = int64_t{a.positions[t]} + 1;
+      const float* q = a.q + t * a.ldq + int64_t{h} * a.head_dim;
+      auto slot_of = [&](int64_t j) {
+        return int64_t{table[j / a.block_size]} * a.block_size + j % a.block_size;
+      };
+      if (probs.size() < static_cast<size_t>(context)) probs.resize(context);
+      float max_score = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < context; ++j) {
+        const float* key = a.k_cache + slot_of(j) * kv_width + kv_offset;
+        probs[j] = kernels.dot(q, key, a.head_dim) * a.scale;
+        max_score = std::max(max_score, probs[j]);
+      }
+      float sum = 0.0f;
+      for (int64_t j = 0; j < context; ++j) {
+        probs[j] = std::exp(probs[j] - max_score);
+        sum += probs[j];
+      }
+      float* out = a.out + t * a.ldo + int64_t{h} * a.head_dim;
+      std::fill(out, out + a.head_dim, 0.0f);
+      for (int64_t j = 0; j < context; ++j) {
+        const float p = probs[j] / sum;
+        const float* value = a.v_cache + slot_of(j) * kv_width + kv_offset;
+        for (int d = 0; d < a.head_dim; ++d) out[d] = out[d] + p * value[d];
+      }
+    }
+  });
+}
+
+namespace internal {
+
+const SimdKernels* SimdKernelsFor(SimdIsa isa) {
+  switch (isa) {
+    case SimdIsa::kGeneric:
+      return &GenericKernels();
+#if defined(KILN_CPU_X86)
+    case SimdIsa::kAvx2:
+      if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+          __builtin_cpu_supports("f16c")) {
+        return &Avx2Kernels();
+      }
+      return nullptr;
+    case SimdIsa::kAvx512:
+      if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
+          __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+        return &Avx512Kernels();
+      }
+      return nullptr;
+#else
+    default:
+      return nullptr;
+#endif
+  }
+  return nullptr;
+}
+
+const SimdKernels& BestSimdKernels() {
+  static const SimdKernels* const best = [] {
+    for (SimdIsa isa : {SimdIsa::kAvx512, SimdIsa::kAvx2}) {
+      if (const SimdKernels* k = SimdKernelsFor(isa)) return k;
+    }
+    return &GenericKernels();
+  }();
+  return *best;
+}
+
+}  // namespace internal
+}  // namespace kiln::cpu

@@ -1,0 +1,549 @@
+// The CPU ops against naive double-precision implementations written here, OpenBLAS's sgemm and
+// the gguf-py-exact DequantizeToF32, on odd shapes; plus the invariances the backend promises:
+// a Linear or attention row is bitwise the same whatever the batch around it, the thread count,
+// the instruction set or the paging of the KV cache.
+#include "backend/cpu/cpu_ops.h"
+
+#include <cblas.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numbers>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/cpu_weights.h"
+#include "backend/cpu/simd.h"
+#include "core/dtype.h"
+#include "model/dequant.h"
+
+namespace kiln::cpu {
+namespace {
+
+using internal::SimdIsa;
+using internal::SimdKernels;
+using internal::SimdKernelsFor;
+
+std::vector<float> RandomVector(int64_t n, uint32_t seed, float stddev = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, stddev);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// The kernels of every instruction set this CPU runs (generic always).
+std::vector<const SimdKernels*> AvailableKernels() {
+  std::vector<const SimdKernels*> out;
+  for (SimdIsa isa : {SimdIsa::kGeneric, SimdIsa::kAvx2, SimdIsa::kAvx512}) {
+    if (const SimdKernels* k = SimdKernelsFor(isa)) out.push_back(k);
+  }
+  return out;
+}
+
+bool BitwiseEqual(const float* a, const float* b, int64_t n) {
+  return std::memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+// The 16-lane order of cpu_ops.h spelled out with scalar std::fma.
+float LaneOrderDot(const float* a, const float* b, int64_t n) {
+  float acc[16] = {};
+  for (int64_t k = 0; k < n; ++k) acc[k % 16] = std::fma(a[k], b[k], acc[k % 16]);
+  float s8[8], s4[4], s2[2];
+  for (int l = 0; l < 8; ++l) s8[l] = acc[l] + acc[l + 8];
+  for (int l = 0; l < 4; ++l) s4[l] = s8[l] + s8[l + 4];
+  for (int l = 0; l < 2; ++l) s2[l] = s4[l] + s4[l + 2];
+  return s2[0] + s2[1];
+}
+
+TEST(DotTest, FollowsTheLaneOrderOnEveryIsa) {
+  for (int64_t n : {1, 7, 16, 17, 64, 83, 769}) {
+    const std::vector<float> a = RandomVector(n, 1 + n), b = RandomVector(n, 2 + n);
+    const float expected = LaneOrderDot(a.data(), b.data(), n);
+    double exact = 0;
+    for (int64_t k = 0; k < n; ++k) exact += double{a[k]} * b[k];
+    EXPECT_NEAR(expected, exact, 1e-5 * n);
+    for (const SimdKernels* k : AvailableKernels()) {
+      const float got = k->dot(a.data(), b.data(), n);
+      EXPECT_EQ(std::memcmp(&got, &expected, 4), 0) << k->name << " n=" << n;
+    }
+    const float best = Dot(a.data(), b.data(), n);
+    EXPECT_EQ(std::memcmp(&best, &expected, 4), 0);
+  }
+}
+
+// ---- Weights
+// ---------------------------------------------------------------------------------------
+
+// Random bytes of a [rows, cols] matrix in `format` with finite, realistic fp16 scales.
+std::vector<uint8_t> RandomWeightBytes(WeightFormat format, int64_t rows, int64_t cols,
+                                       uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::vector<uint8_t> out(rows * WeightRowBytes(format, cols));
+  auto put16 = [&](uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); };
+  if (format == WeightFormat::kF32) {
+    for (size_t i = 0; i < out.size(); i += 4) {
+      const float f = normal(rng);
+      std::memcpy(&out[i], &f, 4);
+    }
+    return out;
+  }
+  if (format == WeightFormat::kF16 || format == WeightFormat::kBF16) {
+    for (size_t i = 0; i < out.size(); i += 2) {
+      const float f = normal(rng);
+      put16(&out[i], format == WeightFormat::kF16 ? F32ToF16(f) : F32ToBF16(f));
+    }
+    return out;
+  }
+  const int block_bytes = GetDTypeInfo(WeightFormatDType(format)).block_bytes;
+  for (size_t b = 0; b < out.size(); b += block_bytes) {
+    for (int i = 0; i < block_bytes; ++i) out[b + i] = static_cast<uint8_t>(byte(rng));
+    put16(&out[b], F32ToF16(std::abs(normal(rng)) * 0.05f + 1e-4f));                      // d
+    if (format == WeightFormat::kQ4_1) put16(&out[b + 2], F32ToF16(normal(rng) * 0.3f));  // m
+  }
+  return out;
+}
+
+constexpr WeightFormat kAllFormats[] = {WeightFormat::kF32,  WeightFormat::kF16,
+                                        WeightFormat::kBF16, WeightFormat::kQ4_0,
+                                        WeightFormat::kQ4_1, WeightFormat::kQ8_0};
+
+TEST(DecodeRowsTest, BitwiseEqualsDequantizeToF32OnEveryIsa) {
+  for (WeightFormat format : kAllFormats) {
+    const bool quantized = GetDTypeInfo(WeightFormatDType(format)).is_block_quant;
+    for (int64_t cols : {32, 96, 576}) {
+      const int64_t c = quantized ? cols : cols + 7;  // odd widths for the scalar types
+      const int64_t rows = 5;
+      const std::vector<uint8_t> bytes = RandomWeightBytes(format, rows, c, 7 * c);
+      std::vector<float> expected(rows * c);
+      ASSERT_TRUE(DequantizeToF32(WeightFormatDType(format), bytes.data(), bytes.size(), rows * c,
+                                  expected.data())
+                      .ok());
+      const WeightView view{format, rows, c, bytes.data()};
+      for (const SimdKernels* k : AvailableKernels()) {
+        std::vector<float> got((rows - 1) * c);
+        k->decode_rows(view, 1, rows - 1, got.data());
+        EXPECT_TRUE(BitwiseEqual(got.data(), expected.data() + c, (rows - 1) * c))
+            << k->name << " " << WeightFormatName(format) << " cols=" << c;
+      }
+    }
+  }
+}
+
+// ---- Linear
+// ----------------------------------------------------------------------------------------
+
+struct LinearCase {
+  int64_t m, k, n;
+};
+
+TEST(LinearTest, MatchesNaiveAndOpenBlasOnOddShapes) {
+  for (const LinearCase& c : {LinearCase{1, 7, 3}, LinearCase{7, 83, 769}, LinearCase{5, 17, 33},
+                              LinearCase{64, 96, 19}, LinearCase{3, 1536, 40}}) {
+    const std::vector<float> x = RandomVector(c.m * c.k, 11), w = RandomVector(c.n * c.k, 12);
+    const std::vector<float> bias = RandomVector(c.n, 13), y0 = RandomVector(c.m * c.n, 14);
+    const WeightView view{WeightFormat::kF32, c.n, c.k, reinterpret_cast<const uint8_t*>(w.data())};
+    std::vector<float> y = y0;
+    Linear(x.data(), c.k, c.m, view, bias.data(), y.data(), c.n, /*accumulate=*/true, 0);
+    std::vector<float> blas(c.m * c.n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(c.m),
+                static_cast<int>(c.n), static_cast<int>(c.k), 1.0f, x.data(), static_cast<int>(c.k),
+                w.data(), static_cast<int>(c.k), 0.0f, blas.data(), static_cast<int>(c.n));
+    double max_blas_diff = 0;
+    for (int64_t i = 0; i < c.m; ++i) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        double exact = 0, magnitude = 0;
+        for (int64_t k = 0; k < c.k; ++k) {
+          exact += double{x[i * c.k + k]} * w[j * c.k + k];
+          magnitude += std::abs(double{x[i * c.k + k]} * w[j * c.k + k]);
+        }
+        // f32 summation error bound: ~k * 2^-24 * sum |x w|, twice for two implementations.
+        const double tol =
+            2 * (c.k + 2) * 6e-8 * (magnitude + std::abs(bias[j]) + std::abs(y0[i * c.n + j]));
+        const double want = y0[i * c.n + j] + (exact + bias[j]);
+        const double got = y[i * c.n + j];
+        EXPECT_NEAR(got, want, tol) << "m=" << c.m << " k=" << c.k << " n=" << c.n;
+        const double mine = got - y0[i * c.n + j] - bias[j];
+        max_blas_diff = std::max(max_blas_diff, std::abs(mine - blas[i * c.n + j]) / (tol + 1e-30));
+      }
+    }
+    EXPECT_LE(max_blas_diff, 1.5) << "vs cblas_sgemm, in units of the tolerance";
+  }
+}
+
+TEST(LinearTest, NoBiasNoAccumulateOverwrites) {
+  const int64_t m = 3, k = 40, n = 21;
+  const std::vector<float> x = RandomVector(m * k, 1), w = RandomVector(n * k, 2);
+  const WeightView view{WeightFormat::kF32, n, k, reinterpret_cast<const uint8_t*>(w.data())};
+  std::vector<float> y(m * n, 12345.0f);
+  Linear(x.data(), k, m, view, nullptr, y.data(), n, /*accumulate=*/false, 0);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      const float want = Dot(x.data() + i * k, w.data() + j * k, k);
+      EXPECT_EQ(y[i * n + j], want);
+    }
+  }
+}
+
+// The batch-invariance property: row `probe` gives bitwise the same output in batches of
+// M = 1, 7, 64 and 300, at any place in the batch, with any thread count, on every instruction
+// set, and a quantized weight gives what its f32 dequantization gives.
+TEST(LinearTest, RowResultIndependentOfBatchThreadsIsaAndFormat) {
+  const int64_t k = 576, n = 200;
+  const std::vector<float> probe = RandomVector(k, 99);
+  const std::vector<float> others = RandomVector(300 * k, 100, 3.0f);
+  const std::vector<float> bias = RandomVector(n, 101);
+  for (WeightFormat format : kAllFormats) {
+    const std::vector<uint8_t> bytes = RandomWeightBytes(format, n, k, 5);
+    const WeightView view{format, n, k, bytes.data()};
+    std::vector<float> dequantized(n * k);
+    DecodeRows(view, 0, n, dequantized.data());
+    const WeightView f32_view{WeightFormat::kF32, n, k,
+                              reinterpret_cast<const uint8_t*>(dequantized.data())};
+    std::vector<float> reference(n);
+    Linear(probe.data(), k, 1, f32_view, bias.data(), reference.data(), n, false, 1);
+    for (int64_t m : {1, 7, 64, 300}) {
+      for (int64_t place : {int64_t{0}, m / 2, m - 1}) {
+        for (int threads : {1, 2, 3}) {
+          std::vector<float> x(others.begin(), others.begin() + m * k);
+          std::copy(probe.begin(), probe.end(), x.begin() + place * k);
+          std::vector<float> y(m * n);
+          Linear(x.data(), k, m, view, bias.data(), y.data(), n, false, threads);
+          EXPECT_TRUE(BitwiseEqual(y.data() + place * n, reference.data(), n))
+              << WeightFormatName(format) << " M=" << m << " place=" << place
+              << " threads=" << threads;
+        }
+      }
+    }
+    for (const SimdKernels* kernels : AvailableKernels()) {
+      std::vector<float> y(n);
+      kernels->linear_block(probe.data(), k, 1, k, dequantized.data(), k, n, bias.data(), y.data(),
+                            n, false);
+      EXPECT_TRUE(BitwiseEqual(y.data(), reference.data(), n)) << kernels->name;
+    }
+  }
+}
+
+// Not an assertion about kiln: records whether this machine's OpenBLAS sgemm gives a row the
+// same bits at different M, the reason Linear has its own kernel.
+TEST(LinearTest, ReportsWhetherOpenBlasIsRowInvariant) {
+  const int k = 576, n = 576;
+  const std::vector<float> w = RandomVector(int64_t{n} * k, 3), x = RandomVector(300 * k, 4);
+  std::vector<float> one(n), batch(int64_t{300} * n);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, 1, n, k, 1.0f, x.data(), k, w.data(), k,
+              0.0f, one.data(), n);
+  int differing = 0;
+  for (int m : {7, 64, 300}) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x.data(), k, w.data(), k,
+                0.0f, batch.data(), n);
+    differing += BitwiseEqual(one.data(), batch.data(), n) ? 0 : 1;
+  }
+  std::printf(
+      "OpenBLAS sgemm (k=n=576): row 0 differs from its M=1 result in %d of 3 batch sizes\n",
+      differing);
+}
+
+// ---- Norm, activation, rope
+// ------------------------------------------------------------------------
+
+TEST(RmsNormTest, MatchesNaive) {
+  const int64_t rows = 5, dim = 83;
+  const float eps = 1e-5f;
+  const std::vector<float> x = RandomVector(rows * dim, 1), w = RandomVector(dim, 2);
+  std::vector<float> out(rows * dim);
+  RmsNorm(x.data(), dim, w.data(), rows, dim, eps, out.data(), dim, 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    double ss = 0;
+    for (int64_t i = 0; i < dim; ++i) ss += double{x[r * dim + i]} * x[r * dim + i];
+    const double inv = 1.0 / std::sqrt(ss / dim + eps);
+    for (int64_t i = 0; i < dim; ++i) {
+      EXPECT_NEAR(out[r * dim + i], w[i] * x[r * dim + i] * inv, 1e-5);
+    }
+  }
+  std::vector<float> in_place = x;  // out may alias x
+  RmsNorm(in_place.data(), dim, w.data(), rows, dim, eps, in_place.data(), dim, 0);
+  EXPECT_TRUE(BitwiseEqual(in_place.data(), out.data(), rows * dim));
+}
+
+TEST(SiluMulTest, MatchesNaive) {
+  const int64_t rows = 3, dim = 37;
+  const std::vector<float> gu = RandomVector(rows * 2 * dim, 5, 4.0f);
+  std::vector<float> out(rows * dim);
+  SiluMul(gu.data(), 2 * dim, rows, dim, out.data(), dim, 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < dim; ++i) {
+      const double g = gu[r * 2 * dim + i], u = gu[r * 2 * dim + dim + i];
+      const double want = g / (1 + std::exp(-g)) * u;
+      EXPECT_NEAR(out[r * dim + i], want, 1e-6 * (1 + std::abs(want)));
+    }
+  }
+}
+
+TEST(RopeTest, DefaultAndLinearInvFreq) {
+  RopeScaling none;
+  auto f = RopeInvFreq(64, 100000.0, none);
+  ASSERT_TRUE(f.ok());
+  ASSERT_EQ(f->size(), 32u);
+  for (int i = 0; i < 32; ++i) {
+    EXPECT_NEAR((*f)[i], 1.0 / std::pow(100000.0, 2.0 * i / 64), 1e-6 * (*f)[i]);
+  }
+  RopeScaling linear;
+  linear.type = RopeScaling::Type::kLinear;
+  linear.factor = 4.0;
+  auto g = RopeInvFreq(64, 100000.0, linear);
+  ASSERT_TRUE(g.ok());
+  for (int i = 0; i < 32; ++i) EXPECT_FLOAT_EQ((*g)[i], (*f)[i] / 4.0f);
+}
+
+// Llama 3.1's published rope parameters against the formula of Meta's reference
+// (apply_scaling in llama/model.py), written out here in double precision.
+TEST(RopeTest, Llama3InvFreqMatchesHandComputedFormula) {
+  RopeScaling s;
+  s.type = RopeScaling::Type::kLlama3;
+  s.factor = 8.0;
+  s.low_freq_factor = 1.0;
+  s.high_freq_factor = 4.0;
+  s.original_max_position_embeddings = 8192;
+  const int head_dim = 128;
+  auto f = RopeInvFreq(head_dim, 500000.0, s);
+  ASSERT_TRUE(f.ok());
+  int num_low = 0, num_mid = 0, num_high = 0;
+  for (int i = 0; i < head_dim / 2; ++i) {
+    const double freq = 1.0 / std::pow(500000.0, 2.0 * i / head_dim);
+    const double wavelen = 2 * std::numbers::pi / freq;
+    const double low_wavelen = 8192 / 1.0, high_wavelen = 8192 / 4.0;
+    double want;
+    if (wavelen < high_wavelen) {
+      want = freq, ++num_high;
+    } else if (wavelen > low_wavelen) {
+      want = freq / 8.0, ++num_low;
+    } else {
+      const double smooth = (8192 / wavelen - 1.0) / (4.0 - 1.0);
+      want = (1 - smooth) * freq / 8.0 + smooth * freq, ++num_mid;
+    }
+    EXPECT_NEAR((*f)[i], want, 2e-6 * want) << "i=" << i;
+  }
+  EXPECT_GT(num_low, 0);
+  EXPECT_GT(num_mid, 0);
+  EXPECT_GT(num_high, 0);
+}
+
+TEST(RopeTest, RejectsWhatItCannotComputeExactly) {
+  RopeScaling s;
+  s.type = RopeScaling::Type::kDynamic;
+  EXPECT_EQ(RopeInvFreq(64, 1e4, s).status().code(), StatusCode::kUnsupported);
+  s.type = RopeScaling::Type::kYarn;
+  EXPECT_EQ(RopeInvFreq(64, 1e4, s).status().code(), StatusCode::kUnsupported);
+  s.type = RopeScaling::Type::kLlama3;
+  s.original_max_position_embeddings = 0;
+  EXPECT_EQ(RopeInvFreq(64, 1e4, s).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(RopeInvFreq(63, 1e4, RopeScaling{}).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(RopeTest, RotatesPairsHalfAHeadApart) {
+  const int heads = 3, head_dim = 10, half = 5;
+  const int64_t tokens = 4, ld = heads * head_dim + 6;  // strided rows
+  const std::vector<int32_t> positions = {0, 1, 17, 500};
+  auto inv = RopeInvFreq(head_dim, 10000.0, RopeScaling{});
+  ASSERT_TRUE(inv.ok());
+  std::vector<float> cos(tokens * half), sin(tokens * half);
+  RopeCosSin(positions.data(), tokens, inv->data(), half, cos.data(), sin.data());
+  const std::vector<float> x = RandomVector(tokens * ld, 8);
+  std::vector<float> y = x;
+  ApplyRope(y.data(), ld, tokens, heads, head_dim, cos.data(), sin.data());
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int h = 0; h < heads; ++h) {
+      for (int i = 0; i < half; ++i) {
+        const double angle = positions[t] * double{(*inv)[i]};
+        const double a = x[t * ld + h * head_dim + i], b = x[t * ld + h * head_dim + i + half];
+        EXPECT_NEAR(y[t * ld + h * head_dim + i], a * std::cos(angle) - b * std::sin(angle), 1e-4);
+        EXPECT_NEAR(y[t * ld + h * head_dim + i + half], b * std::cos(angle) + a * std::sin(angle),
+                    1e-4);
+      }
+    }
+    for (int64_t i = heads * head_dim; i < ld; ++i) EXPECT_EQ(y[t * ld + i], x[t * ld + i]);
+  }
+}
+
+// ---- Paged attention
+// -------------------------------------------------------------------------------
+
+struct AttentionSetup {
+  int num_heads = 6, num_kv_heads = 2, head_dim = 20;
+  // Context per sequence, and its query tokens (the last ones); the long one makes the work
+  // large enough to be split over threads.
+  std::vector<int32_t> seq_lens = {1, 9, 23, 150};
+  std::vector<int32_t> num_new = {1, 4, 23, 40};
+  std::vector<float> k_ctx, v_ctx;  // per sequence [len, kv_heads, head_dim], concatenated
+  std::vector<float> q;             // [num_tokens, heads, head_dim]
+  std::vector<int32_t> positions, cu_seqlens = {0};
+  std::vector<int64_t> ctx_offset;  // start of each sequence in k_ctx (in positions)
+
+  AttentionSetup() {
+    int64_t total_ctx = 0;
+    for (size_t s = 0; s < seq_lens.size(); ++s) {
+      ctx_offset.push_back(total_ctx);
+      total_ctx += seq_lens[s];
+      for (int32_t i = seq_lens[s] - num_new[s]; i < seq_lens[s]; ++i) positions.push_back(i);
+      cu_seqlens.push_back(cu_seqlens.back() + num_new[s]);
+    }
+    const int64_t kv_width = int64_t{num_kv_heads} * head_dim;
+    k_ctx = RandomVector(total_ctx * kv_width, 21);
+    v_ctx = RandomVector(total_ctx * kv_width, 22);
+    q = RandomVector(int64_t{cu_seqlens.back()} * num_heads * head_dim, 23, 2.0f);
+  }
+
+  // Copies the contexts into a paged cache of block_size, blocks assigned by a seeded shuffle
+  // (seed 0: in order), and runs PagedAttention.
+  std::vector<float> Run(int32_t block_size, uint32_t shuffle_seed, int threads) const {
+    const int64_t kv_width = int64_t{num_kv_heads} * head_dim;
+    int32_t max_blocks = 0, total_blocks = 0;
+    for (int32_t len : seq_lens) {
+      const int32_t b = (len + block_size - 1) / block_size;
+      max_blocks = std::max(max_blocks, b);
+      total_blocks += b;
+    }
+    std::vector<int32_t> ids(total_blocks + 3);  // a few unused blocks
+    std::iota(ids.begin(), ids.end(), 0);
+    if (shuffle_seed != 0) std::shuffle(ids.begin(), ids.end(), std::mt19937(shuffle_seed));
+    const int32_t num_blocks = static_cast<int32_t>(ids.size());
+    std::vector<float> k_cache(int64_t{num_blocks} * block_size * kv_width, NAN);
+    std::vector<float> v_cache(k_cache.size(), NAN);
+    std::vector<int32_t> tables(seq_lens.size() * max_blocks, -1);
+    int32_t next = 0;
+    for (size_t s = 0; s < seq_lens.size(); ++s) {
+      for (int32_t b = 0; b * block_size < seq_lens[s]; ++b)
+        tables[s * max_blocks + b] = ids[next++];
+      std::vector<int64_t> slots;
+      for (int32_t p = 0; p < seq_lens[s]; ++p) {
+        slots.push_back(int64_t{tables[s * max_blocks + p / block_size]} * block_size +
+                        p % block_size);
+      }
+      const float* k = k_ctx.data() + ctx_offset[s] * kv_width;
+      const float* v = v_ctx.data() + ctx_offset[s] * kv_width;
+      StoreKv(k, kv_width, v, kv_width, slots.data(), seq_lens[s], kv_width, k_cache.data(),
+              v_cache.data());
+    }
+    const int64_t width = int64_t{num_heads} * head_dim;
+    std::vector<float> out(cu_seqlens.back() * width);
+    PagedAttentionArgs a;
+    a.q = q.data();
+    a.ldq = width;
+    a.k_cache = k_cache.data();
+    a.v_cache = v_cache.data();
+    a.positions = positions.data();
+    a.cu_seqlens = cu_seqlens.data();
+    a.block_tables = tables.data();
+    a.num_seqs = static_cast<int32_t>(seq_lens.size());
+    a.max_blocks_per_seq = max_blocks;
+    a.block_size = block_size;
+    a.num_heads = num_heads;
+    a.num_kv_heads = num_kv_heads;
+    a.head_dim = head_dim;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    a.out = out.data();
+    a.ldo = width;
+    PagedAttention(a, threads);
+    return out;
+  }
+};
+
+TEST(PagedAttentionTest, MatchesNaiveCausalGqaAttention) {
+  const AttentionSetup setup;
+  const std::vector<float> out = setup.Run(/*block_size=*/4, /*shuffle_seed=*/7, 0);
+  const int hd = setup.head_dim, kv_width = setup.num_kv_heads * hd;
+  const int group = setup.num_heads / setup.num_kv_heads;
+  for (size_t s = 0; s < setup.seq_lens.size(); ++s) {
+    for (int32_t t = setup.cu_seqlens[s]; t < setup.cu_seqlens[s + 1]; ++t) {
+      for (int h = 0; h < setup.num_heads; ++h) {
+        const float* q = setup.q.data() + (int64_t{t} * setup.num_heads + h) * hd;
+        const int32_t context = setup.positions[t] + 1;
+        std::vector<double> p(context);
+        double max_score = -INFINITY, sum = 0;
+        for (int32_t j = 0; j < context; ++j) {
+          const float* k =
+              setup.k_ctx.data() + (setup.ctx_offset[s] + j) * kv_width + (h / group) * hd;
+          double dot = 0;
+          for (int d = 0; d < hd; ++d) dot += double{q[d]} * k[d];
+          p[j] = dot / std::sqrt(static_cast<double>(hd));
+          max_score = std::max(max_score, p[j]);
+        }
+        for (double& x : p) sum += (x = std::exp(x - max_score));
+        for (int d = 0; d < hd; ++d) {
+          double want = 0;
+          for (int32_t j = 0; j < context; ++j) {
+            want += p[j] / sum *
+                    setup.v_ctx[(setup.ctx_offset[s] + j) * kv_width + (h / group) * hd + d];
+          }
+          EXPECT_NEAR(out[(int64_t{t} * setup.num_heads + h) * hd + d], want, 2e-5)
+              << "seq " << s << " token " << t << " head " << h;
+        }
+      }
+    }
+  }
+}
+
+TEST(PagedAttentionTest, PagingAndThreadsDoNotChangeABit) {
+  const AttentionSetup setup;
+  // One block holding each whole context, in order: the contiguous layout.
+  const std::vector<float> contiguous = setup.Run(/*block_size=*/160, 0, 1);
+  for (int32_t block_size : {1, 3, 4, 16}) {
+    for (uint32_t seed : {0u, 5u, 6u}) {
+      for (int threads : {1, 2, 3}) {
+        const std::vector<float> paged = setup.Run(block_size, seed, threads);
+        EXPECT_TRUE(BitwiseEqual(paged.data(), contiguous.data(), contiguous.size()))
+            << "block_size " << block_size << " seed " << seed << " threads " << threads;
+      }
+    }
+  }
+}
+
+// ---- GGUF q/k row permutation
+// ----------------------------------------------------------------------
+
+// llama.cpp's permute, as numpy evaluates it: w.reshape(heads, 2, rows / heads / 2, cols)
+// .swapaxes(1, 2).reshape(rows, cols) -- output element [h, j, i, c] is input [h, i, j, c].
+std::vector<float> NumpyStylePermute(const std::vector<float>& w, int64_t heads, int64_t rows,
+                                     int64_t cols) {
+  const int64_t half = rows / heads / 2;
+  std::vector<float> out(w.size());
+  int64_t flat = 0;  // walks the output in row-major order of shape [heads, half, 2, cols]
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t j = 0; j < half; ++j) {
+      for (int64_t i = 0; i < 2; ++i) {
+        for (int64_t c = 0; c < cols; ++c) out[flat++] = w[((h * 2 + i) * half + j) * cols + c];
+      }
+    }
+  }
+  return out;
+}
+
+TEST(QkPermutationTest, MatchesLlamaCppAndUnpermuteInvertsIt) {
+  for (auto [heads, head_dim, cols] :
+       {std::tuple<int64_t, int64_t, int64_t>{1, 8, 1}, {9, 64, 5}, {3, 64, 32}}) {
+    const int64_t rows = heads * head_dim;
+    const std::vector<float> hf = RandomVector(rows * cols, 31);
+    std::vector<float> gguf(hf.size()), back(hf.size());
+    PermuteQkRows(reinterpret_cast<const uint8_t*>(hf.data()), heads, head_dim,
+                  cols * sizeof(float), reinterpret_cast<uint8_t*>(gguf.data()));
+    EXPECT_EQ(gguf, NumpyStylePermute(hf, heads, rows, cols)) << heads << "x" << head_dim;
+    UnpermuteQkRows(reinterpret_cast<const uint8_t*>(gguf.data()), heads, head_dim,
+                    cols * sizeof(float), reinterpret_cast<uint8_t*>(back.data()));
+    EXPECT_EQ(back, hf);
+  }
+  // The picture in cpu_weights.h: head_dim 8, GGUF rows 0..7 hold HF rows 0 4 1 5 2 6 3 7.
+  std::vector<float> hf(8);
+  std::iota(hf.begin(), hf.end(), 0.0f);
+  std::vector<float> gguf(8);
+  PermuteQkRows(reinterpret_cast<const uint8_t*>(hf.data()), 1, 8, sizeof(float),
+                reinterpret_cast<uint8_t*>(gguf.data()));
+  EXPECT_EQ(gguf, (std::vector<float>{0, 4, 1, 5, 2, 6, 3, 7}));
+}
+
+}  // namespace
+}  // namespace kiln::cpu

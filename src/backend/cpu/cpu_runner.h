@@ -1,0 +1,53 @@
+// The CPU ModelRunner: the reference backend (DESIGN.md §4) and the no-GPU fallback. A
+// Llama-family forward pass (Llama 2/3/3.1, Mistral, SmolLM, Qwen2) in float32 over the ops of
+// cpu_ops.h, one batched pass per step over the flat token array of StepInputs:
+//
+//   h = embed(token_ids)                                   [num_tokens, hidden]
+//   per layer:  x = rms_norm(h);  qkv = x Wqkv^T (+ b);  rope(q, k) at positions
+//               store k, v at slot_mapping;  a = paged causal attention(q, cache, block_tables)
+//               h += a Wo^T (+ b);  x = rms_norm(h);  h += silu(x Wg^T) * (x Wu^T) Wd^T (+ b)
+//   logits = rms_norm(h[rows]) Wlm^T   only for the rows that need them: the last token of each
+//            sequence with do_sample, and the first prompt_logprob_targets.size() tokens
+//   sampled / scored by kiln::cpu::Sample / Score (sampler.h)
+//
+// Numerics: weights decode to exactly the f32 values of DequantizeToF32; activations, KV cache
+// and accumulation are f32. Every reduction has a fixed order (cpu_ops.h), so a sequence's
+// logits are bitwise identical whatever else is in the batch, however its prompt is chunked,
+// and whatever num_threads is. Against HF transformers (float32, eager attention) the default
+// model's logprobs agree within 1e-3 (tests/golden).
+//
+//   KILN_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(path));
+//   KILN_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner, CreateCpuRunner(ckpt, {}));
+//   KILN_RETURN_IF_ERROR(runner->AllocateKvCache(num_blocks, 16));
+//   StepResult result = runner->Execute(inputs);
+//
+// The runner copies what it needs: it does not reference the Checkpoint after creation.
+#pragma once
+
+#include <memory>
+
+#include "backend/model_runner.h"
+#include "core/status.h"
+#include "model/checkpoint.h"
+
+namespace kiln {
+
+struct CpuRunnerOptions {
+  // OpenMP threads for the ops of one step. 0 (default) = all cores (OpenMP's default, which
+  // follows OMP_NUM_THREADS). Results do not depend on it; a machine shared with other work
+  // may be faster with fewer.
+  int num_threads = 0;
+  // false (default): weight matrices stay in their stored format when it is f32, f16, bf16,
+  // q4_0, q4_1 or q8_0 and are decoded inside each matrix product (a q4_1 model reads ~7x fewer
+  // bytes per token than in f32); other formats are dequantized to f32 at load. true: every
+  // matrix is held in f32 (4-7x the memory). The results are bitwise identical either way.
+  bool dequantize_weights_at_load = false;
+};
+
+// Builds a CPU runner for `ckpt`: loads (and, for GGUF llama files, un-permutes) the weights.
+// Errors: Unsupported for rope scaling other than none/linear/llama3 (dynamic, yarn) or a dtype
+// the CPU cannot decode; InvalidArgument for an invalid config or options.
+Result<std::unique_ptr<ModelRunner>> CreateCpuRunner(const Checkpoint& ckpt,
+                                                     const CpuRunnerOptions& options);
+
+}  // namespace kiln

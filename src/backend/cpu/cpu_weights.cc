@@ -1,0 +1,222 @@
+#include "backend/cpu/cpu_weights.h"
+
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "backend/cpu/thread_pool.h"
+#include "model/dequant.h"
+
+namespace kiln::cpu {
+namespace {
+
+Result<const Weight*> Find(const Checkpoint& ckpt, const std::string& name) {
+  const Weight* w = ckpt.Find(name);
+  if (w == nullptr) return NotFound(ckpt.path() + ": weight '" + name + "' is missing");
+  return w;
+}
+
+int64_t NumRows(const Weight& w) { return w.shape.ndim() >= 2 ? w.shape[0] : 1; }
+
+// Dequantizes all of `w` into dst (numel floats), rows split over the threads.
+Status DequantizeWeight(const Weight& w, float* dst) {
+  if (!CanDequantizeToF32(w.dtype)) {
+    return Unsupported(w.file + ": tensor '" + w.source_name + "' has dtype " +
+                       std::string(DTypeName(w.dtype)) + ", which the CPU backend cannot decode");
+  }
+  const int64_t rows = NumRows(w);
+  const int64_t cols = w.shape.numel() / rows;
+  const int64_t row_bytes = w.nbytes / rows;
+  constexpr int64_t kRowsPerChunk = 64;
+  const int64_t num_chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
+  std::vector<Status> status(num_chunks);
+  ParallelFor(num_chunks, 0, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      const int64_t r0 = c * kRowsPerChunk;
+      const int64_t n = std::min(kRowsPerChunk, rows - r0);
+      status[c] = DequantizeToF32(w.dtype, w.data + r0 * row_bytes, n * row_bytes, n * cols,
+                                  dst + r0 * cols);
+    }
+  });
+  for (const Status& s : status) {
+    if (!s.ok()) return s.WithContext(w.file + ": tensor '" + w.source_name + "'");
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<float>> LoadVector(const Checkpoint& ckpt, const std::string& name) {
+  KILN_ASSIGN_OR_RETURN(const Weight* w, Find(ckpt, name));
+  std::vector<float> out(w->shape.numel());
+  KILN_RETURN_IF_ERROR(DequantizeWeight(*w, out.data()));
+  return out;
+}
+
+OwnedWeight ToF32(const OwnedWeight& w) {
+  if (w.format == WeightFormat::kF32) return w;
+  OwnedWeight out{WeightFormat::kF32, w.rows, w.cols, {}};
+  out.bytes.resize(w.rows * w.cols * sizeof(float));
+  DecodeRows(w.view(), 0, w.rows, reinterpret_cast<float*>(out.bytes.data()));
+  return out;
+}
+
+// A [rows, cols] matrix as held: its stored bytes when Linear decodes its dtype, else f32.
+Result<OwnedWeight> LoadMatrix(const Checkpoint& ckpt, const std::string& name,
+                               bool dequantize_at_load) {
+  KILN_ASSIGN_OR_RETURN(const Weight* w, Find(ckpt, name));
+  const int64_t rows = w->shape[0];
+  const int64_t cols = w->shape[1];
+  std::optional<WeightFormat> format = WeightFormatFor(w->dtype);
+  OwnedWeight out;
+  out.rows = rows;
+  out.cols = cols;
+  if (format && !dequantize_at_load) {
+    out.format = *format;
+    out.bytes.assign(w->data, w->data + w->nbytes);
+  } else {
+    out.format = WeightFormat::kF32;
+    out.bytes.resize(rows * cols * sizeof(float));
+    KILN_RETURN_IF_ERROR(DequantizeWeight(*w, reinterpret_cast<float*>(out.bytes.data())));
+  }
+  return out;
+}
+
+// Rows of `parts` stacked in order; f32 unless every part has the same format.
+OwnedWeight Stack(std::vector<OwnedWeight> parts) {
+  bool same_format = true;
+  for (const OwnedWeight& p : parts) same_format &= p.format == parts[0].format;
+  if (!same_format) {
+    for (OwnedWeight& p : parts) p = ToF32(p);
+  }
+  OwnedWeight out{parts[0].format, 0, parts[0].cols, {}};
+  for (const OwnedWeight& p : parts) {
+    CHECK_EQ(p.cols, out.cols);
+    out.rows += p.rows;
+    out.bytes.insert(out.bytes.end(), p.bytes.begin(), p.bytes.end());
+  }
+  return out;
+}
+
+// Puts GGUF-permuted q/k rows (of a matrix or a bias) back in HF order.
+Status Unpermute(const Checkpoint& ckpt, const std::string& name, int64_t num_heads,
+                 int64_t head_dim, int64_t rows, int64_t row_bytes, std::vector<uint8_t>* bytes) {
+  if (rows != num_heads * head_dim || head_dim % 2 != 0) {
+    return InvalidArgument(
+        ckpt.path() + ": '" + name + "' has " + std::to_string(rows) +
+        " rows, expected heads * head_dim = " + std::to_string(num_heads * head_dim) +
+        " to undo llama.cpp's q/k "
+        "permutation");
+  }
+  std::vector<uint8_t> hf(bytes->size());
+  UnpermuteQkRows(bytes->data(), num_heads, head_dim, row_bytes, hf.data());
+  *bytes = std::move(hf);
+  return Status::Ok();
+}
+
+void AppendFloats(const std::vector<float>& v, std::vector<float>* out) {
+  out->insert(out->end(), v.begin(), v.end());
+}
+
+}  // namespace
+
+int64_t CpuWeights::MatrixBytes() const {
+  int64_t total = embedding.bytes.size() + lm_head.bytes.size();
+  for (const CpuLayerWeights& l : layers) {
+    total += l.qkv.bytes.size() + l.o.bytes.size() + l.gate_up.bytes.size() + l.down.bytes.size();
+  }
+  return total;
+}
+
+void PermuteQkRows(const uint8_t* src, int64_t num_heads, int64_t head_dim, int64_t row_bytes,
+                   uint8_t* dst) {
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < num_heads; ++h) {
+    for (int64_t i = 0; i < 2; ++i) {
+      for (int64_t j = 0; j < half; ++j) {
+        const int64_t hf_row = h * head_dim + i * half + j;
+        const int64_t gguf_row = h * head_dim + 2 * j + i;
+        std::memcpy(dst + gguf_row * row_bytes, src + hf_row * row_bytes, row_bytes);
+      }
+    }
+  }
+}
+
+void UnpermuteQkRows(const uint8_t* src, int64_t num_heads, int64_t head_dim, int64_t row_bytes,
+                     uint8_t* dst) {
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < num_heads; ++h) {
+    for (int64_t i = 0; i < 2; ++i) {
+      for (int64_t j = 0; j < half; ++j) {
+        const int64_t hf_row = h * head_dim + i * half + j;
+        const int64_t gguf_row = h * head_dim + 2 * j + i;
+        std::memcpy(dst + hf_row * row_bytes, src + gguf_row * row_bytes, row_bytes);
+      }
+    }
+  }
+}
+
+Result<CpuWeights> LoadCpuWeights(const Checkpoint& ckpt, bool dequantize_at_load) {
+  const ModelConfig& c = ckpt.config();
+  const bool unpermute = ckpt.qk_rope_layout() == QkRopeLayout::kInterleaved;
+  CpuWeights out;
+  KILN_ASSIGN_OR_RETURN(out.embedding,
+                        LoadMatrix(ckpt, "model.embed_tokens.weight", dequantize_at_load));
+  for (int i = 0; i < c.num_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    CpuLayerWeights l;
+    KILN_ASSIGN_OR_RETURN(l.input_norm, LoadVector(ckpt, p + "input_layernorm.weight"));
+    KILN_ASSIGN_OR_RETURN(l.post_attention_norm,
+                          LoadVector(ckpt, p + "post_attention_layernorm.weight"));
+
+    std::vector<OwnedWeight> qkv(3);
+    const char* kQkv[] = {"q_proj", "k_proj", "v_proj"};
+    const int64_t heads[] = {c.num_heads, c.num_kv_heads, c.num_kv_heads};
+    for (int j = 0; j < 3; ++j) {
+      const std::string name = p + "self_attn." + kQkv[j];
+      KILN_ASSIGN_OR_RETURN(qkv[j], LoadMatrix(ckpt, name + ".weight", dequantize_at_load));
+      if (c.qkv_bias) {
+        KILN_ASSIGN_OR_RETURN(std::vector<float> bias, LoadVector(ckpt, name + ".bias"));
+        if (unpermute && j < 2) {
+          std::vector<uint8_t> bytes(bias.size() * sizeof(float));
+          std::memcpy(bytes.data(), bias.data(), bytes.size());
+          KILN_RETURN_IF_ERROR(Unpermute(ckpt, name + ".bias", heads[j], c.head_dim,
+                                         static_cast<int64_t>(bias.size()), sizeof(float), &bytes));
+          std::memcpy(bias.data(), bytes.data(), bytes.size());
+        }
+        AppendFloats(bias, &l.qkv_bias);
+      }
+      if (unpermute && j < 2) {
+        KILN_RETURN_IF_ERROR(Unpermute(ckpt, name + ".weight", heads[j], c.head_dim, qkv[j].rows,
+                                       WeightRowBytes(qkv[j].format, qkv[j].cols), &qkv[j].bytes));
+      }
+    }
+    l.qkv = Stack(std::move(qkv));
+    KILN_ASSIGN_OR_RETURN(l.o, LoadMatrix(ckpt, p + "self_attn.o_proj.weight", dequantize_at_load));
+    if (c.o_bias) {
+      KILN_ASSIGN_OR_RETURN(l.o_bias, LoadVector(ckpt, p + "self_attn.o_proj.bias"));
+    }
+
+    std::vector<OwnedWeight> gate_up(2);
+    KILN_ASSIGN_OR_RETURN(gate_up[0],
+                          LoadMatrix(ckpt, p + "mlp.gate_proj.weight", dequantize_at_load));
+    KILN_ASSIGN_OR_RETURN(gate_up[1],
+                          LoadMatrix(ckpt, p + "mlp.up_proj.weight", dequantize_at_load));
+    l.gate_up = Stack(std::move(gate_up));
+    KILN_ASSIGN_OR_RETURN(l.down, LoadMatrix(ckpt, p + "mlp.down_proj.weight", dequantize_at_load));
+    if (c.mlp_bias) {
+      for (const char* name : {"gate_proj", "up_proj"}) {
+        KILN_ASSIGN_OR_RETURN(std::vector<float> bias,
+                              LoadVector(ckpt, p + "mlp." + name + ".bias"));
+        AppendFloats(bias, &l.gate_up_bias);
+      }
+      KILN_ASSIGN_OR_RETURN(l.down_bias, LoadVector(ckpt, p + "mlp.down_proj.bias"));
+    }
+    out.layers.push_back(std::move(l));
+  }
+  KILN_ASSIGN_OR_RETURN(out.final_norm, LoadVector(ckpt, "model.norm.weight"));
+  if (!c.tie_word_embeddings) {
+    KILN_ASSIGN_OR_RETURN(out.lm_head, LoadMatrix(ckpt, "lm_head.weight", dequantize_at_load));
+  }
+  return out;
+}
+
+}  // namespace kiln::cpu

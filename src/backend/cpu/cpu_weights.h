@@ -1,0 +1,77 @@
+// The weights of a Llama-family model as the CPU forward pass reads them, loaded from a
+// Checkpoint (HF directory or GGUF file).
+//
+// Layout decisions (all exact: none changes a value, only where it lives):
+//   * Matrices keep their stored format when Linear can decode it on the fly (f32, f16, bf16,
+//     q4_0, q4_1, q8_0; cpu_ops.h WeightFormat), otherwise they are dequantized to f32 once here
+//     (DequantizeToF32). Norm scales and biases are always f32.
+//   * q, k, v are fused into one [q_size + 2 * kv_size, hidden] matrix (rows q, then k, then v)
+//     and gate, up into one [2 * intermediate, hidden] matrix (gate rows, then up rows), so each
+//     takes one Linear pass. If the parts differ in format, the fused matrix is f32.
+//   * GGUF `llama` files store q_proj / k_proj rows permuted for llama.cpp's interleaved RoPE
+//     (Checkpoint::qk_rope_layout() == kInterleaved). The rows are put back in HF order here
+//     (UnpermuteQkRows), so the forward pass has one RoPE: HF's rotate_half.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "core/status.h"
+#include "model/checkpoint.h"
+
+namespace kiln::cpu {
+
+// A weight matrix that owns its bytes.
+struct OwnedWeight {
+  WeightFormat format = WeightFormat::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::vector<uint8_t> bytes;  // rows * WeightRowBytes(format, cols)
+
+  WeightView view() const { return {format, rows, cols, bytes.data()}; }
+};
+
+struct CpuLayerWeights {
+  std::vector<float> input_norm;           // [hidden]
+  OwnedWeight qkv;                         // [q_size + 2 * kv_size, hidden]
+  std::vector<float> qkv_bias;             // [q_size + 2 * kv_size], or empty
+  OwnedWeight o;                           // [hidden, q_size]
+  std::vector<float> o_bias;               // [hidden], or empty
+  std::vector<float> post_attention_norm;  // [hidden]
+  OwnedWeight gate_up;                     // [2 * intermediate, hidden]
+  std::vector<float> gate_up_bias;         // [2 * intermediate], or empty
+  OwnedWeight down;                        // [hidden, intermediate]
+  std::vector<float> down_bias;            // [hidden], or empty
+};
+
+struct CpuWeights {
+  OwnedWeight embedding;  // [vocab, hidden]
+  std::vector<CpuLayerWeights> layers;
+  std::vector<float> final_norm;  // [hidden]
+  OwnedWeight lm_head;            // [vocab, hidden]; empty (rows == 0) when tied to embedding
+
+  const OwnedWeight& output() const { return lm_head.rows > 0 ? lm_head : embedding; }
+  int64_t MatrixBytes() const;  // bytes of all matrices as held
+};
+
+// Loads every weight of `ckpt`. dequantize_at_load: hold every matrix in f32 (more memory and
+// bandwidth, the same results). Errors: Unsupported for a dtype DequantizeToF32 cannot decode;
+// InvalidArgument for a GGUF q/k whose row count is not heads * head_dim (a corrupt file).
+Result<CpuWeights> LoadCpuWeights(const Checkpoint& ckpt, bool dequantize_at_load);
+
+// llama.cpp's convert_hf_to_gguf.py (LlamaModel.permute: reshape(heads, 2, head_dim / 2, ...)
+// .swapaxes(1, 2)) reorders the rows of each head of head_dim rows so rotary pairs are adjacent:
+//
+//   GGUF row  h * head_dim + 2 * j + i   =   HF row  h * head_dim + i * head_dim / 2 + j
+//   (i in {0, 1}, j < head_dim / 2)          e.g. head_dim 8: GGUF rows 0..7 = HF 0 4 1 5 2 6 3 7
+//
+// PermuteQkRows maps HF -> GGUF, UnpermuteQkRows GGUF -> HF; a row is row_bytes opaque bytes (a
+// quantized row moves whole). REQUIRES: src, dst hold num_heads * head_dim rows; head_dim even;
+// no overlap.
+void PermuteQkRows(const uint8_t* src, int64_t num_heads, int64_t head_dim, int64_t row_bytes,
+                   uint8_t* dst);
+void UnpermuteQkRows(const uint8_t* src, int64_t num_heads, int64_t head_dim, int64_t row_bytes,
+                     uint8_t* dst);
+
+}  // namespace kiln::cpu

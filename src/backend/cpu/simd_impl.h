@@ -1,0 +1,124 @@
+// The dot-product kernels shared by every instruction set (simd.h), written once over a 16-lane
+// vector type. Included only by the simd_*.cc files, after each has defined, in
+// kiln::cpu::internal's anonymous namespace:
+//
+//   struct Vec {                                   // 16 float lanes
+//     static Vec Zero();
+//     static Vec Load(const float* p);             // p[0..16)
+//     static Vec LoadPartial(const float* p, int n);  // p[0..n), zeros after; 0 < n < 16
+//     static Vec Fma(Vec a, Vec b, Vec c);         // a * b + c, one rounding per lane
+//     static float Reduce(Vec v);                  // the lane tree of cpu_ops.h
+//   };
+//   constexpr int kTileRows, kTileCols;            // register block of Linear
+//
+// and after its `#pragma GCC target`, so these templates are compiled for that instruction set.
+// NOTE: the anonymous namespace is deliberate: each simd_*.cc instantiates its own copy, and no
+// instantiation compiled for one instruction set can be picked by the linker for another.
+#pragma once
+
+#include <cstdint>
+
+namespace kiln::cpu::internal {
+namespace {
+
+// out[r * C + c] = dot(x[r], w[c]) over k for r < R, c < C, in the 16-lane order.
+template <int R, int C>
+inline void DotTile(const float* x, int64_t ldx, const float* w, int64_t ldw, int64_t k,
+                    float* out) {
+  Vec acc[R][C];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) acc[r][c] = Vec::Zero();
+  }
+  int64_t i = 0;
+  for (; i + 16 <= k; i += 16) {
+    Vec wv[C];
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) wv[c] = Vec::Load(w + c * ldw + i);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const Vec xv = Vec::Load(x + r * ldx + i);
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) acc[r][c] = Vec::Fma(xv, wv[c], acc[r][c]);
+    }
+  }
+  if (i < k) {  // the zero-padded tail: 0 * 0 adds an exact zero to the unused lanes
+    const int n = static_cast<int>(k - i);
+    Vec wv[C];
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) wv[c] = Vec::LoadPartial(w + c * ldw + i, n);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const Vec xv = Vec::LoadPartial(x + r * ldx + i, n);
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) acc[r][c] = Vec::Fma(xv, wv[c], acc[r][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) out[r * C + c] = Vec::Reduce(acc[r][c]);
+  }
+}
+
+inline float DotImpl(const float* a, const float* b, int64_t n) {
+  float out;
+  DotTile<1, 1>(a, 0, b, 0, n, &out);
+  return out;
+}
+
+// Writes the R x C tile at y (row stride ldy): bias, then the residual, in Linear's order.
+template <int R, int C>
+inline void StoreTile(const float* dots, const float* bias, float* y, int64_t ldy,
+                      bool accumulate) {
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) {
+      float v = dots[r * C + c];
+      if (bias != nullptr) v = v + bias[c];
+      if (accumulate) v = y[r * ldy + c] + v;
+      y[r * ldy + c] = v;
+    }
+  }
+}
+
+template <int R, int C>
+inline void LinearTile(const float* x, int64_t ldx, int64_t k, const float* w, int64_t ldw,
+                       const float* bias, float* y, int64_t ldy, bool accumulate) {
+  float dots[R * C];
+  DotTile<R, C>(x, ldx, w, ldw, k, dots);
+  StoreTile<R, C>(dots, bias, y, ldy, accumulate);
+}
+
+// Rows of x in blocks of kTileRows (then one at a time), w rows in blocks of kTileCols (then one
+// at a time): the blocking changes which dots share registers, never a dot's arithmetic.
+inline void LinearBlockImpl(const float* x, int64_t ldx, int64_t num_rows, int64_t k,
+                            const float* w, int64_t ldw, int64_t num_cols, const float* bias,
+                            float* y, int64_t ldy, bool accumulate) {
+  int64_t m = 0;
+  for (; m + kTileRows <= num_rows; m += kTileRows) {
+    int64_t c = 0;
+    for (; c + kTileCols <= num_cols; c += kTileCols) {
+      LinearTile<kTileRows, kTileCols>(x + m * ldx, ldx, k, w + c * ldw, ldw,
+                                       bias ? bias + c : nullptr, y + m * ldy + c, ldy, accumulate);
+    }
+    for (; c < num_cols; ++c) {
+      LinearTile<kTileRows, 1>(x + m * ldx, ldx, k, w + c * ldw, ldw, bias ? bias + c : nullptr,
+                               y + m * ldy + c, ldy, accumulate);
+    }
+  }
+  for (; m < num_rows; ++m) {
+    int64_t c = 0;
+    for (; c + kTileCols <= num_cols; c += kTileCols) {
+      LinearTile<1, kTileCols>(x + m * ldx, ldx, k, w + c * ldw, ldw, bias ? bias + c : nullptr,
+                               y + m * ldy + c, ldy, accumulate);
+    }
+    for (; c < num_cols; ++c) {
+      LinearTile<1, 1>(x + m * ldx, ldx, k, w + c * ldw, ldw, bias ? bias + c : nullptr,
+                       y + m * ldy + c, ldy, accumulate);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln::cpu::internal
