@@ -131,9 +131,12 @@ int Main(int argc, char** argv) {
   int32_t threads = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--model" && i + 1 < argc) model = argv[++i];
-    else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
-    else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
+    if (a == "--model" && i + 1 < argc)
+      model = argv[++i];
+    else if (a == "--threads" && i + 1 < argc)
+      threads = std::atoi(argv[++i]);
+    else if (a == "--json" && i + 1 < argc)
+      json_path = argv[++i];
     else {
       std::fprintf(stderr, "usage: engine_bench --model M [--threads N] [--json FILE]\n");
       return 2;
@@ -170,24 +173,24 @@ int Main(int argc, char** argv) {
   auto fake = Engine::Create(std::make_unique<testing::FakeRunner>(32000, 2), fake_options);
   Json book_fake = BookkeepingRun(**fake, 256, 200, "fake (no model work)");
 
-  Json out = {{"model", model},
-              {"num_parameters", config.NumParameters()},
-              {"threads", threads},
-              {"copy_bandwidth_gb_s", bandwidth / 1e9},
-              {"fp32_weight_bytes_per_token", weight_bytes},
-              {"batch1_roofline_tok_s", roofline_tok_s},
-              {"batch1", b1},
-              {"batch16", b16},
-              {"batch16_over_batch1", b16["decode_tok_s"].get<double>() /
-                                          b1["decode_tok_s"].get<double>()},
-              {"bookkeeping_256_model", book_model},
-              {"bookkeeping_256_fake", book_fake}};
+  Json out = {
+      {"model", model},
+      {"num_parameters", config.NumParameters()},
+      {"threads", threads},
+      {"copy_bandwidth_gb_s", bandwidth / 1e9},
+      {"fp32_weight_bytes_per_token", weight_bytes},
+      {"batch1_roofline_tok_s", roofline_tok_s},
+      {"batch1", b1},
+      {"batch16", b16},
+      {"batch16_over_batch1", b16["decode_tok_s"].get<double>() / b1["decode_tok_s"].get<double>()},
+      {"bookkeeping_256_model", book_model},
+      {"bookkeeping_256_fake", book_fake}};
   std::printf("%s\n", out.dump(2).c_str());
   std::printf("\n| figure | kiln | yardstick |\n|---|---|---|\n");
-  std::printf("| batch-1 decode | %.1f tok/s | roofline %.1f tok/s (%.1f GB/s copy, %.0f MB fp32 "
-              "weights) |\n",
-              b1["decode_tok_s"].get<double>(), roofline_tok_s, bandwidth / 1e9,
-              weight_bytes / 1e6);
+  std::printf(
+      "| batch-1 decode | %.1f tok/s | roofline %.1f tok/s (%.1f GB/s copy, %.0f MB fp32 "
+      "weights) |\n",
+      b1["decode_tok_s"].get<double>(), roofline_tok_s, bandwidth / 1e9, weight_bytes / 1e6);
   std::printf("| 16 concurrent, decode | %.1f tok/s | %.2fx batch-1 |\n",
               b16["decode_tok_s"].get<double>(), out["batch16_over_batch1"].get<double>());
   std::printf("| bookkeeping / step, 256 running (model) | %.1f us | execute %.0f us |\n",

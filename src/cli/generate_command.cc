@@ -222,8 +222,7 @@ void AddGenerateCommand(CLI::App& app) {
   cmd->add_flag("--chat", o->chat, "wrap text prompts as a user message in the chat template");
   cmd->add_option("--system", o->system, "a system message for --chat");
   cmd->add_option("--chat-template", o->chat_template, "a file that replaces the chat template");
-  cmd->add_option("--output", o->output, "text or jsonl")
-      ->check(CLI::IsMember({"text", "jsonl"}));
+  cmd->add_option("--output", o->output, "text or jsonl")->check(CLI::IsMember({"text", "jsonl"}));
   cmd->add_flag("--stats", o->stats, "print engine statistics to stderr");
   // Engine.
   cmd->add_option("--device", o->device, "cpu or auto");

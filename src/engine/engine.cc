@@ -51,8 +51,8 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<ModelRunner> runn
   }
   num_blocks = std::min<int64_t>(num_blocks, int64_t{1} << 30);
   const int64_t pool_tokens = num_blocks * options.block_size;
-  const int64_t model_len = config.max_position_embeddings > 0 ? config.max_position_embeddings
-                                                               : int64_t{1} << 20;
+  const int64_t model_len =
+      config.max_position_embeddings > 0 ? config.max_position_embeddings : int64_t{1} << 20;
   int64_t max_model_len = options.max_model_len;
   if (max_model_len > 0) {
     if (max_model_len > model_len) {
@@ -81,8 +81,8 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<ModelRunner> runn
 
   std::unique_ptr<Engine> engine(new Engine());
   engine->options_ = options;
-  KILN_RETURN_IF_ERROR(runner->AllocateKvCache(static_cast<int32_t>(num_blocks),
-                                               options.block_size));
+  KILN_RETURN_IF_ERROR(
+      runner->AllocateKvCache(static_cast<int32_t>(num_blocks), options.block_size));
   engine->runner_ = std::move(runner);
   engine->max_model_len_ = static_cast<int32_t>(max_model_len);
   engine->kv_ = std::make_unique<KvCacheManager>(KvCacheOptions{
@@ -90,11 +90,15 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<ModelRunner> runn
       .block_size = options.block_size,
       .enable_prefix_caching = options.enable_prefix_caching,
   });
-  engine->scheduler_ = std::make_unique<Scheduler>(options.scheduler, engine->kv_.get(),
-                                                   engine->max_model_len_);
-  engine->scheduler_->set_eos_token_ids(
-      options.eos_token_ids.empty() ? config.eos_token_ids : options.eos_token_ids);
+  engine->scheduler_ =
+      std::make_unique<Scheduler>(options.scheduler, engine->kv_.get(), engine->max_model_len_);
+  engine->scheduler_->set_eos_token_ids(options.eos_token_ids.empty() ? config.eos_token_ids
+                                                                      : options.eos_token_ids);
   engine->stats_.num_kv_blocks = static_cast<int32_t>(num_blocks);
+  LOG(INFO) << "KV cache: " << num_blocks << " blocks of " << options.block_size << " tokens ("
+            << pool_tokens << " tokens, "
+            << (num_blocks * engine->runner_->KvBlockBytes(options.block_size) >> 20) << " MiB) on "
+            << engine->runner_->name() << "; max_model_len " << max_model_len;
   return engine;
 }
 
@@ -184,8 +188,8 @@ std::vector<RequestOutput> Engine::Step() {
   // Bookkeeping for stats; nothing below changes what the step did.
   s.num_seqs = inputs.num_seqs();
   s.num_batched_tokens = inputs.num_tokens();
-  s.num_decode_seqs = static_cast<int32_t>(std::count_if(
-      batch.seqs.begin(), batch.seqs.end(), [](const ScheduledSeq& q) {
+  s.num_decode_seqs = static_cast<int32_t>(
+      std::count_if(batch.seqs.begin(), batch.seqs.end(), [](const ScheduledSeq& q) {
         return q.num_new_tokens == 1 && q.num_computed_tokens >= q.request->num_prompt_tokens;
       }));
   s.num_running = scheduler_->num_running();

@@ -71,10 +71,10 @@ struct StepStats {
 
 struct EngineStats {
   int64_t num_steps = 0;
-  int64_t num_prompt_tokens = 0;     // computed prompt tokens (excluding cache hits)
+  int64_t num_prompt_tokens = 0;  // computed prompt tokens (excluding cache hits)
   int64_t num_generated_tokens = 0;
   int64_t num_preemptions = 0;
-  double total_bookkeeping_us = 0;   // schedule + build + update over all steps
+  double total_bookkeeping_us = 0;  // schedule + build + update over all steps
   double total_execute_us = 0;
   StepStats last_step;
   KvCacheStats kv;

@@ -39,8 +39,8 @@ Finished Reference(const EngineRequest& r, int32_t max_model_len) {
   Finished f;
   if (p.prompt_logprobs.has_value()) {
     for (int32_t i = 1; i < prompt_len; ++i) {
-      f.prompt_logprobs.push_back(cpu::Score(
-          FakeLogits(std::span(seq).first(i), kVocab), seq[i], *p.prompt_logprobs));
+      f.prompt_logprobs.push_back(
+          cpu::Score(FakeLogits(std::span(seq).first(i), kVocab), seq[i], *p.prompt_logprobs));
     }
   }
   while (true) {
@@ -63,8 +63,8 @@ Finished Reference(const EngineRequest& r, int32_t max_model_len) {
     seq.push_back(t.token_id);
     f.tokens.push_back(t.token_id);
     if (p.logprobs.has_value()) f.logprobs.push_back(t);
-    const bool stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(),
-                                   t.token_id) != p.stop_token_ids.end();
+    const bool stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), t.token_id) !=
+                         p.stop_token_ids.end();
     if ((t.token_id == kEos && !p.ignore_eos) || stop_id) {
       f.reason = FinishReason::kStop;
       break;
@@ -320,8 +320,8 @@ TEST(EngineRandomizedTest, RandomOperationsAgainstTheReference) {
         ASSERT_TRUE(engine->AddRequest(r).ok());
         live[r.id] = r;
       } else if (kind == 3 && !live.empty()) {
-        auto it = std::next(live.begin(), std::uniform_int_distribution<size_t>(
-                                              0, live.size() - 1)(rng));
+        auto it =
+            std::next(live.begin(), std::uniform_int_distribution<size_t>(0, live.size() - 1)(rng));
         if (engine->Abort(it->first)) aborted.insert(it->first);
       } else {
         for (const RequestOutput& out : engine->Step()) {

@@ -106,7 +106,8 @@ void Executor::Loop() {
     for (EngineRequest& r : to_add) {
       const RequestId id = r.id;
       Status s = engine_->AddRequest(std::move(r));
-      CHECK(s.ok()) << "request " << id << " passed validation but not AddRequest: " << s.ToString();
+      CHECK(s.ok()) << "request " << id
+                    << " passed validation but not AddRequest: " << s.ToString();
     }
     for (RequestId id : to_abort) engine_->Abort(id);
     if (stopping) {

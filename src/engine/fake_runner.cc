@@ -25,8 +25,7 @@ std::vector<float> FakeLogits(std::span<const int32_t> tokens, int32_t vocab_siz
   return logits;
 }
 
-FakeRunner::FakeRunner(int32_t vocab_size, int32_t eos_token_id,
-                       int32_t max_position_embeddings) {
+FakeRunner::FakeRunner(int32_t vocab_size, int32_t eos_token_id, int32_t max_position_embeddings) {
   config_.architecture = "FakeForTests";
   config_.num_layers = 1;
   config_.hidden_size = 8;

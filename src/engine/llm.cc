@@ -42,8 +42,7 @@ uint64_t CompletionSeed(uint64_t seed, int32_t index) {
 }
 
 Result<std::unique_ptr<ModelRunner>> CreateRunner(const Checkpoint& checkpoint,
-                                                  const std::string& device,
-                                                  int32_t num_threads) {
+                                                  const std::string& device, int32_t num_threads) {
   if (device == "cpu" || device == "auto") {
     CpuRunnerOptions options;
     options.num_threads = num_threads;
@@ -121,14 +120,13 @@ Result<std::vector<GenerateResult>> LLM::Generate(const std::vector<Prompt>& pro
   for (size_t i = 0; i < prompts.size(); ++i) {
     auto ids = Tokenize(prompts[i]);
     if (!ids.ok()) {
-      return Status(ids.status().code(), "prompts[" + std::to_string(i) + "]: " +
-                                             ids.status().message());
+      return Status(ids.status().code(),
+                    "prompts[" + std::to_string(i) + "]: " + ids.status().message());
     }
     results[i].prompt_token_ids = *ids;
     results[i].completions.resize(params.n);
-    const uint64_t seed = params.seed.has_value()
-                              ? *params.seed
-                              : (uint64_t{random()} << 32 | uint64_t{random()});
+    const uint64_t seed =
+        params.seed.has_value() ? *params.seed : (uint64_t{random()} << 32 | uint64_t{random()});
     for (int32_t j = 0; j < params.n; ++j) {
       EngineRequest r;
       r.id = next_id_++;
@@ -166,8 +164,7 @@ Result<std::vector<GenerateResult>> LLM::Generate(const std::vector<Prompt>& pro
       c.logprobs.insert(c.logprobs.end(), delta.logprobs.begin(), delta.logprobs.end());
       if (p.completion_index == 0) {
         result.num_cached_tokens = out.num_cached_tokens;
-        result.prompt_logprobs.insert(result.prompt_logprobs.end(),
-                                      delta.prompt_logprobs.begin(),
+        result.prompt_logprobs.insert(result.prompt_logprobs.end(), delta.prompt_logprobs.begin(),
                                       delta.prompt_logprobs.end());
       }
       if (delta.finished) {

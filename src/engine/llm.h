@@ -63,8 +63,8 @@ struct CompletionOutput {
 
 struct GenerateResult {
   std::vector<int32_t> prompt_token_ids;
-  std::vector<ScoredToken> prompt_logprobs;  // prompt_token_ids[1:] each, when asked for
-  int32_t num_cached_tokens = 0;             // prompt tokens served by the prefix cache
+  std::vector<ScoredToken> prompt_logprobs;   // prompt_token_ids[1:] each, when asked for
+  int32_t num_cached_tokens = 0;              // prompt tokens served by the prefix cache
   std::vector<CompletionOutput> completions;  // params.n of them
 };
 
@@ -104,7 +104,6 @@ uint64_t CompletionSeed(uint64_t seed, int32_t index);
 // Creates the runner `device` names ("cpu" or "auto"). Errors: kInvalidArgument for an unknown
 // device, kUnsupported for "cuda" until the CUDA backend exists, and those of the backend.
 Result<std::unique_ptr<ModelRunner>> CreateRunner(const Checkpoint& checkpoint,
-                                                  const std::string& device,
-                                                  int32_t num_threads);
+                                                  const std::string& device, int32_t num_threads);
 
 }  // namespace kiln

@@ -24,8 +24,8 @@ TextDelta RequestTextStream::Process(const RequestOutput& output) {
       delta.logprobs.push_back(output.new_logprobs[i]);
     }
     // NOTE: the token that stopped the request is not text (as vLLM), unless asked for.
-    const bool is_stop_token = output.finished && output.stop_token_id == id &&
-                               i + 1 == output.new_token_ids.size();
+    const bool is_stop_token =
+        output.finished && output.stop_token_id == id && i + 1 == output.new_token_ids.size();
     if (is_stop_token && !include_stop_str_) continue;
     decoded += detok_.Add(id);
     StopStringMatcher::Update update = stops_.Push(decoded);

@@ -21,9 +21,9 @@ namespace kiln {
 
 // One step's worth of a request's output, as text.
 struct TextDelta {
-  std::string text;                       // new text safe to show (stop strings held back)
-  std::vector<int32_t> token_ids;         // new token ids (all of them, incl. a stop token)
-  std::vector<ScoredToken> logprobs;      // per new token, when asked for
+  std::string text;                   // new text safe to show (stop strings held back)
+  std::vector<int32_t> token_ids;     // new token ids (all of them, incl. a stop token)
+  std::vector<ScoredToken> logprobs;  // per new token, when asked for
   std::vector<ScoredToken> prompt_logprobs;
   bool finished = false;
   std::optional<FinishReason> finish_reason;

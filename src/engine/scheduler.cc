@@ -9,16 +9,15 @@ namespace kiln {
 Result<SchedulingPolicy> ParseSchedulingPolicy(std::string_view name) {
   if (name == "fcfs") return SchedulingPolicy::kFcfs;
   if (name == "priority") return SchedulingPolicy::kPriority;
-  return InvalidArgument("scheduling policy: expected fcfs or priority, got '" +
-                         std::string(name) + "'");
+  return InvalidArgument("scheduling policy: expected fcfs or priority, got '" + std::string(name) +
+                         "'");
 }
 
 Result<CapacityPolicy> ParseCapacityPolicy(std::string_view name) {
   if (name == "max_utilization") return CapacityPolicy::kMaxUtilization;
   if (name == "guaranteed_no_evict") return CapacityPolicy::kGuaranteedNoEvict;
-  return InvalidArgument(
-      "capacity policy: expected max_utilization or guaranteed_no_evict, got '" +
-      std::string(name) + "'");
+  return InvalidArgument("capacity policy: expected max_utilization or guaranteed_no_evict, got '" +
+                         std::string(name) + "'");
 }
 
 Scheduler::Scheduler(const SchedulerOptions& options, KvCacheManager* kv, int32_t max_model_len)
@@ -46,10 +45,9 @@ void Scheduler::InsertWaiting(Request* r, bool at_front) {
     }
     return;
   }
-  auto it = std::upper_bound(waiting_.begin(), waiting_.end(), r,
-                             [this](const Request* x, const Request* y) {
-                               return ComesBefore(*x, *y);
-                             });
+  auto it =
+      std::upper_bound(waiting_.begin(), waiting_.end(), r,
+                       [this](const Request* x, const Request* y) { return ComesBefore(*x, *y); });
   waiting_.insert(it, r);
 }
 
@@ -198,8 +196,8 @@ ScheduledBatch Scheduler::Schedule() {
 }
 
 void Scheduler::CheckStop(Request* r, int32_t token) {
-  const bool is_eos = std::find(eos_token_ids_.begin(), eos_token_ids_.end(), token) !=
-                      eos_token_ids_.end();
+  const bool is_eos =
+      std::find(eos_token_ids_.begin(), eos_token_ids_.end(), token) != eos_token_ids_.end();
   const auto& stops = r->params.stop_token_ids;
   const bool is_stop_id = std::find(stops.begin(), stops.end(), token) != stops.end();
   if ((is_eos && !r->params.ignore_eos) || is_stop_id) {

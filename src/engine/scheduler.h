@@ -13,7 +13,8 @@
 //      rest (no overtaking), so order is kept.
 // When a running request's blocks cannot grow:
 //   max_utilization:      preempt the running request that comes last in policy order (free its
-//                         blocks, back to the front of the waiting queue, recompute later) and retry;
+//                         blocks, back to the front of the waiting queue, recompute later) and
+//                         retry;
 //   guaranteed_no_evict:  cannot happen: a request is admitted only when the worst case of every
 //                         running request plus its own fits in the pool.
 //
@@ -44,7 +45,7 @@ enum class CapacityPolicy : uint8_t {
   kGuaranteedNoEvict,  // admit only when the worst case fits; never preempt
 };
 Result<SchedulingPolicy> ParseSchedulingPolicy(std::string_view name);  // "fcfs", "priority"
-Result<CapacityPolicy> ParseCapacityPolicy(std::string_view name);  // "max_utilization", ...
+Result<CapacityPolicy> ParseCapacityPolicy(std::string_view name);      // "max_utilization", ...
 
 struct SchedulerOptions {
   // Tokens one step computes at most (all requests together). Larger = better prefill
@@ -67,8 +68,8 @@ struct ScheduledSeq {
 };
 
 struct ScheduledBatch {
-  std::vector<ScheduledSeq> seqs;        // decodes first, then prefills, then new admissions
-  std::vector<RequestId> preempted;      // preempted during this Schedule()
+  std::vector<ScheduledSeq> seqs;    // decodes first, then prefills, then new admissions
+  std::vector<RequestId> preempted;  // preempted during this Schedule()
   int32_t num_batched_tokens = 0;
   bool empty() const { return seqs.empty(); }
 };
@@ -134,8 +135,8 @@ class Scheduler {
   int64_t next_arrival_ = 0;
 
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
-  std::vector<Request*> running_;  // admission order
-  std::deque<Request*> waiting_;   // policy order (front = next)
+  std::vector<Request*> running_;    // admission order
+  std::deque<Request*> waiting_;     // policy order (front = next)
   std::vector<RequestId> finished_;  // destroyed at the start of the next Schedule()
   SchedulerStats stats_;
 };

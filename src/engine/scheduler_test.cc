@@ -171,7 +171,7 @@ TEST(SchedulerTest, FinishFreesBlocksWhereverTheRequestIs) {
   EXPECT_EQ(waiting->finish_reason, FinishReason::kAbort);
   const Request* running = f.sched.Finish(1, FinishReason::kAbort);
   ASSERT_NE(running, nullptr);
-  EXPECT_EQ(f.sched.Finish(1, FinishReason::kAbort), nullptr);  // already finished
+  EXPECT_EQ(f.sched.Finish(1, FinishReason::kAbort), nullptr);   // already finished
   EXPECT_EQ(f.sched.Finish(42, FinishReason::kAbort), nullptr);  // unknown
   EXPECT_EQ(f.kv.NumFreeBlocks(), 64);
   EXPECT_FALSE(f.sched.HasWork());

@@ -37,8 +37,8 @@ StepInputs BuildStepInputs(const ScheduledBatch& batch, const KvCacheManager& kv
   in.cu_seqlens.reserve(batch.seqs.size() + 1);
   in.cu_seqlens.push_back(0);
   for (const ScheduledSeq& s : batch.seqs) {
-    in.max_blocks_per_seq = std::max(
-        in.max_blocks_per_seq, kv.NumBlocksFor(s.num_computed_tokens + s.num_new_tokens));
+    in.max_blocks_per_seq =
+        std::max(in.max_blocks_per_seq, kv.NumBlocksFor(s.num_computed_tokens + s.num_new_tokens));
   }
   in.block_tables.assign(batch.seqs.size() * in.max_blocks_per_seq, -1);
 
