@@ -35,7 +35,8 @@ namespace kiln {
 //   4. otherwise processed / temperature -> top_k -> softmax -> top_p -> min_p -> renormalize,
 //      then an exponential race: argmax_i p_i / E_i with E_i = -ln(U_i) and U_i a Philox-4x32-10
 //      uniform keyed by (seed) at counter (rng_position, i), so the draw depends only on the
-//      request, never on the batch around it.
+//      request, never on the batch around it. backend/cpu/sampler.h fixes the arithmetic of each
+//      stage (and E_i when U_i = 1) so that other backends can match it.
 struct SamplingSpec {
   float temperature = 0.0f;         // 0 = greedy
   int32_t top_k = 0;                // 0 = no limit

@@ -39,7 +39,9 @@ namespace kiln::cpu {
 // REQUIRES: spec valid (temperature >= 0, top_p in (0, 1], min_p in [0, 1], top_k >= 0,
 // repetition_penalty > 0, ids in logit_bias/banned/prompt/output < logits.size()); logits
 // non-empty and free of NaN.
-// Cost: O(vocab + prompt + output) plus O(vocab) per top_p round; a few vocab-sized buffers.
+// Cost: O(vocab + prompt + output): top_k by nth_element, top_p by a weight histogram and a sort
+// of one bucket, never a full sort; a few vocab-sized buffers per call. bench/sampler_bench
+// measures it (vocab 49152, one 2-vCPU VM core: ~0.5 ms greedy, ~1-2 ms sampled).
 ScoredToken Sample(std::span<const float> logits, const SamplingSpec& spec);
 
 // Step 2 of step.h, in place on a copy of the raw logits ([vocab_size]): logit bias, banned ids
