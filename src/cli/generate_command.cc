@@ -31,6 +31,7 @@ struct GenerateOptions {
   int32_t block_size = 16;
   int32_t max_num_seqs = 256;
   int32_t max_num_batched_tokens = 2048;
+  int32_t max_prefill_chunk_tokens = 0;
   int32_t max_model_len = 0;
   bool no_prefix_caching = false;
   std::string scheduling_policy = "fcfs";
@@ -129,6 +130,7 @@ void Run(GenerateOptions o) {
   e.enable_prefix_caching = !o.no_prefix_caching;
   e.scheduler.max_num_seqs = o.max_num_seqs;
   e.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+  e.scheduler.max_prefill_chunk_tokens = o.max_prefill_chunk_tokens;
   auto sched = ParseSchedulingPolicy(o.scheduling_policy);
   if (!sched.ok()) Fail("generate", sched.status());
   e.scheduler.scheduling_policy = *sched;
@@ -231,6 +233,8 @@ void AddGenerateCommand(CLI::App& app) {
   cmd->add_option("--block-size", o->block_size, "tokens per KV block");
   cmd->add_option("--max-num-seqs", o->max_num_seqs, "requests running at once");
   cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "tokens per step");
+  cmd->add_option("--max-prefill-chunk-tokens", o->max_prefill_chunk_tokens,
+                  "prompt tokens one request computes per step (0 = no cap)");
   cmd->add_option("--max-model-len", o->max_model_len, "longest sequence (0 = model's)");
   cmd->add_flag("--no-prefix-caching", o->no_prefix_caching, "disable prefix caching");
   cmd->add_option("--scheduling-policy", o->scheduling_policy, "fcfs or priority");

@@ -148,6 +148,13 @@ ScheduledBatch Scheduler::Schedule() {
 
   ScheduledBatch batch;
   auto budget = [&] { return options_.max_num_batched_tokens - batch.num_batched_tokens; };
+  auto chunk = [&](int32_t remaining) {
+    int32_t n = std::min(remaining, budget());
+    if (options_.max_prefill_chunk_tokens > 0 && options_.enable_chunked_prefill) {
+      n = std::min(n, options_.max_prefill_chunk_tokens);
+    }
+    return n;
+  };
 
   // 1 + 2: running requests, decodes before prefill chunks.
   std::vector<Request*> order;
@@ -161,7 +168,7 @@ ScheduledBatch Scheduler::Schedule() {
   for (Request* r : order) {
     if (r->status != RequestStatus::kRunning) continue;  // preempted by an earlier one
     if (budget() <= 0) break;
-    const int32_t num_new = std::min(r->num_tokens() - r->num_computed_tokens, budget());
+    const int32_t num_new = chunk(r->num_tokens() - r->num_computed_tokens);
     if (!AllocateRunning(r, r->num_computed_tokens + num_new, &batch)) continue;
     batch.seqs.push_back({r, r->num_computed_tokens, num_new});
     batch.num_batched_tokens += num_new;
@@ -176,7 +183,7 @@ ScheduledBatch Scheduler::Schedule() {
     // has no logits).
     if (!r->wants_prompt_logprobs()) hit = kv_->FindCachedPrefix(r->token_ids, r->cache_key);
     const int32_t remaining = r->num_tokens() - hit.num_tokens;
-    const int32_t num_new = std::min(remaining, budget());
+    const int32_t num_new = chunk(remaining);
     if (!options_.enable_chunked_prefill && num_new < remaining) break;
     if (options_.capacity_policy == CapacityPolicy::kGuaranteedNoEvict && !FitsWorstCase(*r)) {
       break;

@@ -56,6 +56,10 @@ struct SchedulerOptions {
   // Split long prompts over several steps. Off: a prompt is admitted only when all of it fits
   // in one step's budget (so max_num_batched_tokens must cover the longest prompt).
   bool enable_chunked_prefill = true;
+  // The most prompt tokens one request computes in one step (0 = no cap beyond the budget), as
+  // vLLM's long_prefill_token_threshold: a small cap lets many prompts advance together and
+  // keeps long prompts from monopolising steps. Only with chunked prefill.
+  int32_t max_prefill_chunk_tokens = 0;
   SchedulingPolicy scheduling_policy = SchedulingPolicy::kFcfs;
   CapacityPolicy capacity_policy = CapacityPolicy::kMaxUtilization;
 };

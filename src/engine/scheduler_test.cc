@@ -71,6 +71,18 @@ TEST(SchedulerTest, ChunkedPrefillWithinTheTokenBudget) {
   EXPECT_EQ(f.sched.Find(1)->num_output_tokens(), 2);
 }
 
+TEST(SchedulerTest, PrefillChunkCapLetsPromptsAdvanceTogether) {
+  Fixture f({.max_num_batched_tokens = 100, .max_prefill_chunk_tokens = 3});
+  f.sched.Add(Req(1, 7));
+  f.sched.Add(Req(2, 2));
+  f.Step();
+  EXPECT_EQ(f.last, (Shares_t{{1, 3}, {2, 2}}));
+  f.Step();  // 2 decodes first; 1 continues its prompt 3 at a time
+  EXPECT_EQ(f.last, (Shares_t{{2, 1}, {1, 3}}));
+  f.Step();  // 1's last prompt token needs one token like a decode: running order again
+  EXPECT_EQ(f.last, (Shares_t{{1, 1}, {2, 1}}));
+}
+
 TEST(SchedulerTest, DecodesGoBeforeRunningPrefills) {
   Fixture f({.max_num_batched_tokens = 8});
   f.sched.Add(Req(1, 3, 10));
