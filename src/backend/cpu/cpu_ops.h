@@ -1,8 +1,9 @@
 // The CPU backend's ops: the numerical reference of the Llama-family forward pass (DESIGN.md §4)
 // that the CUDA kernels are compared with. Each op is a plain function over raw pointers and
 // sizes; tensors are row-major f32 with the shapes in the trailing comments; an `ld*` argument is
-// the distance in floats between consecutive rows. Ops allocate nothing but per-thread scratch and
-// use at most `num_threads` OpenMP threads (<= 0: OpenMP's default).
+// the distance in floats between consecutive rows. Ops allocate nothing but per-thread scratch
+// and run on at most `num_threads` threads of the ParallelFor pool (thread_pool.h; <= 0: every
+// core); small ops run on the calling thread alone.
 //
 // Determinism and batch invariance. Every output element is computed by one thread, and every
 // reduction runs in an order fixed by the sizes of that element's own reduction (K of a linear

@@ -79,6 +79,8 @@ std::string VariantName(Variant v) {
   return "?";
 }
 
+void PrintTo(Variant v, std::ostream* os) { *os << VariantName(v); }
+
 ModelConfig VariantConfig(Variant v) {
   ModelConfig c = BaseConfig();
   switch (v) {
