@@ -503,6 +503,38 @@ TEST(PagedAttentionTest, PagingAndThreadsDoNotChangeABit) {
   }
 }
 
+// The per-(token, head) kernel gives the same bits on every instruction set, head_dim with and
+// without a tail of the 16-lane chunks.
+TEST(PagedAttentionTest, EveryIsaGivesTheSameBits) {
+  for (int32_t head_dim : {20, 64, 72}) {
+    const int32_t block_size = 5, context = 37, kv_width = 2 * head_dim;
+    const std::vector<int32_t> table = {6, 2, 7, 0, 3, 1, 5, 4};
+    const std::vector<float> k = RandomVector(8 * block_size * kv_width, 41);
+    const std::vector<float> v = RandomVector(8 * block_size * kv_width, 42);
+    const std::vector<float> q = RandomVector(head_dim, 43, 2.0f);
+    std::vector<float> reference;
+    for (const SimdKernels* kernels : AvailableKernels()) {
+      std::vector<float> probs(context), out(head_dim);
+      internal::AttendArgs a;
+      a.q = q.data();
+      a.k_cache = k.data() + head_dim;  // the second kv head
+      a.v_cache = v.data() + head_dim;
+      a.block_table = table.data();
+      a.block_size = block_size;
+      a.kv_width = kv_width;
+      a.head_dim = head_dim;
+      a.context = context;
+      a.scale = 0.125f;
+      a.probs = probs.data();
+      a.out = out.data();
+      kernels->attend(a);
+      if (reference.empty()) reference = out;
+      EXPECT_TRUE(BitwiseEqual(out.data(), reference.data(), head_dim))
+          << kernels->name << " head_dim " << head_dim;
+    }
+  }
+}
+
 // ---- GGUF q/k row permutation
 // ----------------------------------------------------------------------
 

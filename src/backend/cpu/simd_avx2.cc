@@ -34,6 +34,13 @@ struct Vec {
   static Vec Fma(Vec a, Vec b, Vec c) {
     return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
   }
+  static Vec Mul(Vec a, Vec b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
+  static Vec Add(Vec a, Vec b) { return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
+  static Vec Set1(float x) { return {_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
+  void Store(float* p) const {
+    _mm256_storeu_ps(p, lo);
+    _mm256_storeu_ps(p + 8, hi);
+  }
   static float Reduce(Vec a) {
     const __m256 s8 = _mm256_add_ps(a.lo, a.hi);  // lanes l + (l + 8)
     const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
@@ -146,7 +153,8 @@ void DecodeRowsAvx2(const WeightView& w, int64_t row_begin, int64_t num_rows, fl
 namespace kiln::cpu::internal {
 
 const SimdKernels& Avx2Kernels() {
-  static const SimdKernels kKernels{"avx2", &DotImpl, &DecodeRowsAvx2, &LinearBlockImpl};
+  static const SimdKernels kKernels{"avx2", &DotImpl, &DecodeRowsAvx2, &LinearBlockImpl,
+                                    &AttendImpl};
   return kKernels;
 }
 

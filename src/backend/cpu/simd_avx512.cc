@@ -40,6 +40,10 @@ struct Vec {
     return {_mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p)};
   }
   static Vec Fma(Vec a, Vec b, Vec c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
+  static Vec Mul(Vec a, Vec b) { return {_mm512_mul_ps(a.v, b.v)}; }
+  static Vec Add(Vec a, Vec b) { return {_mm512_add_ps(a.v, b.v)}; }
+  static Vec Set1(float x) { return {_mm512_set1_ps(x)}; }
+  void Store(float* p) const { _mm512_storeu_ps(p, v); }
   static float Reduce(Vec a) {
     const __m256 lo = _mm512_castps512_ps256(a.v);
     // Lanes 8..15 moved down (0xEE selects 128-bit quarters 2, 3, 2, 3).
@@ -159,7 +163,8 @@ void DecodeRowsAvx512(const WeightView& w, int64_t row_begin, int64_t num_rows, 
 namespace kiln::cpu::internal {
 
 const SimdKernels& Avx512Kernels() {
-  static const SimdKernels kKernels{"avx512", &DotImpl, &DecodeRowsAvx512, &LinearBlockImpl};
+  static const SimdKernels kKernels{"avx512", &DotImpl, &DecodeRowsAvx512, &LinearBlockImpl,
+                                    &AttendImpl};
   return kKernels;
 }
 
