@@ -132,27 +132,36 @@ inline void LinearBlockImpl(const float* x, int64_t ldx, int64_t num_rows, int64
 // (each dot its own 16-lane chain), max-subtracted exp summed in increasing position, then
 // out += (prob / sum) * v per element, mul then add, in increasing position.
 inline void AttendImpl(const AttendArgs& a) {
-  auto slot = [&](int64_t j) {
-    return int64_t{a.block_table[j / a.block_size]} * a.block_size + j % a.block_size;
+  // Walks positions 0, 1, 2, ... through the block table without a division per position.
+  struct Cursor {
+    const AttendArgs& a;
+    int64_t block = 0;
+    int32_t offset = 0;
+    int64_t Next() {  // floats from the cache start to this position's row
+      const int64_t row = (int64_t{a.block_table[block]} * a.block_size + offset) * a.kv_width;
+      if (++offset == a.block_size) offset = 0, ++block;
+      return row;
+    }
   };
   float* probs = a.probs;
   float max_score = -INFINITY;
+  Cursor keys{a};
   int64_t j = 0;
   for (; j + 4 <= a.context; j += 4) {
-    const float* const keys[4] = {
-        a.k_cache + slot(j) * a.kv_width, a.k_cache + slot(j + 1) * a.kv_width,
-        a.k_cache + slot(j + 2) * a.kv_width, a.k_cache + slot(j + 3) * a.kv_width};
+    const float* k[4];
+    for (int c = 0; c < 4; ++c) k[c] = a.k_cache + keys.Next();
+    const float* const(&rows)[4] = k;
     float dots[4];
-    DotTile<1, 4>(a.q, 0, keys, a.head_dim, dots);
+    DotTile<1, 4>(a.q, 0, rows, a.head_dim, dots);
     for (int c = 0; c < 4; ++c) {
       probs[j + c] = dots[c] * a.scale;
       max_score = probs[j + c] > max_score ? probs[j + c] : max_score;
     }
   }
   for (; j < a.context; ++j) {
-    const float* const keys[1] = {a.k_cache + slot(j) * a.kv_width};
+    const float* const rows[1] = {a.k_cache + keys.Next()};
     float dot;
-    DotTile<1, 1>(a.q, 0, keys, a.head_dim, &dot);
+    DotTile<1, 1>(a.q, 0, rows, a.head_dim, &dot);
     probs[j] = dot * a.scale;
     max_score = probs[j] > max_score ? probs[j] : max_score;
   }
@@ -163,9 +172,10 @@ inline void AttendImpl(const AttendArgs& a) {
   }
   float* out = a.out;
   for (int d = 0; d < a.head_dim; ++d) out[d] = 0.0f;
+  Cursor values{a};
   for (j = 0; j < a.context; ++j) {
     const float p = probs[j] / sum;
-    const float* v = a.v_cache + slot(j) * a.kv_width;
+    const float* v = a.v_cache + values.Next();
     const Vec pv = Vec::Set1(p);
     int d = 0;
     for (; d + 16 <= a.head_dim; d += 16) {
