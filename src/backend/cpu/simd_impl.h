@@ -148,9 +148,9 @@ inline void AttendImpl(const AttendArgs& a) {
   Cursor keys{a};
   int64_t j = 0;
   for (; j + 4 <= a.context; j += 4) {
-    const float* k[4];
-    for (int c = 0; c < 4; ++c) k[c] = a.k_cache + keys.Next();
-    const float* const(&rows)[4] = k;
+    // Braced initializers are evaluated left to right: positions j .. j + 3.
+    const float* const rows[4] = {a.k_cache + keys.Next(), a.k_cache + keys.Next(),
+                                  a.k_cache + keys.Next(), a.k_cache + keys.Next()};
     float dots[4];
     DotTile<1, 4>(a.q, 0, rows, a.head_dim, dots);
     for (int c = 0; c < 4; ++c) {
