@@ -27,8 +27,7 @@ int ThreadsFor(int num_threads, int64_t num_items, int64_t work) {
 
 }  // namespace
 
-// ---- Weights
-// -------------------------------------------------------------------------------------
+// ---- Weights -----------------------------------------------------------------------------------
 
 std::string_view WeightFormatName(WeightFormat format) {
   return DTypeName(WeightFormatDType(format));
@@ -83,8 +82,7 @@ void DecodeRows(const WeightView& w, int64_t row_begin, int64_t num_rows, float*
   internal::BestSimdKernels().decode_rows(w, row_begin, num_rows, out);
 }
 
-// ---- Linear algebra
-// ------------------------------------------------------------------------------
+// ---- Linear algebra ----------------------------------------------------------------------------
 
 float Dot(const float* a, const float* b, int64_t n) {
   return internal::BestSimdKernels().dot(a, b, n);
@@ -119,8 +117,7 @@ void Linear(const float* x, int64_t ldx, int64_t num_rows, const WeightView& w, 
   });
 }
 
-// ---- Elementwise and normalization
-// ---------------------------------------------------------------
+// ---- Elementwise and normalization -------------------------------------------------------------
 
 void RmsNorm(const float* x, int64_t ldx, const float* weight, int64_t num_rows, int64_t dim,
              float eps, float* out, int64_t ldo, int num_threads) {
@@ -150,8 +147,7 @@ void SiluMul(const float* gate_up, int64_t ld, int64_t num_rows, int64_t dim, fl
   });
 }
 
-// ---- Rotary embedding
-// ----------------------------------------------------------------------------
+// ---- Rotary embedding --------------------------------------------------------------------------
 
 Result<std::vector<float>> RopeInvFreq(int head_dim, double theta, const RopeScaling& scaling) {
   using Type = RopeScaling::Type;
@@ -232,8 +228,7 @@ void ApplyRope(float* x, int64_t ldx, int64_t num_tokens, int num_heads, int hea
   }
 }
 
-// ---- Paged KV cache and attention
-// ----------------------------------------------------------------
+// ---- Paged KV cache and attention --------------------------------------------------------------
 
 void StoreKv(const float* k, int64_t ldk, const float* v, int64_t ldv, const int64_t* slot_mapping,
              int64_t num_tokens, int64_t kv_width, float* k_cache, float* v_cache) {

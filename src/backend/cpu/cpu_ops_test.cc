@@ -75,8 +75,7 @@ TEST(DotTest, FollowsTheLaneOrderOnEveryIsa) {
   }
 }
 
-// ---- Weights
-// ---------------------------------------------------------------------------------------
+// ---- Weights -----------------------------------------------------------------------------------
 
 // Random bytes of a [rows, cols] matrix in `format` with finite, realistic fp16 scales.
 std::vector<uint8_t> RandomWeightBytes(WeightFormat format, int64_t rows, int64_t cols,
@@ -135,8 +134,7 @@ TEST(DecodeRowsTest, BitwiseEqualsDequantizeToF32OnEveryIsa) {
   }
 }
 
-// ---- Linear
-// ----------------------------------------------------------------------------------------
+// ---- Linear ------------------------------------------------------------------------------------
 
 struct LinearCase {
   int64_t m, k, n;
@@ -248,8 +246,7 @@ TEST(LinearTest, ReportsWhetherOpenBlasIsRowInvariant) {
       differing);
 }
 
-// ---- Norm, activation, rope
-// ------------------------------------------------------------------------
+// ---- Norm, activation, rope --------------------------------------------------------------------
 
 TEST(RmsNormTest, MatchesNaive) {
   const int64_t rows = 5, dim = 83;
@@ -370,8 +367,7 @@ TEST(RopeTest, RotatesPairsHalfAHeadApart) {
   }
 }
 
-// ---- Paged attention
-// -------------------------------------------------------------------------------
+// ---- Paged attention ---------------------------------------------------------------------------
 
 struct AttentionSetup {
   int num_heads = 6, num_kv_heads = 2, head_dim = 20;
@@ -535,8 +531,7 @@ TEST(PagedAttentionTest, EveryIsaGivesTheSameBits) {
   }
 }
 
-// ---- GGUF q/k row permutation
-// ----------------------------------------------------------------------
+// ---- GGUF q/k row permutation ------------------------------------------------------------------
 
 // llama.cpp's permute, as numpy evaluates it: w.reshape(heads, 2, rows / heads / 2, cols)
 // .swapaxes(1, 2).reshape(rows, cols) -- output element [h, j, i, c] is input [h, i, j, c].
