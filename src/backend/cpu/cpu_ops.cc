@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <numbers>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/simd.h"
 #include "backend/cpu/thread_pool.h"
