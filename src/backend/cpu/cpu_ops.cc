@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <numbers>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/simd.h"
 #include "backend/cpu/thread_pool.h"
@@ -27,8 +27,7 @@ int ThreadsFor(int num_threads, int64_t num_items, int64_t work) {
 
 }  // namespace
 
-// ---- Weights
-// -------------------------------------------------------------------------------------
+// ---- Weights -----------------------------------------------------------------------------------
 
 std::string_view WeightFormatName(WeightFormat format) {
   return DTypeName(WeightFormatDType(format));
@@ -83,8 +82,7 @@ void DecodeRows(const WeightView& w, int64_t row_begin, int64_t num_rows, float*
   internal::BestSimdKernels().decode_rows(w, row_begin, num_rows, out);
 }
 
-// ---- Linear algebra
-// ------------------------------------------------------------------------------
+// ---- Linear algebra ----------------------------------------------------------------------------
 
 float Dot(const float* a, const float* b, int64_t n) {
   return internal::BestSimdKernels().dot(a, b, n);
@@ -119,8 +117,7 @@ void Linear(const float* x, int64_t ldx, int64_t num_rows, const WeightView& w, 
   });
 }
 
-// ---- Elementwise and normalization
-// ---------------------------------------------------------------
+// ---- Elementwise and normalization -------------------------------------------------------------
 
 void RmsNorm(const float* x, int64_t ldx, const float* weight, int64_t num_rows, int64_t dim,
              float eps, float* out, int64_t ldo, int num_threads) {
@@ -150,8 +147,7 @@ void SiluMul(const float* gate_up, int64_t ld, int64_t num_rows, int64_t dim, fl
   });
 }
 
-// ---- Rotary embedding
-// ----------------------------------------------------------------------------
+// ---- Rotary embedding --------------------------------------------------------------------------
 
 Result<std::vector<float>> RopeInvFreq(int head_dim, double theta, const RopeScaling& scaling) {
   using Type = RopeScaling::Type;
@@ -232,8 +228,7 @@ void ApplyRope(float* x, int64_t ldx, int64_t num_tokens, int num_heads, int hea
   }
 }
 
-// ---- Paged KV cache and attention
-// ----------------------------------------------------------------
+// ---- Paged KV cache and attention --------------------------------------------------------------
 
 void StoreKv(const float* k, int64_t ldk, const float* v, int64_t ldv, const int64_t* slot_mapping,
              int64_t num_tokens, int64_t kv_width, float* k_cache, float* v_cache) {
@@ -265,32 +260,20 @@ void PagedAttention(const PagedAttentionArgs& a, int num_threads) {
     for (int64_t item = item_begin; item < item_end; ++item) {
       const int64_t t = item / a.num_heads;
       const int h = static_cast<int>(item % a.num_heads);
-      const int64_t kv_offset = int64_t{h / group} * a.head_dim;
-      const int32_t* table = a.block_tables + int64_t{token_seq[t]} * a.max_blocks_per_seq;
-      const int64_t context = int64_t{a.positions[t]} + 1;
-      const float* q = a.q + t * a.ldq + int64_t{h} * a.head_dim;
-      auto slot_of = [&](int64_t j) {
-        return int64_t{table[j / a.block_size]} * a.block_size + j % a.block_size;
-      };
-      if (probs.size() < static_cast<size_t>(context)) probs.resize(context);
-      float max_score = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < context; ++j) {
-        const float* key = a.k_cache + slot_of(j) * kv_width + kv_offset;
-        probs[j] = kernels.dot(q, key, a.head_dim) * a.scale;
-        max_score = std::max(max_score, probs[j]);
-      }
-      float sum = 0.0f;
-      for (int64_t j = 0; j < context; ++j) {
-        probs[j] = std::exp(probs[j] - max_score);
-        sum += probs[j];
-      }
-      float* out = a.out + t * a.ldo + int64_t{h} * a.head_dim;
-      std::fill(out, out + a.head_dim, 0.0f);
-      for (int64_t j = 0; j < context; ++j) {
-        const float p = probs[j] / sum;
-        const float* value = a.v_cache + slot_of(j) * kv_width + kv_offset;
-        for (int d = 0; d < a.head_dim; ++d) out[d] = out[d] + p * value[d];
-      }
+      internal::AttendArgs args;
+      args.q = a.q + t * a.ldq + int64_t{h} * a.head_dim;
+      args.k_cache = a.k_cache + int64_t{h / group} * a.head_dim;
+      args.v_cache = a.v_cache + int64_t{h / group} * a.head_dim;
+      args.block_table = a.block_tables + int64_t{token_seq[t]} * a.max_blocks_per_seq;
+      args.block_size = a.block_size;
+      args.kv_width = kv_width;
+      args.head_dim = a.head_dim;
+      args.context = int64_t{a.positions[t]} + 1;
+      args.scale = a.scale;
+      if (probs.size() < static_cast<size_t>(args.context)) probs.resize(args.context);
+      args.probs = probs.data();
+      args.out = a.out + t * a.ldo + int64_t{h} * a.head_dim;
+      kernels.attend(args);
     }
   });
 }

@@ -1,8 +1,9 @@
 // The CPU backend's ops: the numerical reference of the Llama-family forward pass (DESIGN.md §4)
 // that the CUDA kernels are compared with. Each op is a plain function over raw pointers and
 // sizes; tensors are row-major f32 with the shapes in the trailing comments; an `ld*` argument is
-// the distance in floats between consecutive rows. Ops allocate nothing but per-thread scratch and
-// use at most `num_threads` OpenMP threads (<= 0: OpenMP's default).
+// the distance in floats between consecutive rows. Ops allocate nothing but per-thread scratch
+// and run on at most `num_threads` threads of the ParallelFor pool (thread_pool.h; <= 0: every
+// core); small ops run on the calling thread alone.
 //
 // Determinism and batch invariance. Every output element is computed by one thread, and every
 // reduction runs in an order fixed by the sizes of that element's own reduction (K of a linear
@@ -31,8 +32,7 @@
 
 namespace kiln::cpu {
 
-// ---- Weights
-// -------------------------------------------------------------------------------------
+// ---- Weights -----------------------------------------------------------------------------------
 
 // How the rows of a weight matrix are stored. Linear decodes rows on the fly to exactly the f32
 // values DequantizeToF32 (model/dequant.h) gives, so the format changes memory traffic, never a
@@ -63,8 +63,7 @@ struct WeightView {
 void DecodeRows(const WeightView& w, int64_t row_begin, int64_t num_rows,
                 float* out);  // [num_rows, w.cols]
 
-// ---- Linear algebra
-// ------------------------------------------------------------------------------
+// ---- Linear algebra ----------------------------------------------------------------------------
 
 // sum_k a[k] * b[k] in the 16-lane order.
 float Dot(const float* a, const float* b, int64_t n);
@@ -79,23 +78,25 @@ void Linear(const float* x, int64_t ldx,  // [num_rows, w.cols]
             float* y, int64_t ldy,  // [num_rows, w.rows]
             bool accumulate, int num_threads);
 
-// ---- Elementwise and normalization
-// ---------------------------------------------------------------
+// ---- Elementwise and normalization -------------------------------------------------------------
 
 // HF LlamaRMSNorm: out = weight * (x * (1 / sqrt(mean(x^2) + eps))), mean = Dot(x, x) / dim.
 // out may equal x.
-void RmsNorm(const float* x, int64_t ldx,                                        // [num_rows, dim]
-             const float* weight,                                                // [dim]
-             int64_t num_rows, int64_t dim, float eps, float* out, int64_t ldo,  // [num_rows, dim]
+void RmsNorm(const float* x, int64_t ldx,  // [num_rows, dim]
+             const float* weight,          // [dim]
+             int64_t num_rows, int64_t dim,
+             float eps,                // HF's rms_norm_eps
+             float* out, int64_t ldo,  // [num_rows, dim]
              int num_threads);
 
 // out = silu(gate) * up with silu(g) = g / (1 + exp(-g)), HF's act_fn(gate_proj) * up_proj.
 void SiluMul(const float* gate_up, int64_t ld,  // [num_rows, 2 * dim]: gate columns, then up
-             int64_t num_rows, int64_t dim, float* out, int64_t ldo,  // [num_rows, dim]
+             int64_t num_rows,
+             int64_t dim,              // the intermediate size
+             float* out, int64_t ldo,  // [num_rows, dim]
              int num_threads);
 
-// ---- Rotary embedding
-// ----------------------------------------------------------------------------
+// ---- Rotary embedding --------------------------------------------------------------------------
 
 // HF's inverse frequencies for one head, [head_dim / 2], in float32 as transformers computes
 // them: inv_freq[i] = 1 / theta^(2i / head_dim), then
@@ -111,21 +112,22 @@ Result<std::vector<float>> RopeInvFreq(int head_dim, double theta, const RopeSca
 // angle is the float32 product (as HF's matmul), its cosine and sine rounded from double.
 void RopeCosSin(const int32_t* positions,  // [num_tokens]
                 int64_t num_tokens,
-                const float* inv_freq,                  // [half_dim]
-                int half_dim, float* cos, float* sin);  // [num_tokens, half_dim] each
+                const float* inv_freq,  // [half_dim]
+                int half_dim,
+                float* cos,   // [num_tokens, half_dim]
+                float* sin);  // [num_tokens, half_dim]
 
 // Rotates every head of every token in place, HF's rotate_half layout (pairs half a head
 // apart): for i < half,
 //   x'[i]        = x[i] * cos[i] - x[i + half] * sin[i]
 //   x'[i + half] = x[i + half] * cos[i] + x[i] * sin[i]
 // each product rounded, then the sum (as q * cos + rotate_half(q) * sin).
-void ApplyRope(float* x,
-               int64_t ldx,  // [num_tokens, num_heads, head_dim] (rows of num_heads heads)
-               int64_t num_tokens, int num_heads, int head_dim, const float* cos,
+void ApplyRope(float* x, int64_t ldx,  // [num_tokens, num_heads, head_dim], row stride ldx
+               int64_t num_tokens, int num_heads, int head_dim,
+               const float* cos,   // [num_tokens, head_dim / 2]
                const float* sin);  // [num_tokens, head_dim / 2]
 
-// ---- Paged KV cache and attention
-// ----------------------------------------------------------------
+// ---- Paged KV cache and attention --------------------------------------------------------------
 //
 // One layer's cache is two arrays (K and V) of [num_blocks, block_size, num_kv_heads, head_dim];
 // token position p of a sequence lives in block block_table[p / block_size] at offset

@@ -75,8 +75,7 @@ TEST(DotTest, FollowsTheLaneOrderOnEveryIsa) {
   }
 }
 
-// ---- Weights
-// ---------------------------------------------------------------------------------------
+// ---- Weights -----------------------------------------------------------------------------------
 
 // Random bytes of a [rows, cols] matrix in `format` with finite, realistic fp16 scales.
 std::vector<uint8_t> RandomWeightBytes(WeightFormat format, int64_t rows, int64_t cols,
@@ -135,8 +134,7 @@ TEST(DecodeRowsTest, BitwiseEqualsDequantizeToF32OnEveryIsa) {
   }
 }
 
-// ---- Linear
-// ----------------------------------------------------------------------------------------
+// ---- Linear ------------------------------------------------------------------------------------
 
 struct LinearCase {
   int64_t m, k, n;
@@ -248,8 +246,7 @@ TEST(LinearTest, ReportsWhetherOpenBlasIsRowInvariant) {
       differing);
 }
 
-// ---- Norm, activation, rope
-// ------------------------------------------------------------------------
+// ---- Norm, activation, rope --------------------------------------------------------------------
 
 TEST(RmsNormTest, MatchesNaive) {
   const int64_t rows = 5, dim = 83;
@@ -370,8 +367,7 @@ TEST(RopeTest, RotatesPairsHalfAHeadApart) {
   }
 }
 
-// ---- Paged attention
-// -------------------------------------------------------------------------------
+// ---- Paged attention ---------------------------------------------------------------------------
 
 struct AttentionSetup {
   int num_heads = 6, num_kv_heads = 2, head_dim = 20;
@@ -503,8 +499,39 @@ TEST(PagedAttentionTest, PagingAndThreadsDoNotChangeABit) {
   }
 }
 
-// ---- GGUF q/k row permutation
-// ----------------------------------------------------------------------
+// The per-(token, head) kernel gives the same bits on every instruction set, head_dim with and
+// without a tail of the 16-lane chunks.
+TEST(PagedAttentionTest, EveryIsaGivesTheSameBits) {
+  for (int32_t head_dim : {20, 64, 72}) {
+    const int32_t block_size = 5, context = 37, kv_width = 2 * head_dim;
+    const std::vector<int32_t> table = {6, 2, 7, 0, 3, 1, 5, 4};
+    const std::vector<float> k = RandomVector(8 * block_size * kv_width, 41);
+    const std::vector<float> v = RandomVector(8 * block_size * kv_width, 42);
+    const std::vector<float> q = RandomVector(head_dim, 43, 2.0f);
+    std::vector<float> reference;
+    for (const SimdKernels* kernels : AvailableKernels()) {
+      std::vector<float> probs(context), out(head_dim);
+      internal::AttendArgs a;
+      a.q = q.data();
+      a.k_cache = k.data() + head_dim;  // the second kv head
+      a.v_cache = v.data() + head_dim;
+      a.block_table = table.data();
+      a.block_size = block_size;
+      a.kv_width = kv_width;
+      a.head_dim = head_dim;
+      a.context = context;
+      a.scale = 0.125f;
+      a.probs = probs.data();
+      a.out = out.data();
+      kernels->attend(a);
+      if (reference.empty()) reference = out;
+      EXPECT_TRUE(BitwiseEqual(out.data(), reference.data(), head_dim))
+          << kernels->name << " head_dim " << head_dim;
+    }
+  }
+}
+
+// ---- GGUF q/k row permutation ------------------------------------------------------------------
 
 // llama.cpp's permute, as numpy evaluates it: w.reshape(heads, 2, rows / heads / 2, cols)
 // .swapaxes(1, 2).reshape(rows, cols) -- output element [h, j, i, c] is input [h, i, j, c].

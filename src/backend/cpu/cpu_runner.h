@@ -33,9 +33,9 @@
 namespace kiln {
 
 struct CpuRunnerOptions {
-  // OpenMP threads for the ops of one step. 0 (default) = all cores (OpenMP's default, which
-  // follows OMP_NUM_THREADS). Results do not depend on it; a machine shared with other work
-  // may be faster with fewer.
+  // Threads for the ops of one step (the calling thread included). 0 (default) = every core
+  // this process may run on. Results do not depend on it; on a machine shared with other work,
+  // fewer threads can be faster.
   int num_threads = 0;
   // false (default): weight matrices stay in their stored format when it is f32, f16, bf16,
   // q4_0, q4_1 or q8_0 and are decoded inside each matrix product (a q4_1 model reads ~7x fewer

@@ -79,6 +79,8 @@ std::string VariantName(Variant v) {
   return "?";
 }
 
+void PrintTo(Variant v, std::ostream* os) { *os << VariantName(v); }
+
 ModelConfig VariantConfig(Variant v) {
   ModelConfig c = BaseConfig();
   switch (v) {
@@ -361,8 +363,7 @@ TEST_P(CpuRunnerTest, WeightStorageDoesNotChangeABit) {
                   "bf16 decoded on the fly vs f32 at load");
 }
 
-// ---- Against a naive transformer
-// -------------------------------------------------------------------
+// ---- Against a naive transformer ---------------------------------------------------------------
 
 std::vector<double> Load(const Checkpoint& ckpt, const std::string& name) {
   const Weight* w = ckpt.Find(name);
@@ -516,8 +517,7 @@ INSTANTIATE_TEST_SUITE_P(Variants, CpuRunnerTest,
                                            Variant::kLlama3RopeAllBiases),
                          [](const auto& info) { return VariantName(info.param); });
 
-// ---- Creation and the KV pool
-// ----------------------------------------------------------------------
+// ---- Creation and the KV pool ------------------------------------------------------------------
 
 TEST(CpuRunnerCreateTest, KvBlockBytesAndAllocation) {
   ScopedTempDir dir("cpu_runner_kv");

@@ -18,6 +18,21 @@ namespace kiln::cpu::internal {
 
 enum class SimdIsa : uint8_t { kGeneric, kAvx2, kAvx512 };
 
+// One (token, head) of PagedAttention (cpu_ops.h).
+struct AttendArgs {
+  const float* q = nullptr;              // [head_dim]
+  const float* k_cache = nullptr;        // [num_slots, kv_width], offset to this head's kv head
+  const float* v_cache = nullptr;        // same
+  const int32_t* block_table = nullptr;  // the sequence's blocks
+  int32_t block_size = 0;
+  int64_t kv_width = 0;  // floats per slot: num_kv_heads * head_dim
+  int32_t head_dim = 0;
+  int64_t context = 0;  // positions 0 .. context - 1
+  float scale = 1.0f;
+  float* probs = nullptr;  // scratch [context]
+  float* out = nullptr;    // [head_dim]
+};
+
 struct SimdKernels {
   std::string_view name;  // "avx512", "avx2", "generic"
   // Dot in the 16-lane order.
@@ -29,6 +44,8 @@ struct SimdKernels {
   void (*linear_block)(const float* x, int64_t ldx, int64_t num_rows, int64_t k, const float* w,
                        int64_t ldw, int64_t num_cols, const float* bias, float* y, int64_t ldy,
                        bool accumulate);
+  // PagedAttention (cpu_ops.h) for one (token, head).
+  void (*attend)(const AttendArgs& args);
 };
 
 // The fastest kernels this CPU runs (checked once).

@@ -34,6 +34,13 @@ struct Vec {
   static Vec Fma(Vec a, Vec b, Vec c) {
     return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
   }
+  static Vec Mul(Vec a, Vec b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
+  static Vec Add(Vec a, Vec b) { return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
+  static Vec Set1(float x) { return {_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
+  void Store(float* p) const {
+    _mm256_storeu_ps(p, lo);
+    _mm256_storeu_ps(p + 8, hi);
+  }
   static float Reduce(Vec a) {
     const __m256 s8 = _mm256_add_ps(a.lo, a.hi);  // lanes l + (l + 8)
     const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
@@ -46,12 +53,12 @@ struct Vec {
 constexpr int kTileRows = 1;
 constexpr int kTileCols = 4;
 
-// An fp16 scale widened by the F16C instruction (exact, like F16ToF32; ~10x faster than its
-// bit manipulation, which dominated the decode).
-inline float HalfAt(const uint8_t* p) {
+// A block's fp16 scale d broadcast to 8 lanes, widened by the F16C instruction (exact, like
+// F16ToF32, whose bit manipulation dominated the decode).
+inline __m256 BroadcastHalf(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
+  return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<int16_t>(h)));
 }
 
 // Bytes p[0..8) and p[8..16) widened to int32.
@@ -89,7 +96,7 @@ void DecodeRow(WeightFormat format, const uint8_t* src, int64_t cols, float* y) 
     }
     case WeightFormat::kQ4_0:
       for (int64_t b = 0; b < cols / 32; ++b, src += 18, y += 32) {
-        const __m256 d = _mm256_set1_ps(HalfAt(src));
+        const __m256 d = BroadcastHalf(src);
         const __m256i eight = _mm256_set1_epi32(8);
         for (int h = 0; h < 2; ++h) {  // bytes 8h .. 8h + 7: elements 8h.. and 16 + 8h..
           const __m256i q = Bytes8(src + 2 + 8 * h);
@@ -102,8 +109,8 @@ void DecodeRow(WeightFormat format, const uint8_t* src, int64_t cols, float* y) 
       return;
     case WeightFormat::kQ4_1:
       for (int64_t b = 0; b < cols / 32; ++b, src += 20, y += 32) {
-        const __m256 d = _mm256_set1_ps(HalfAt(src));
-        const __m256 m = _mm256_set1_ps(HalfAt(src + 2));
+        const __m256 d = BroadcastHalf(src);
+        const __m256 m = BroadcastHalf(src + 2);
         for (int h = 0; h < 2; ++h) {
           const __m256i q = Bytes8(src + 4 + 8 * h);
           const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(q, low4));
@@ -115,7 +122,7 @@ void DecodeRow(WeightFormat format, const uint8_t* src, int64_t cols, float* y) 
       return;
     case WeightFormat::kQ8_0:
       for (int64_t b = 0; b < cols / 32; ++b, src += 34, y += 32) {
-        const __m256 d = _mm256_set1_ps(HalfAt(src));
+        const __m256 d = BroadcastHalf(src);
         for (int h = 0; h < 4; ++h) {
           const __m256 q = _mm256_cvtepi32_ps(SBytes8(src + 2 + 8 * h));
           _mm256_storeu_ps(y + 8 * h, _mm256_mul_ps(q, d));
@@ -146,7 +153,8 @@ void DecodeRowsAvx2(const WeightView& w, int64_t row_begin, int64_t num_rows, fl
 namespace kiln::cpu::internal {
 
 const SimdKernels& Avx2Kernels() {
-  static const SimdKernels kKernels{"avx2", &DotImpl, &DecodeRowsAvx2, &LinearBlockImpl};
+  static const SimdKernels kKernels{"avx2", &DotImpl, &DecodeRowsAvx2, &LinearBlockImpl,
+                                    &AttendImpl};
   return kKernels;
 }
 

@@ -40,6 +40,10 @@ struct Vec {
     return {_mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p)};
   }
   static Vec Fma(Vec a, Vec b, Vec c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
+  static Vec Mul(Vec a, Vec b) { return {_mm512_mul_ps(a.v, b.v)}; }
+  static Vec Add(Vec a, Vec b) { return {_mm512_add_ps(a.v, b.v)}; }
+  static Vec Set1(float x) { return {_mm512_set1_ps(x)}; }
+  void Store(float* p) const { _mm512_storeu_ps(p, v); }
   static float Reduce(Vec a) {
     const __m256 lo = _mm512_castps512_ps256(a.v);
     // Lanes 8..15 moved down (0xEE selects 128-bit quarters 2, 3, 2, 3).
@@ -55,12 +59,22 @@ struct Vec {
 constexpr int kTileRows = 4;
 constexpr int kTileCols = 4;
 
-// An fp16 scale widened by the F16C instruction (exact, like F16ToF32; ~10x faster than its
-// bit manipulation, which dominated the decode).
-inline float HalfAt(const uint8_t* p) {
+// A block's fp16 scale d broadcast to 16 lanes, widened by the F16C instruction (exact, like
+// F16ToF32, whose bit manipulation dominated the decode).
+inline __m512 BroadcastHalf(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
+  return _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<int16_t>(h)));
+}
+
+// q4_1's adjacent fp16 d and m: one 32-bit broadcast and one conversion give [d, m, d, m, ...],
+// then d and m are spread within each 128-bit lane (half the shuffle-port work of two scalars).
+inline void BroadcastHalfPair(const uint8_t* p, __m512* d, __m512* m) {
+  int32_t dm;
+  std::memcpy(&dm, p, 4);
+  const __m512 both = _mm512_cvtph_ps(_mm256_set1_epi32(dm));
+  *d = _mm512_permute_ps(both, 0x00);
+  *m = _mm512_permute_ps(both, 0x55);
 }
 
 inline __m512 NibblesLo(__m512i q) {
@@ -97,7 +111,7 @@ void DecodeRow(WeightFormat format, const uint8_t* src, int64_t cols, float* y) 
     }
     case WeightFormat::kQ4_0:
       for (int64_t b = 0; b < cols / 32; ++b, src += 18, y += 32) {
-        const __m512 d = _mm512_set1_ps(HalfAt(src));
+        const __m512 d = BroadcastHalf(src);
         const __m512i q = Bytes16(src + 2);
         const __m512i eight = _mm512_set1_epi32(8);
         const __m512i lo = _mm512_sub_epi32(_mm512_and_si512(q, _mm512_set1_epi32(0xF)), eight);
@@ -108,8 +122,8 @@ void DecodeRow(WeightFormat format, const uint8_t* src, int64_t cols, float* y) 
       return;
     case WeightFormat::kQ4_1:
       for (int64_t b = 0; b < cols / 32; ++b, src += 20, y += 32) {
-        const __m512 d = _mm512_set1_ps(HalfAt(src));
-        const __m512 m = _mm512_set1_ps(HalfAt(src + 2));
+        __m512 d, m;
+        BroadcastHalfPair(src, &d, &m);
         const __m512i q = Bytes16(src + 4);
         _mm512_storeu_ps(y, _mm512_fmadd_ps(d, NibblesLo(q), m));
         _mm512_storeu_ps(y + 16, _mm512_fmadd_ps(d, NibblesHi(q), m));
@@ -117,7 +131,7 @@ void DecodeRow(WeightFormat format, const uint8_t* src, int64_t cols, float* y) 
       return;
     case WeightFormat::kQ8_0:
       for (int64_t b = 0; b < cols / 32; ++b, src += 34, y += 32) {
-        const __m512 d = _mm512_set1_ps(HalfAt(src));
+        const __m512 d = BroadcastHalf(src);
         const __m128i* q = reinterpret_cast<const __m128i*>(src + 2);
         const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q)));
         const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q + 1)));
@@ -149,7 +163,8 @@ void DecodeRowsAvx512(const WeightView& w, int64_t row_begin, int64_t num_rows, 
 namespace kiln::cpu::internal {
 
 const SimdKernels& Avx512Kernels() {
-  static const SimdKernels kKernels{"avx512", &DotImpl, &DecodeRowsAvx512, &LinearBlockImpl};
+  static const SimdKernels kKernels{"avx512", &DotImpl, &DecodeRowsAvx512, &LinearBlockImpl,
+                                    &AttendImpl};
   return kKernels;
 }
 

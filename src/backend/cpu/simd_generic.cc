@@ -31,6 +31,22 @@ struct Vec {
     for (int l = 0; l < 16; ++l) out.v[l] = std::fma(a.v[l], b.v[l], c.v[l]);
     return out;
   }
+  static Vec Mul(Vec a, Vec b) {
+    Vec out;
+    for (int l = 0; l < 16; ++l) out.v[l] = a.v[l] * b.v[l];
+    return out;
+  }
+  static Vec Add(Vec a, Vec b) {
+    Vec out;
+    for (int l = 0; l < 16; ++l) out.v[l] = a.v[l] + b.v[l];
+    return out;
+  }
+  static Vec Set1(float x) {
+    Vec out;
+    for (float& l : out.v) l = x;
+    return out;
+  }
+  void Store(float* p) const { std::memcpy(p, v, sizeof(v)); }
   static float Reduce(Vec a) {
     float s8[8], s4[4], s2[2];
     for (int l = 0; l < 8; ++l) s8[l] = a.v[l] + a.v[l + 8];
@@ -61,7 +77,8 @@ void DecodeRowsGeneric(const WeightView& w, int64_t row_begin, int64_t num_rows,
 namespace kiln::cpu::internal {
 
 const SimdKernels& GenericKernels() {
-  static const SimdKernels kKernels{"generic", &DotImpl, &DecodeRowsGeneric, &LinearBlockImpl};
+  static const SimdKernels kKernels{"generic", &DotImpl, &DecodeRowsGeneric, &LinearBlockImpl,
+                                    &AttendImpl};
   return kKernels;
 }
 
