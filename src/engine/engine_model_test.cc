@@ -82,11 +82,15 @@ TEST_F(EngineModelTest, GreedyAndSeededTokensAreBatchInvariant) {
         Config{"chunk 64", 64, 0, false}, Config{"prefix-cache hits", 64, 0, true},
         Config{"preemption (24 blocks)", 64, 24, false}}) {
     std::unique_ptr<LLM> llm = Make(c);
-    if (c.warm_prefix_cache) ASSERT_TRUE(llm->Generate(batch, greedy).ok());
+    if (c.warm_prefix_cache) {
+      ASSERT_TRUE(llm->Generate(batch, greedy).ok());
+    }
     auto g = llm->Generate(batch, greedy);
     ASSERT_TRUE(g.ok()) << g.status().ToString();
     EXPECT_EQ(Tokens((*g)[0]), want_greedy) << c.name << ": greedy";
-    if (c.warm_prefix_cache) EXPECT_GT((*g)[0].num_cached_tokens, 0) << c.name;
+    if (c.warm_prefix_cache) {
+      EXPECT_GT((*g)[0].num_cached_tokens, 0) << c.name;
+    }
     auto s = llm->Generate(batch, seeded);
     ASSERT_TRUE(s.ok());
     EXPECT_EQ(Tokens((*s)[0]), want_seeded) << c.name << ": seeded";
