@@ -129,18 +129,32 @@ Json BookkeepingRun(Engine& engine, int32_t num_requests, int32_t max_tokens, co
 int Main(int argc, char** argv) {
   std::string model, json_path;
   int32_t threads = 0;
+  bool only_bookkeeping = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--model" && i + 1 < argc)
+    if (a == "--model" && i + 1 < argc) {
       model = argv[++i];
-    else if (a == "--threads" && i + 1 < argc)
+    } else if (a == "--threads" && i + 1 < argc) {
       threads = std::atoi(argv[++i]);
-    else if (a == "--json" && i + 1 < argc)
+    } else if (a == "--json" && i + 1 < argc) {
       json_path = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: engine_bench --model M [--threads N] [--json FILE]\n");
+    } else if (a == "--only-bookkeeping") {
+      only_bookkeeping = true;
+    } else {
+      std::fprintf(stderr,
+                   "usage: engine_bench --model M [--threads N] [--json FILE] "
+                   "[--only-bookkeeping]\n");
       return 2;
     }
+  }
+  if (only_bookkeeping) {  // FakeRunner only: for profiling the engine's own work
+    EngineOptions fake_options;
+    fake_options.num_kv_blocks = 256 * 40;
+    fake_options.scheduler.max_num_seqs = 256;
+    const int32_t vocab = std::getenv("VOCAB") ? std::atoi(std::getenv("VOCAB")) : 32000;
+    auto fake = Engine::Create(std::make_unique<testing::FakeRunner>(vocab, 2), fake_options);
+    std::printf("%s\n", BookkeepingRun(**fake, 256, 200, "fake").dump(2).c_str());
+    return 0;
   }
   if (model.empty()) {
     std::fprintf(stderr, "engine_bench: --model is required\n");

@@ -106,10 +106,9 @@ Engine::~Engine() = default;
 
 Status Engine::AddRequest(EngineRequest request) {
   KILN_RETURN_IF_ERROR(ValidateRequest(request));
-  if (scheduler_->Find(request.id) != nullptr || reported_.contains(request.id)) {
+  if (scheduler_->Find(request.id) != nullptr) {
     return InvalidArgument("request id " + std::to_string(request.id) + " is already in use");
   }
-  reported_[request.id] = {};
   scheduler_->Add(std::move(request));
   return Status::Ok();
 }
@@ -144,29 +143,27 @@ bool Engine::Abort(RequestId id) {
 bool Engine::HasWork() const { return scheduler_->HasWork() || !aborted_.empty(); }
 
 RequestOutput Engine::MakeOutput(Request* r) {
-  Reported& rep = reported_.at(r->id);
   RequestOutput out;
   out.id = r->id;
   out.num_prompt_tokens = r->num_prompt_tokens;
   out.num_cached_tokens = r->num_cached_tokens;
   const auto output = r->output();
-  out.new_token_ids.assign(output.begin() + rep.num_output_tokens, output.end());
-  if (r->params.logprobs.has_value()) {
-    out.new_logprobs.assign(r->output_logprobs.begin() + rep.num_output_tokens,
+  out.new_token_ids.assign(output.begin() + r->num_reported_output_tokens, output.end());
+  if (r->wants_logprobs) {
+    out.new_logprobs.assign(r->output_logprobs.begin() + r->num_reported_output_tokens,
                             r->output_logprobs.end());
   }
-  rep.num_output_tokens = r->num_output_tokens();
+  r->num_reported_output_tokens = r->num_output_tokens();
   const int32_t num_prompt_logprobs = static_cast<int32_t>(r->prompt_logprobs.size());
-  if (num_prompt_logprobs > rep.num_prompt_logprobs) {
-    out.new_prompt_logprobs.assign(r->prompt_logprobs.begin() + rep.num_prompt_logprobs,
+  if (num_prompt_logprobs > r->num_reported_prompt_logprobs) {
+    out.new_prompt_logprobs.assign(r->prompt_logprobs.begin() + r->num_reported_prompt_logprobs,
                                    r->prompt_logprobs.end());
-    rep.num_prompt_logprobs = num_prompt_logprobs;
+    r->num_reported_prompt_logprobs = num_prompt_logprobs;
   }
   if (r->is_finished()) {
     out.finished = true;
     out.finish_reason = r->finish_reason;
     out.stop_token_id = r->stop_token_id;
-    reported_.erase(r->id);
   }
   return out;
 }
@@ -174,6 +171,7 @@ RequestOutput Engine::MakeOutput(Request* r) {
 std::vector<RequestOutput> Engine::Step() {
   std::vector<RequestOutput> outputs = std::move(aborted_);
   aborted_.clear();
+  outputs.reserve(outputs.size() + scheduler_->num_running() + 1);
   StepStats& s = stats_.last_step;
   LapTimer timer;
   ScheduledBatch batch = scheduler_->Schedule();

@@ -123,12 +123,6 @@ class Engine {
   int32_t max_model_len_ = 0;
   std::vector<RequestOutput> aborted_;
   EngineStats stats_;
-  // Per request: how much has been reported (token and prompt-logprob deltas).
-  struct Reported {
-    int32_t num_output_tokens = 0;
-    int32_t num_prompt_logprobs = 0;
-  };
-  std::unordered_map<RequestId, Reported> reported_;
 };
 
 }  // namespace kiln

@@ -39,26 +39,41 @@ struct EngineRequest {
 
 struct Request {
   explicit Request(EngineRequest r, int64_t arrival_order, int32_t max_model_len);
+  Request(const Request&) = delete;  // `sampling` points into the request's own vectors
+  Request& operator=(const Request&) = delete;
 
+  // Sets the stop tokens (eos unless ignore_eos, plus params.stop_token_ids) and the sampling
+  // spans that point at them. Called once, before the request is scheduled.
+  void SetStopTokens(const std::vector<int32_t>& eos_token_ids);
+
+  // NOTE: the fields every step reads come first, so that the step's bookkeeping touches few
+  // cache lines per request (it runs for hundreds of requests between two forward passes).
   RequestId id;
+  RequestStatus status = RequestStatus::kWaiting;
+  bool wants_logprobs;
+  int32_t num_prompt_tokens;
+  int32_t num_computed_tokens = 0;
+  int32_t max_num_tokens;  // prompt + max_tokens, capped at the context length
+  int32_t min_tokens;
+  std::vector<int32_t> token_ids;  // prompt then output
+  // The sampling spec of every step, built once; BuildStepInputs sets the token spans and drops
+  // the banned ids once min_tokens is reached.
+  SamplingSpec sampling;
+  std::optional<FinishReason> finish_reason;
+  int32_t stop_token_id = -1;  // the token that stopped it (eos or a stop_token_ids entry)
+  // What the engine has already handed out (outputs are deltas).
+  int32_t num_reported_output_tokens = 0;
+  int32_t num_reported_prompt_logprobs = 0;
+  int32_t num_cached_tokens = 0;  // prefix-cache hit at the last admission
+  int32_t num_preemptions = 0;
+
   SamplingParams params;
   uint64_t seed;
   PrefixCacheKey cache_key;
-  int64_t arrival_order;  // FCFS order and the priority tie-break
-  RequestStatus status = RequestStatus::kWaiting;
-  std::optional<FinishReason> finish_reason;
-  int32_t stop_token_id = -1;  // the token that stopped it (eos or a stop_token_ids entry)
-
-  std::vector<int32_t> token_ids;  // prompt then output
-  int32_t num_prompt_tokens;
-  int32_t num_computed_tokens = 0;
-  int32_t num_cached_tokens = 0;  // prefix-cache hit at the last admission
-  int32_t max_num_tokens;         // prompt + max_tokens, capped at the context length
-  int32_t num_preemptions = 0;
-
+  int64_t arrival_order;                     // FCFS order and the priority tie-break
   std::vector<ScoredToken> output_logprobs;  // per output token (when params.logprobs)
   std::vector<ScoredToken> prompt_logprobs;  // per prompt token after the first
-  std::vector<int32_t> banned_token_ids;     // eos + stop ids while below min_tokens
+  std::vector<int32_t> stop_token_ids;       // eos (unless ignore_eos) + params.stop_token_ids
   std::vector<std::pair<int32_t, float>> logit_bias;
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }

@@ -56,11 +56,7 @@ void Scheduler::Add(EngineRequest request) {
   CHECK(static_cast<int64_t>(request.prompt_token_ids.size()) < max_model_len_);
   const RequestId id = request.id;
   auto r = std::make_unique<Request>(std::move(request), next_arrival_++, max_model_len_);
-  if (!r->params.ignore_eos) {
-    r->banned_token_ids = eos_token_ids_;
-  }
-  r->banned_token_ids.insert(r->banned_token_ids.end(), r->params.stop_token_ids.begin(),
-                             r->params.stop_token_ids.end());
+  r->SetStopTokens(eos_token_ids_);
   Request* raw = r.get();
   CHECK(requests_.emplace(id, std::move(r)).second) << "duplicate request id " << id;
   InsertWaiting(raw, /*at_front=*/false);
@@ -115,8 +111,11 @@ void Scheduler::Preempt(Request* r, ScheduledBatch* batch) {
   InsertWaiting(r, /*at_front=*/true);
 }
 
-bool Scheduler::AllocateRunning(Request* r, int32_t num_tokens, ScheduledBatch* batch) {
-  while (!kv_->Allocate(r->id, num_tokens).has_value()) {
+std::optional<std::span<const int32_t>> Scheduler::AllocateRunning(Request* r, int32_t num_tokens,
+                                                                   ScheduledBatch* batch) {
+  while (true) {
+    std::optional<std::span<const int32_t>> table = kv_->Allocate(r->id, num_tokens);
+    if (table.has_value()) return table;
     CHECK(options_.capacity_policy == CapacityPolicy::kMaxUtilization)
         << "guaranteed_no_evict admitted more than the KV pool holds";
     // The victim is whoever comes last in policy order (possibly r itself).
@@ -124,9 +123,8 @@ bool Scheduler::AllocateRunning(Request* r, int32_t num_tokens, ScheduledBatch* 
         running_.begin(), running_.end(),
         [this](const Request* a, const Request* b) { return ComesBefore(*a, *b); });
     Preempt(victim, batch);
-    if (victim == r) return false;
+    if (victim == r) return std::nullopt;
   }
-  return true;
 }
 
 int32_t Scheduler::WorstCaseBlocks(const Request& r) const {
@@ -169,8 +167,9 @@ ScheduledBatch Scheduler::Schedule() {
     if (r->status != RequestStatus::kRunning) continue;  // preempted by an earlier one
     if (budget() <= 0) break;
     const int32_t num_new = chunk(r->num_tokens() - r->num_computed_tokens);
-    if (!AllocateRunning(r, r->num_computed_tokens + num_new, &batch)) continue;
-    batch.seqs.push_back({r, r->num_computed_tokens, num_new});
+    auto table = AllocateRunning(r, r->num_computed_tokens + num_new, &batch);
+    if (!table.has_value()) continue;
+    batch.seqs.push_back({r, r->num_computed_tokens, num_new, *table});
     batch.num_batched_tokens += num_new;
   }
 
@@ -188,13 +187,14 @@ ScheduledBatch Scheduler::Schedule() {
     if (options_.capacity_policy == CapacityPolicy::kGuaranteedNoEvict && !FitsWorstCase(*r)) {
       break;
     }
-    if (!kv_->Allocate(r->id, hit.num_tokens + num_new, &hit).has_value()) break;
+    auto table = kv_->Allocate(r->id, hit.num_tokens + num_new, &hit);
+    if (!table.has_value()) break;
     waiting_.pop_front();
     r->status = RequestStatus::kRunning;
     r->num_computed_tokens = hit.num_tokens;
     r->num_cached_tokens = hit.num_tokens;
     running_.push_back(r);
-    batch.seqs.push_back({r, r->num_computed_tokens, num_new});
+    batch.seqs.push_back({r, r->num_computed_tokens, num_new, *table});
     batch.num_batched_tokens += num_new;
   }
   stats_.num_running = num_running();
@@ -203,11 +203,9 @@ ScheduledBatch Scheduler::Schedule() {
 }
 
 void Scheduler::CheckStop(Request* r, int32_t token) {
-  const bool is_eos =
-      std::find(eos_token_ids_.begin(), eos_token_ids_.end(), token) != eos_token_ids_.end();
-  const auto& stops = r->params.stop_token_ids;
-  const bool is_stop_id = std::find(stops.begin(), stops.end(), token) != stops.end();
-  if ((is_eos && !r->params.ignore_eos) || is_stop_id) {
+  // stop_token_ids = eos (unless ignore_eos) + the request's stop ids.
+  const auto& stops = r->stop_token_ids;
+  if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
     r->finish_reason = FinishReason::kStop;
     r->stop_token_id = token;
   } else if (r->num_tokens() >= r->max_num_tokens) {
@@ -229,11 +227,16 @@ std::vector<Request*> Scheduler::Update(const ScheduledBatch& batch, const StepR
     if (r->num_computed_tokens == r->num_tokens()) {  // the step sampled a token
       const int32_t token = res.sampled.token_id;
       r->token_ids.push_back(token);
-      if (r->params.logprobs.has_value()) r->output_logprobs.push_back(res.sampled);
+      if (r->wants_logprobs) r->output_logprobs.push_back(res.sampled);
       CheckStop(r, token);
       has_output = true;
     }
-    kv_->CacheFullBlocks(r->id, r->token_ids, r->num_computed_tokens, r->cache_key);
+    // Only a step that completes a block has anything to cache (one decode step in block_size).
+    const int32_t block_size = kv_->block_size();
+    if (r->num_computed_tokens / block_size >
+        (r->num_computed_tokens - batch.seqs[i].num_new_tokens) / block_size) {
+      kv_->CacheFullBlocks(r->id, r->token_ids, r->num_computed_tokens, r->cache_key);
+    }
     if (r->finish_reason.has_value()) Release(r);
     if (has_output) outputs.push_back(r);
   }

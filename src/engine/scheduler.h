@@ -25,6 +25,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -69,6 +70,8 @@ struct ScheduledSeq {
   Request* request = nullptr;
   int32_t num_computed_tokens = 0;  // before this step
   int32_t num_new_tokens = 0;
+  // The request's block table after this step's allocation (valid until the next Schedule()).
+  std::span<const int32_t> block_table;
 };
 
 struct ScheduledBatch {
@@ -125,7 +128,8 @@ class Scheduler {
   void InsertWaiting(Request* r, bool at_front);
   // Grows r's blocks to cover num_tokens, preempting others (max_utilization) when needed.
   // Returns false when r itself had to be preempted (or there is no room at all).
-  bool AllocateRunning(Request* r, int32_t num_tokens, ScheduledBatch* batch);
+  std::optional<std::span<const int32_t>> AllocateRunning(Request* r, int32_t num_tokens,
+                                                          ScheduledBatch* batch);
   void Preempt(Request* r, ScheduledBatch* batch);
   int32_t WorstCaseBlocks(const Request& r) const;
   bool FitsWorstCase(const Request& r) const;

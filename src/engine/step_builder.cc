@@ -8,19 +8,8 @@ namespace kiln {
 namespace {
 
 SamplingSpec MakeSamplingSpec(const Request& r) {
-  const SamplingParams& p = r.params;
-  SamplingSpec spec;
-  spec.temperature = p.temperature;
-  spec.top_k = std::max(p.top_k, 0);
-  spec.top_p = p.top_p;
-  spec.min_p = p.min_p;
-  spec.presence_penalty = p.presence_penalty;
-  spec.frequency_penalty = p.frequency_penalty;
-  spec.repetition_penalty = p.repetition_penalty;
-  spec.seed = r.seed;
-  spec.num_top_logprobs = p.logprobs.value_or(0);
-  spec.logit_bias = r.logit_bias;
-  if (r.num_output_tokens() < p.min_tokens) spec.banned_token_ids = r.banned_token_ids;
+  SamplingSpec spec = r.sampling;
+  if (r.num_output_tokens() >= r.min_tokens) spec.banned_token_ids = {};
   spec.prompt_token_ids = r.prompt();
   spec.output_token_ids = r.output();
   return spec;
@@ -35,6 +24,8 @@ StepInputs BuildStepInputs(const ScheduledBatch& batch, const KvCacheManager& kv
   in.positions.reserve(batch.num_batched_tokens);
   in.slot_mapping.reserve(batch.num_batched_tokens);
   in.cu_seqlens.reserve(batch.seqs.size() + 1);
+  in.seq_lens.reserve(batch.seqs.size());
+  in.seqs.reserve(batch.seqs.size());
   in.cu_seqlens.push_back(0);
   for (const ScheduledSeq& s : batch.seqs) {
     in.max_blocks_per_seq =
@@ -46,7 +37,7 @@ StepInputs BuildStepInputs(const ScheduledBatch& batch, const KvCacheManager& kv
     const ScheduledSeq& s = batch.seqs[i];
     const Request& r = *s.request;
     const int32_t seq_len = s.num_computed_tokens + s.num_new_tokens;
-    std::span<const int32_t> table = kv.BlockTable(r.id);
+    const std::span<const int32_t> table = s.block_table;
     const int32_t num_blocks = kv.NumBlocksFor(seq_len);
     CHECK(static_cast<int32_t>(table.size()) >= num_blocks) << "request " << r.id;
     std::copy_n(table.begin(), num_blocks, in.block_tables.begin() + i * in.max_blocks_per_seq);
