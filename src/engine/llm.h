@@ -88,6 +88,7 @@ class LLM {
   const LoadedTokenizer& tokenizer() const { return tokenizer_; }
   const ModelConfig& model_config() const { return engine_->model_config(); }
   const std::string& model_name() const { return model_name_; }
+  const Checkpoint& checkpoint() const { return *checkpoint_; }
 
  private:
   LLM() = default;
