@@ -32,6 +32,7 @@ namespace kiln {
 class Executor;
 
 // One request's output stream; shared by the executor (producer) and the consumer.
+// REQUIRES: not used after its Executor is destroyed (a stop string aborts through it).
 class RequestStream {
  public:
   RequestId id() const { return id_; }
