@@ -154,11 +154,13 @@ RequestOutput Engine::MakeOutput(Request* r) {
                             r->output_logprobs.end());
   }
   r->num_reported_output_tokens = r->num_output_tokens();
-  const int32_t num_prompt_logprobs = static_cast<int32_t>(r->prompt_logprobs.size());
-  if (num_prompt_logprobs > r->num_reported_prompt_logprobs) {
-    out.new_prompt_logprobs.assign(r->prompt_logprobs.begin() + r->num_reported_prompt_logprobs,
-                                   r->prompt_logprobs.end());
-    r->num_reported_prompt_logprobs = num_prompt_logprobs;
+  if (r->wants_prompt_logprobs) {
+    const int32_t num_prompt_logprobs = static_cast<int32_t>(r->prompt_logprobs.size());
+    if (num_prompt_logprobs > r->num_reported_prompt_logprobs) {
+      out.new_prompt_logprobs.assign(r->prompt_logprobs.begin() + r->num_reported_prompt_logprobs,
+                                     r->prompt_logprobs.end());
+      r->num_reported_prompt_logprobs = num_prompt_logprobs;
+    }
   }
   if (r->is_finished()) {
     out.finished = true;

@@ -9,12 +9,18 @@
 namespace kiln::testing {
 
 std::vector<float> FakeLogits(std::span<const int32_t> tokens, int32_t vocab_size) {
+  std::vector<float> logits(vocab_size);
+  FakeLogitsInto(tokens, logits);
+  return logits;
+}
+
+void FakeLogitsInto(std::span<const int32_t> tokens, std::span<float> logits) {
+  const int32_t vocab_size = static_cast<int32_t>(logits.size());
   uint64_t h = 0x243f6a8885a308d3ULL;
   for (int32_t t : tokens) {
     h ^= static_cast<uint64_t>(t) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
     h *= 0xff51afd7ed558ccdULL;
   }
-  std::vector<float> logits(vocab_size);
   for (int32_t i = 0; i < vocab_size; ++i) {
     uint64_t z = h + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(i + 1);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -22,7 +28,6 @@ std::vector<float> FakeLogits(std::span<const int32_t> tokens, int32_t vocab_siz
     z ^= z >> 31;
     logits[i] = static_cast<float>(z % 4096) / 512.0f - 4.0f;  // in [-4, 4), 1/512 steps
   }
-  return logits;
 }
 
 FakeRunner::FakeRunner(int32_t vocab_size, int32_t eos_token_id, int32_t max_position_embeddings) {
@@ -36,6 +41,7 @@ FakeRunner::FakeRunner(int32_t vocab_size, int32_t eos_token_id, int32_t max_pos
   config_.vocab_size = vocab_size;
   config_.max_position_embeddings = max_position_embeddings;
   config_.eos_token_ids = {eos_token_id};
+  logits_.resize(vocab_size);
   if (eos_token_id != 1) config_.bos_token_id = 1;
 }
 
@@ -79,13 +85,13 @@ StepResult FakeRunner::Execute(const StepInputs& in) {
     const std::vector<int32_t> tokens = gather(s, in.seq_lens[s]);
     for (size_t i = 0; i < seq.prompt_logprob_targets.size(); ++i) {
       const int32_t pos = seq.num_computed_tokens + static_cast<int32_t>(i);
-      std::vector<float> logits =
-          FakeLogits(std::span<const int32_t>(tokens).first(pos + 1), config_.vocab_size);
+      FakeLogitsInto(std::span<const int32_t>(tokens).first(pos + 1), logits_);
       result.seqs[s].prompt_logprobs.push_back(
-          cpu::Score(logits, seq.prompt_logprob_targets[i], seq.num_prompt_top_logprobs));
+          cpu::Score(logits_, seq.prompt_logprob_targets[i], seq.num_prompt_top_logprobs));
     }
     if (seq.do_sample) {
-      result.seqs[s].sampled = cpu::Sample(FakeLogits(tokens, config_.vocab_size), seq.sampling);
+      FakeLogitsInto(tokens, logits_);
+      result.seqs[s].sampled = cpu::Sample(logits_, seq.sampling);
     }
   }
   return result;

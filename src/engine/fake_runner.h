@@ -16,6 +16,8 @@ namespace kiln::testing {
 
 // Deterministic pseudo-logits for the sequence `tokens` (order-sensitive): [vocab_size].
 std::vector<float> FakeLogits(std::span<const int32_t> tokens, int32_t vocab_size);
+// The same into `out` ([vocab_size]), without allocating.
+void FakeLogitsInto(std::span<const int32_t> tokens, std::span<float> out);
 
 class FakeRunner final : public ModelRunner {
  public:
@@ -38,6 +40,7 @@ class FakeRunner final : public ModelRunner {
   int32_t block_size_ = 0;
   std::vector<int32_t> slot_token_;     // [num_blocks * block_size]
   std::vector<int32_t> slot_position_;  // [num_blocks * block_size]
+  std::vector<float> logits_;           // reused across steps, as a real runner's workspace
   int64_t step_delay_us_ = 0;
   int64_t num_steps_ = 0;
   int64_t num_tokens_computed_ = 0;

@@ -51,20 +51,22 @@ struct Request {
   RequestId id;
   RequestStatus status = RequestStatus::kWaiting;
   bool wants_logprobs;
+  bool wants_prompt_logprobs;
+  std::optional<FinishReason> finish_reason;
   int32_t num_prompt_tokens;
   int32_t num_computed_tokens = 0;
   int32_t max_num_tokens;  // prompt + max_tokens, capped at the context length
   int32_t min_tokens;
-  std::vector<int32_t> token_ids;  // prompt then output
-  // The sampling spec of every step, built once; BuildStepInputs sets the token spans and drops
-  // the banned ids once min_tokens is reached.
-  SamplingSpec sampling;
-  std::optional<FinishReason> finish_reason;
-  int32_t stop_token_id = -1;  // the token that stopped it (eos or a stop_token_ids entry)
   // What the engine has already handed out (outputs are deltas).
   int32_t num_reported_output_tokens = 0;
   int32_t num_reported_prompt_logprobs = 0;
-  int32_t num_cached_tokens = 0;  // prefix-cache hit at the last admission
+  int32_t num_cached_tokens = 0;        // prefix-cache hit at the last admission
+  int32_t stop_token_id = -1;           // the token that stopped it (eos or a stop_token_ids entry)
+  std::vector<int32_t> token_ids;       // prompt then output
+  std::vector<int32_t> stop_token_ids;  // eos (unless ignore_eos) + params.stop_token_ids
+  // The sampling spec of every step, built once; BuildStepInputs sets the token spans and drops
+  // the banned ids once min_tokens is reached.
+  SamplingSpec sampling;
   int32_t num_preemptions = 0;
 
   SamplingParams params;
@@ -73,7 +75,6 @@ struct Request {
   int64_t arrival_order;                     // FCFS order and the priority tie-break
   std::vector<ScoredToken> output_logprobs;  // per output token (when params.logprobs)
   std::vector<ScoredToken> prompt_logprobs;  // per prompt token after the first
-  std::vector<int32_t> stop_token_ids;       // eos (unless ignore_eos) + params.stop_token_ids
   std::vector<std::pair<int32_t, float>> logit_bias;
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
@@ -82,7 +83,6 @@ struct Request {
   std::span<const int32_t> output() const {
     return {token_ids.data() + num_prompt_tokens, size_t(num_output_tokens())};
   }
-  bool wants_prompt_logprobs() const { return params.prompt_logprobs.has_value(); }
   bool is_finished() const { return status == RequestStatus::kFinished; }
 };
 

@@ -180,7 +180,7 @@ ScheduledBatch Scheduler::Schedule() {
     PrefixHit hit;
     // NOTE: requests asking for prompt logprobs compute their whole prompt (a cached prefix
     // has no logits).
-    if (!r->wants_prompt_logprobs()) hit = kv_->FindCachedPrefix(r->token_ids, r->cache_key);
+    if (!r->wants_prompt_logprobs) hit = kv_->FindCachedPrefix(r->token_ids, r->cache_key);
     const int32_t remaining = r->num_tokens() - hit.num_tokens;
     const int32_t num_new = chunk(remaining);
     if (!options_.enable_chunked_prefill && num_new < remaining) break;
@@ -222,8 +222,10 @@ std::vector<Request*> Scheduler::Update(const ScheduledBatch& batch, const StepR
     const SequenceResult& res = result.seqs[i];
     r->num_computed_tokens += batch.seqs[i].num_new_tokens;
     bool has_output = !res.prompt_logprobs.empty();
-    r->prompt_logprobs.insert(r->prompt_logprobs.end(), res.prompt_logprobs.begin(),
-                              res.prompt_logprobs.end());
+    if (has_output) {
+      r->prompt_logprobs.insert(r->prompt_logprobs.end(), res.prompt_logprobs.begin(),
+                                res.prompt_logprobs.end());
+    }
     if (r->num_computed_tokens == r->num_tokens()) {  // the step sampled a token
       const int32_t token = res.sampled.token_id;
       r->token_ids.push_back(token);

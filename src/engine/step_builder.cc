@@ -56,7 +56,7 @@ StepInputs BuildStepInputs(const ScheduledBatch& batch, const KvCacheManager& kv
     if (seq.do_sample) seq.sampling = MakeSamplingSpec(r);
     // Prompt logprobs: the token at position p is scored by the logits of position p - 1.
     const int32_t last_target = r.num_prompt_tokens - 1;
-    if (r.wants_prompt_logprobs() && s.num_computed_tokens < last_target) {
+    if (r.wants_prompt_logprobs && s.num_computed_tokens < last_target) {
       CHECK_EQ(static_cast<int32_t>(r.prompt_logprobs.size()), s.num_computed_tokens);
       const int32_t count = std::min(seq_len, last_target) - s.num_computed_tokens;
       seq.prompt_logprob_targets = {r.token_ids.data() + s.num_computed_tokens + 1,
