@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Baseline for cpu_forward_bench: HF transformers generating on the CPU with the same model.
 
-usage: /work/torchenv/bin/python bench/cpu_forward_hf.py [--gguf PATH] [--threads N]
+usage: "$TORCH_PYTHON" bench/cpu_forward_hf.py [--gguf PATH] [--threads N]
            [--prompt 128] [--decode 64] [--batch 16]
 
 The GGUF is dequantized to an f32 HF checkpoint exactly as tests/golden/make_golden.py does

@@ -4,7 +4,7 @@
 Run once, by hand, with a Python that has CPU torch, transformers, gguf and safetensors (torch is
 not available in CI; the outputs are committed):
 
-    /work/torchenv/bin/python tests/golden/make_golden.py \
+    "$TORCH_PYTHON" tests/golden/make_golden.py \
         --gguf "$(scripts/fetch-default-model)" --out tests/golden/smollm2
 
 What it does:

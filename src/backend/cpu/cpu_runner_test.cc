@@ -4,6 +4,7 @@
 // token; alone or in a batch with others at different stages; with any thread count; with
 // weights decoded on the fly or dequantized at load.
 #include "backend/cpu/cpu_runner.h"
+#include "model/test_util.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -47,17 +48,8 @@ class ScopedTempDir {
 constexpr int kVocab = 320;
 
 ModelConfig BaseConfig() {
-  ModelConfig c;
-  c.family = ModelFamily::kLlama;
-  c.architecture = "LlamaForCausalLM";
-  c.num_layers = 2;
-  c.hidden_size = 64;
-  c.intermediate_size = 96;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 16;
-  c.vocab_size = kVocab;
-  c.max_position_embeddings = 256;
+  ModelConfig c = kiln::testing::TinyLlamaConfig();  // 2 layers, hidden 64, 4 heads, 2 kv heads
+  c.vocab_size = kVocab;  // room for the synthetic tokenizer's 256 bytes + specials
   c.rope_theta = 10000.0;
   c.bos_token_id = 300;
   c.eos_token_ids = {301};

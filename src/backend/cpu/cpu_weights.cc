@@ -126,32 +126,36 @@ int64_t CpuWeights::MatrixBytes() const {
   return total;
 }
 
-void PermuteQkRows(const uint8_t* src, int64_t num_heads, int64_t head_dim, int64_t row_bytes,
-                   uint8_t* dst) {
+namespace {
+
+// llama.cpp's converter stores row i * half + j of each q/k head (HF: the pair is half a head
+// apart) at row 2 * j + i (GGUF: adjacent). Copies every row between the two layouts.
+void MoveQkRows(const uint8_t* src, int64_t num_heads, int64_t head_dim, int64_t row_bytes,
+                uint8_t* dst, bool to_gguf) {
   const int64_t half = head_dim / 2;
   for (int64_t h = 0; h < num_heads; ++h) {
     for (int64_t i = 0; i < 2; ++i) {
       for (int64_t j = 0; j < half; ++j) {
         const int64_t hf_row = h * head_dim + i * half + j;
         const int64_t gguf_row = h * head_dim + 2 * j + i;
-        std::memcpy(dst + gguf_row * row_bytes, src + hf_row * row_bytes, row_bytes);
+        const int64_t from = to_gguf ? hf_row : gguf_row;
+        const int64_t to = to_gguf ? gguf_row : hf_row;
+        std::memcpy(dst + to * row_bytes, src + from * row_bytes, row_bytes);
       }
     }
   }
 }
 
+}  // namespace
+
+void PermuteQkRows(const uint8_t* src, int64_t num_heads, int64_t head_dim, int64_t row_bytes,
+                   uint8_t* dst) {
+  MoveQkRows(src, num_heads, head_dim, row_bytes, dst, /*to_gguf=*/true);
+}
+
 void UnpermuteQkRows(const uint8_t* src, int64_t num_heads, int64_t head_dim, int64_t row_bytes,
                      uint8_t* dst) {
-  const int64_t half = head_dim / 2;
-  for (int64_t h = 0; h < num_heads; ++h) {
-    for (int64_t i = 0; i < 2; ++i) {
-      for (int64_t j = 0; j < half; ++j) {
-        const int64_t hf_row = h * head_dim + i * half + j;
-        const int64_t gguf_row = h * head_dim + 2 * j + i;
-        std::memcpy(dst + hf_row * row_bytes, src + gguf_row * row_bytes, row_bytes);
-      }
-    }
-  }
+  MoveQkRows(src, num_heads, head_dim, row_bytes, dst, /*to_gguf=*/false);
 }
 
 Result<CpuWeights> LoadCpuWeights(const Checkpoint& ckpt, bool dequantize_at_load) {
