@@ -5,6 +5,7 @@
 
 #include "backend/cpu/sampler.h"
 #include "core/check.h"
+#include "core/hash.h"
 
 namespace kiln::testing {
 
@@ -22,10 +23,7 @@ void FakeLogitsInto(std::span<const int32_t> tokens, std::span<float> logits) {
     h *= 0xff51afd7ed558ccdULL;
   }
   for (int32_t i = 0; i < vocab_size; ++i) {
-    uint64_t z = h + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(i + 1);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
+    const uint64_t z = Mix64(h + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(i + 1));
     logits[i] = static_cast<float>(z % 4096) / 512.0f - 4.0f;  // in [-4, 4), 1/512 steps
   }
 }

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/cpu_runner.h"
 #include "core/check.h"
+#include "core/hash.h"
 #include "engine/output_processor.h"
 
 namespace kiln {
@@ -35,10 +36,7 @@ Prompt Prompt::Tokens(std::vector<int32_t> ids) {
 uint64_t CompletionSeed(uint64_t seed, int32_t index) {
   if (index == 0) return seed;
   // splitmix64 of (seed, index): distinct, well-mixed streams for the siblings.
-  uint64_t z = seed + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(index + 1);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
+  return Mix64(seed + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(index + 1));
 }
 
 Result<std::unique_ptr<ModelRunner>> CreateRunner(const Checkpoint& checkpoint,
