@@ -1,0 +1,67 @@
+// Attention over the paged KV cache (DESIGN.md §4): chunked-prefill / mixed attention and the
+// decode fast path. Raw device pointers + sizes + strides + stream; no engine types.
+//
+// One layer's cache is two arrays, K and V, each [num_blocks, num_kv_heads, block_size, head_dim]
+// bf16 (a block holds one kv head's block_size tokens contiguously, 4 KiB at 16 x 128). Position
+// p of sequence s lives in block block_tables[s * max_blocks_per_seq + p / block_size] at offset
+// p % block_size. Query head h reads kv head h / (num_heads / num_kv_heads) (GQA).
+//
+// Every function returns the launch status (cudaGetLastError after the launches); they never
+// synchronize or allocate, so they can be captured in a CUDA graph.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+namespace kiln::kernels {
+
+struct PagedKvCache {
+  const __nv_bfloat16* k = nullptr;  // [num_blocks, num_kv_heads, block_size, head_dim]
+  const __nv_bfloat16* v = nullptr;  // same
+  int32_t num_blocks = 0;
+  int32_t block_size = 16;                // a multiple of 16 (16, 32, 64)
+  const int32_t* block_tables = nullptr;  // device [num_seqs, max_blocks_per_seq]
+  int32_t max_blocks_per_seq = 0;
+};
+
+struct AttentionDims {
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;  // divides num_heads
+  int32_t head_dim = 0;      // 64 or 128
+  float scale = 1.0f;        // softmax scale, head_dim^-0.5 for Llama
+};
+
+// Causal attention for sequences with any number of query tokens (prefill, chunked prefill,
+// decode). Sequence s owns query rows [cu_seqlens_q[s], cu_seqlens_q[s+1]); they are its last
+// q_len positions: row i sits at position seq_lens[s] - q_len + i and attends to positions
+// 0 ..= that position, whose K/V are already in the cache.
+//   q:   [num_tokens, num_heads, head_dim], q_stride elements between tokens
+//   out: [num_tokens, num_heads, head_dim], out_stride elements between tokens
+// cu_seqlens_q and seq_lens are device arrays; max_q_len (host) bounds every q_len (it sizes the
+// grid). Rows of sequences with seq_lens[s] == 0 are left untouched.
+cudaError_t PagedPrefillAttention(const __nv_bfloat16* q, int64_t q_stride,
+                                  const PagedKvCache& kv, const int32_t* cu_seqlens_q,
+                                  const int32_t* seq_lens, int32_t num_seqs, int32_t max_q_len,
+                                  const AttentionDims& dims, __nv_bfloat16* out,
+                                  int64_t out_stride, cudaStream_t stream);
+
+// Bytes of the split-K scratch PagedDecodeAttention needs for up to max_num_seqs sequences of up
+// to max_seq_len positions.
+size_t PagedDecodeWorkspaceBytes(int32_t max_num_seqs, int32_t max_seq_len,
+                                 const AttentionDims& dims);
+
+// One query token per sequence (row s of q is sequence s, at position seq_lens[s] - 1),
+// split-K over the context for long sequences, each K/V tile loaded once for all query heads of
+// its kv head. Graph-capturable: per-step data (seq_lens, block tables) is read from device
+// memory; num_seqs and max_seq_len are fixed per captured graph (pass the padded batch size and
+// the context limit; padding rows have seq_lens[s] == 0 and are left untouched).
+cudaError_t PagedDecodeAttention(const __nv_bfloat16* q, int64_t q_stride, const PagedKvCache& kv,
+                                 const int32_t* seq_lens, int32_t num_seqs, int32_t max_seq_len,
+                                 const AttentionDims& dims, void* workspace,
+                                 size_t workspace_bytes, __nv_bfloat16* out, int64_t out_stride,
+                                 cudaStream_t stream);
+
+}  // namespace kiln::kernels
