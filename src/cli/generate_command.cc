@@ -27,7 +27,8 @@ struct GenerateOptions {
   // Engine.
   std::string device = "auto";
   int32_t threads = 0;
-  std::string kv_cache_memory = "1GiB";
+  std::string kv_cache_memory;  // "" = automatic
+  float gpu_memory_utilization = 0.9f;
   int32_t block_size = 16;
   int32_t max_num_seqs = 256;
   int32_t max_num_batched_tokens = 2048;
@@ -122,9 +123,12 @@ void Run(GenerateOptions o) {
   options.num_threads = o.threads;
   options.tokenizer.chat_template_file = o.chat_template;
   EngineOptions& e = options.engine;
-  auto kv_bytes = ParseByteSize(o.kv_cache_memory);
-  if (!kv_bytes.ok()) Fail("generate", kv_bytes.status());
-  e.kv_cache_memory_bytes = *kv_bytes;
+  if (!o.kv_cache_memory.empty()) {
+    auto kv_bytes = ParseByteSize(o.kv_cache_memory);
+    if (!kv_bytes.ok()) Fail("generate", kv_bytes.status());
+    e.kv_cache_memory_bytes = *kv_bytes;
+  }
+  options.gpu_memory_utilization = o.gpu_memory_utilization;
   e.block_size = o.block_size;
   e.max_model_len = o.max_model_len;
   e.enable_prefix_caching = !o.no_prefix_caching;
@@ -229,7 +233,12 @@ void AddGenerateCommand(CLI::App& app) {
   // Engine.
   cmd->add_option("--device", o->device, "cpu or auto");
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all cores)");
-  cmd->add_option("--kv-cache-memory", o->kv_cache_memory, "KV pool size, e.g. 1GiB");
+  cmd->add_option("--kv-cache-memory", o->kv_cache_memory,
+                  "KV pool size, e.g. 1GiB (default: 1GiB on CPU; on CUDA what "
+                  "--gpu-memory-utilization leaves)");
+  cmd->add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
+                  "CUDA: share of the device's memory for weights, workspace and KV cache")
+      ->check(CLI::Range(0.01, 1.0));
   cmd->add_option("--block-size", o->block_size, "tokens per KV block");
   cmd->add_option("--max-num-seqs", o->max_num_seqs, "requests running at once");
   cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "tokens per step");

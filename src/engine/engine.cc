@@ -42,11 +42,13 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<ModelRunner> runn
   }
   int64_t num_blocks = options.num_kv_blocks;
   if (num_blocks <= 0) {
-    num_blocks = options.kv_cache_memory_bytes / runner->KvBlockBytes(options.block_size);
+    const int64_t bytes =
+        options.kv_cache_memory_bytes > 0 ? options.kv_cache_memory_bytes : int64_t{1} << 30;
+    num_blocks = bytes / runner->KvBlockBytes(options.block_size);
   }
   if (num_blocks < 1) {
-    return ResourceExhausted("KV cache: " + std::to_string(options.kv_cache_memory_bytes) +
-                             " bytes hold no block of " + std::to_string(options.block_size) +
+    return ResourceExhausted("KV cache: the memory given holds no block of " +
+                             std::to_string(options.block_size) +
                              " tokens; raise the KV cache memory");
   }
   num_blocks = std::min<int64_t>(num_blocks, int64_t{1} << 30);

@@ -32,9 +32,10 @@ struct EngineOptions {
   // Tokens per KV block (16 as vLLM). Smaller blocks share prefixes more finely and waste less
   // of a sequence's last block; larger ones make block tables shorter.
   int32_t block_size = 16;
-  // KV pool size: an explicit number of blocks, or else bytes (the runner converts).
+  // KV pool size: an explicit number of blocks, or else bytes (the runner converts). 0 bytes =
+  // automatic: 1 GiB here; LLM::Create sizes a CUDA pool from gpu_memory_utilization instead.
   int32_t num_kv_blocks = 0;
-  int64_t kv_cache_memory_bytes = int64_t{1} << 30;
+  int64_t kv_cache_memory_bytes = 0;
   bool enable_prefix_caching = true;
   // The longest sequence (prompt + output). 0 = the model's max_position_embeddings, capped to
   // what the KV pool holds.

@@ -6,6 +6,10 @@
 #include <unordered_map>
 
 #include "backend/cpu/cpu_runner.h"
+#ifdef KILN_HAS_CUDA
+#include "backend/cuda/cuda_runner.h"
+#endif
+#include "core/buffer.h"
 #include "core/check.h"
 #include "core/hash.h"
 #include "engine/output_processor.h"
@@ -39,17 +43,71 @@ uint64_t CompletionSeed(uint64_t seed, int32_t index) {
   return Mix64(seed + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(index + 1));
 }
 
+// KV pool bytes when none were given: 1 GiB on the CPU; on CUDA what is left of
+// gpu_memory_utilization of the device once the weights and workspace are in.
+Result<int64_t> AutomaticKvCacheBytes(const ModelRunner& runner, const LlmOptions& options) {
+  constexpr int64_t kCpuDefault = int64_t{1} << 30;
+#ifdef KILN_HAS_CUDA
+  auto report = GetCudaMemoryReport(runner);
+  if (!report.ok()) return kCpuDefault;  // not a CUDA runner
+  const float util = options.gpu_memory_utilization;
+  if (!(util > 0.0f && util <= 1.0f)) {
+    return InvalidArgument("gpu_memory_utilization: must be in (0, 1], got " +
+                           std::to_string(util));
+  }
+  const int64_t used = report->device_total_bytes - report->device_free_bytes;
+  const int64_t budget =
+      static_cast<int64_t>(util * static_cast<double>(report->device_total_bytes));
+  if (budget <= used) {
+    return ResourceExhausted(
+        "gpu_memory_utilization: " + std::to_string(util) + " of the device (" +
+        std::to_string(budget >> 20) +
+        " MiB) leaves no room for the KV cache: " + std::to_string(used >> 20) +
+        " MiB are already in use (weights " + std::to_string(report->weight_bytes >> 20) +
+        " MiB, workspace " + std::to_string(report->workspace_bytes >> 20) + " MiB)");
+  }
+  return budget - used;
+#else
+  (void)runner;
+  (void)options;
+  return kCpuDefault;
+#endif
+}
+
+std::string ResolveDevice(const std::string& device) {
+  if (device != "auto") return device;
+  return HasCudaDevice() ? "cuda:0" : "cpu";
+}
+
 Result<std::unique_ptr<ModelRunner>> CreateRunner(const Checkpoint& checkpoint,
-                                                  const std::string& device, int32_t num_threads) {
-  if (device == "cpu" || device == "auto") {
-    CpuRunnerOptions options;
-    options.num_threads = num_threads;
-    return CreateCpuRunner(checkpoint, options);
+                                                  const LlmOptions& options) {
+  const std::string device = ResolveDevice(options.device);
+  if (device == "cpu") {
+    CpuRunnerOptions cpu;
+    cpu.num_threads = options.num_threads;
+    return CreateCpuRunner(checkpoint, cpu);
   }
   if (device == "cuda" || device.starts_with("cuda:")) {
-    return Unsupported("device: the CUDA backend is not built yet; use --device cpu");
+#ifdef KILN_HAS_CUDA
+    CudaRunnerOptions cuda;
+    if (device.size() > 5) {
+      const std::string index = device.substr(5);
+      if (index.empty() || index.find_first_not_of("0123456789") != std::string::npos) {
+        return InvalidArgument("device: expected cuda:N, got '" + device + "'");
+      }
+      cuda.device = std::stoi(index);
+    }
+    const SchedulerOptions& sched = options.engine.scheduler;
+    cuda.max_num_seqs = sched.max_num_seqs;
+    cuda.max_num_tokens = sched.max_num_batched_tokens;
+    cuda.max_model_len = options.engine.max_model_len;
+    cuda.enable_cuda_graphs = options.enable_cuda_graphs;
+    return CreateCudaRunner(checkpoint, cuda);
+#else
+    return Unavailable("device: this kiln was built without CUDA; use --device cpu");
+#endif
   }
-  return InvalidArgument("device: expected cpu, cuda or auto, got '" + device + "'");
+  return InvalidArgument("device: expected cpu, cuda, cuda:N or auto, got '" + device + "'");
 }
 
 Result<std::unique_ptr<LLM>> LLM::Create(const std::string& model, const LlmOptions& options) {
@@ -59,8 +117,12 @@ Result<std::unique_ptr<LLM>> LLM::Create(const std::string& model, const LlmOpti
   llm->model_name_ = llm->checkpoint_->name();
   KILN_ASSIGN_OR_RETURN(llm->tokenizer_, LoadTokenizer(model, options.tokenizer));
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner,
-                        CreateRunner(*llm->checkpoint_, options.device, options.num_threads));
+                        CreateRunner(*llm->checkpoint_, options));
   EngineOptions engine_options = options.engine;
+  if (engine_options.num_kv_blocks == 0 && engine_options.kv_cache_memory_bytes == 0) {
+    KILN_ASSIGN_OR_RETURN(engine_options.kv_cache_memory_bytes,
+                          AutomaticKvCacheBytes(*runner, options));
+  }
   // generation_config.json may list more end tokens than config.json (Llama 3.1: eot, eom).
   const auto& generation = llm->checkpoint_->generation_config();
   if (engine_options.eos_token_ids.empty()) {

@@ -29,10 +29,14 @@ namespace kiln {
 
 struct LlmOptions {
   EngineOptions engine;
-  // Where the model runs: "cpu" (the reference backend) or "auto" (CUDA when a GPU is present
-  // and kiln was built with CUDA, else CPU). Only "cpu" exists until the CUDA backend lands.
+  // Where the model runs: "cpu" (the reference backend), "cuda" / "cuda:N" (kiln built with
+  // CUDA and a GPU present) or "auto" (CUDA when possible, else CPU).
   std::string device = "auto";
   int32_t num_threads = 0;  // CPU backend threads; 0 = all cores
+  // CUDA: the share of the device's memory kiln may hold (weights, workspace, KV cache) when
+  // engine.kv_cache_memory_bytes is 0 (automatic) and engine.num_kv_blocks is 0.
+  float gpu_memory_utilization = 0.9f;
+  bool enable_cuda_graphs = true;  // CUDA: replay captured graphs for decode steps
   TokenizerLoadOptions tokenizer;
 };
 
@@ -102,9 +106,13 @@ class LLM {
 // The seed of completion `index` of a request seeded with `seed` (index 0 keeps `seed`).
 uint64_t CompletionSeed(uint64_t seed, int32_t index);
 
-// Creates the runner `device` names ("cpu" or "auto"). Errors: kInvalidArgument for an unknown
-// device, kUnsupported for "cuda" until the CUDA backend exists, and those of the backend.
+// Creates the runner options.device names, sized for options.engine. Errors: kInvalidArgument
+// for an unknown device, kUnavailable for "cuda" without a GPU or without CUDA in this build,
+// and those of the backend.
 Result<std::unique_ptr<ModelRunner>> CreateRunner(const Checkpoint& checkpoint,
-                                                  const std::string& device, int32_t num_threads);
+                                                  const LlmOptions& options);
+
+// The device "auto" resolves to: "cuda:0" when kiln has CUDA and a GPU is visible, else "cpu".
+std::string ResolveDevice(const std::string& device);
 
 }  // namespace kiln

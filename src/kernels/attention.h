@@ -42,11 +42,10 @@ struct AttentionDims {
 //   out: [num_tokens, num_heads, head_dim], out_stride elements between tokens
 // cu_seqlens_q and seq_lens are device arrays; max_q_len (host) bounds every q_len (it sizes the
 // grid). Rows of sequences with seq_lens[s] == 0 are left untouched.
-cudaError_t PagedPrefillAttention(const __nv_bfloat16* q, int64_t q_stride,
-                                  const PagedKvCache& kv, const int32_t* cu_seqlens_q,
-                                  const int32_t* seq_lens, int32_t num_seqs, int32_t max_q_len,
-                                  const AttentionDims& dims, __nv_bfloat16* out,
-                                  int64_t out_stride, cudaStream_t stream);
+cudaError_t PagedPrefillAttention(const __nv_bfloat16* q, int64_t q_stride, const PagedKvCache& kv,
+                                  const int32_t* cu_seqlens_q, const int32_t* seq_lens,
+                                  int32_t num_seqs, int32_t max_q_len, const AttentionDims& dims,
+                                  __nv_bfloat16* out, int64_t out_stride, cudaStream_t stream);
 
 // Bytes of the split-K scratch PagedDecodeAttention needs for up to max_num_seqs sequences of up
 // to max_seq_len positions.
@@ -60,8 +59,7 @@ size_t PagedDecodeWorkspaceBytes(int32_t max_num_seqs, int32_t max_seq_len,
 // the context limit; padding rows have seq_lens[s] == 0 and are left untouched).
 cudaError_t PagedDecodeAttention(const __nv_bfloat16* q, int64_t q_stride, const PagedKvCache& kv,
                                  const int32_t* seq_lens, int32_t num_seqs, int32_t max_seq_len,
-                                 const AttentionDims& dims, void* workspace,
-                                 size_t workspace_bytes, __nv_bfloat16* out, int64_t out_stride,
-                                 cudaStream_t stream);
+                                 const AttentionDims& dims, void* workspace, size_t workspace_bytes,
+                                 __nv_bfloat16* out, int64_t out_stride, cudaStream_t stream);
 
 }  // namespace kiln::kernels

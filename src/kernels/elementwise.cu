@@ -1,1 +1,184 @@
 #include "kernels/elementwise.h"
+
+#include <cuda_bf16.h>
+
+namespace kiln::kernels {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+// 8 bf16 = one 16-byte access.
+struct alignas(16) Bf16x8 {
+  __nv_bfloat162 h[4];
+};
+
+__device__ inline float WarpSum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Sum over the block; every thread gets the result. REQUIRES: blockDim.x a multiple of 32, <= 1024.
+__device__ float BlockSum(float v) {
+  __shared__ float partial[32];
+  __shared__ float total;
+  v = WarpSum(v);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float s = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : 0.0f;
+    s = WarpSum(s);
+    if (lane == 0) total = s;
+  }
+  __syncthreads();
+  return total;
+}
+
+__global__ void EmbeddingKernel(const int32_t* ids, const bf16* table, int32_t hidden, bf16* out) {
+  const int64_t row = ids[blockIdx.x];
+  const bf16* src = table + row * hidden;
+  bf16* dst = out + int64_t{blockIdx.x} * hidden;
+  if (hidden % 8 == 0) {
+    for (int i = threadIdx.x; i < hidden / 8; i += blockDim.x) {
+      reinterpret_cast<Bf16x8*>(dst)[i] = reinterpret_cast<const Bf16x8*>(src)[i];
+    }
+  } else {
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) dst[i] = src[i];
+  }
+}
+
+// One block per row; the row (after the residual add) waits in shared memory between the two
+// passes, so global memory is read once.
+constexpr int kNormThreads = 256;
+constexpr int kNormMaxDim = 12288;  // 48 KiB of fp32 shared memory
+
+__global__ void RmsNormKernel(const bf16* x, int64_t ldx, bf16* residual, const int32_t* row_ids,
+                              int32_t dim, const bf16* weight, float eps, bf16* out, int64_t ldo) {
+  extern __shared__ float row_values[];
+  const int64_t row = row_ids != nullptr ? row_ids[blockIdx.x] : blockIdx.x;
+  const bf16* xr = x + row * ldx;
+  bf16* rr = residual != nullptr ? residual + row * ldx : nullptr;
+  float sum_sq = 0.0f;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+    float v = __bfloat162float(xr[i]);
+    if (rr != nullptr) {
+      // HF: hidden = residual + delta in bf16, so the sum is rounded before it is normalized.
+      const bf16 sum = __float2bfloat16(__bfloat162float(rr[i]) + v);
+      if (row_ids == nullptr) rr[i] = sum;
+      v = __bfloat162float(sum);
+    }
+    row_values[i] = v;
+    sum_sq += v * v;
+  }
+  const float inv = rsqrtf(BlockSum(sum_sq) / static_cast<float>(dim) + eps);
+  bf16* o = out + int64_t{blockIdx.x} * ldo;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+    // HF: the normalized row is cast back to bf16, then multiplied by the weight.
+    const float normed = __bfloat162float(__float2bfloat16(row_values[i] * inv));
+    o[i] = __float2bfloat16(normed * __bfloat162float(weight[i]));
+  }
+}
+
+__global__ void RopeStoreKvKernel(RopeKvArgs a) {
+  const int t = blockIdx.x;
+  const int half = a.head_dim / 2;
+  const int total_heads = a.num_heads + 2 * a.num_kv_heads;
+  const float pos = static_cast<float>(a.positions[t]);
+  const int64_t slot = a.slot_mapping != nullptr ? a.slot_mapping[t] : -1;
+  bf16* row = a.qkv + int64_t{t} * a.ld;
+  // One thread per (head, pair) for q and k heads, per element pair for v heads.
+  for (int idx = threadIdx.x; idx < total_heads * half; idx += blockDim.x) {
+    const int head = idx / half;
+    const int i = idx % half;
+    bf16* h = row + int64_t{head} * a.head_dim;
+    const int i0 = a.interleaved ? 2 * i : i;
+    const int i1 = a.interleaved ? 2 * i + 1 : i + half;
+    float x0 = __bfloat162float(h[i0]);
+    float x1 = __bfloat162float(h[i1]);
+    if (head < a.num_heads + a.num_kv_heads) {
+      float s, c;
+      sincosf(pos * a.inv_freq[i], &s, &c);
+      const float y0 = x0 * c - x1 * s;
+      const float y1 = x1 * c + x0 * s;
+      x0 = y0;
+      x1 = y1;
+    }
+    if (head < a.num_heads) {
+      h[i0] = __float2bfloat16(x0);
+      h[i1] = __float2bfloat16(x1);
+    } else if (slot >= 0) {
+      const bool is_k = head < a.num_heads + a.num_kv_heads;
+      const int kv_head = head - a.num_heads - (is_k ? 0 : a.num_kv_heads);
+      const int64_t block = slot / a.block_size, offset = slot % a.block_size;
+      bf16* cache = is_k ? a.k_cache : a.v_cache;
+      bf16* dst = cache + ((block * a.num_kv_heads + kv_head) * a.block_size + offset) * a.head_dim;
+      dst[i0] = __float2bfloat16(x0);
+      dst[i1] = __float2bfloat16(x1);
+    }
+  }
+}
+
+__global__ void SiluMulKernel(const bf16* gate_up, int64_t ld, int32_t dim, bf16* out,
+                              int64_t ldo) {
+  const bf16* g = gate_up + int64_t{blockIdx.y} * ld;
+  const bf16* u = g + dim;
+  bf16* o = out + int64_t{blockIdx.y} * ldo;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < dim; i += gridDim.x * blockDim.x) {
+    const float gv = __bfloat162float(g[i]);
+    // HF: act_fn(gate) is rounded to bf16 before the product with up.
+    const float silu = __bfloat162float(__float2bfloat16(gv / (1.0f + __expf(-gv))));
+    o[i] = __float2bfloat16(silu * __bfloat162float(u[i]));
+  }
+}
+
+__global__ void FloatToBf16Kernel(const float* in, int64_t n, bf16* out) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = __float2bfloat16(in[i]);
+  }
+}
+
+}  // namespace
+
+cudaError_t EmbeddingLookup(const int32_t* ids, int32_t num_tokens, const bf16* table,
+                            int32_t hidden, bf16* out, cudaStream_t stream) {
+  if (num_tokens == 0) return cudaSuccess;
+  EmbeddingKernel<<<num_tokens, 128, 0, stream>>>(ids, table, hidden, out);
+  return cudaGetLastError();
+}
+
+cudaError_t RmsNorm(const bf16* x, int64_t ldx, bf16* residual, const int32_t* row_ids,
+                    int32_t num_rows, int32_t dim, const bf16* weight, float eps, bf16* out,
+                    int64_t ldo, cudaStream_t stream) {
+  if (num_rows == 0) return cudaSuccess;
+  if (dim > kNormMaxDim) return cudaErrorInvalidValue;
+  RmsNormKernel<<<num_rows, kNormThreads, dim * sizeof(float), stream>>>(
+      x, ldx, residual, row_ids, dim, weight, eps, out, ldo);
+  return cudaGetLastError();
+}
+
+cudaError_t RopeStoreKv(const RopeKvArgs& args, cudaStream_t stream) {
+  if (args.num_tokens == 0) return cudaSuccess;
+  if (args.head_dim % 2 != 0) return cudaErrorInvalidValue;
+  RopeStoreKvKernel<<<args.num_tokens, 256, 0, stream>>>(args);
+  return cudaGetLastError();
+}
+
+cudaError_t SiluMul(const bf16* gate_up, int64_t ld, int32_t num_rows, int32_t dim, bf16* out,
+                    int64_t ldo, cudaStream_t stream) {
+  if (num_rows == 0) return cudaSuccess;
+  const int threads = 256;
+  const dim3 grid((dim + threads - 1) / threads, num_rows);
+  SiluMulKernel<<<grid, threads, 0, stream>>>(gate_up, ld, dim, out, ldo);
+  return cudaGetLastError();
+}
+
+cudaError_t FloatToBf16(const float* in, int64_t n, bf16* out, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  const int64_t blocks = (n + 255) / 256;
+  FloatToBf16Kernel<<<static_cast<unsigned>(blocks < 65535 ? blocks : 65535), 256, 0, stream>>>(
+      in, n, out);
+  return cudaGetLastError();
+}
+
+}  // namespace kiln::kernels

@@ -1,5 +1,6 @@
 // The small fused kernels of the Llama forward pass (DESIGN.md §4). Raw device pointers + sizes
-// + strides + stream; no engine types. bf16 activations, fp32 arithmetic inside each kernel.
+// + strides + stream; no engine types. Activations are bf16, arithmetic inside each kernel fp32;
+// every function returns the launch status and never synchronizes (graph-capturable).
 #pragma once
 
 #include <cstdint>
@@ -7,4 +8,53 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-namespace kiln::kernels {}  // namespace kiln::kernels
+namespace kiln::kernels {
+
+// out[t, :] = table[ids[t], :] for t < num_tokens. REQUIRES: ids < the table's rows.
+cudaError_t EmbeddingLookup(const int32_t* ids, int32_t num_tokens, const __nv_bfloat16* table,
+                            int32_t hidden, __nv_bfloat16* out, cudaStream_t stream);
+
+// RMSNorm of rows as HF's LlamaRMSNorm in bf16: y = bf16(x * rsqrt(mean(x^2) + eps)) * w.
+// With `residual` (may be null): the norm of residual[t] + x[t] (the sum rounded to bf16, as HF
+// adds in bf16), and the sum is stored back into residual. row_ids (may be null) picks input rows:
+// output row i normalizes row row_ids[i] (the logits rows of a step); the sum is then not stored.
+// x/residual [*, dim] with row stride ldx; out [num_rows, dim] with row stride ldo; dim <= 12288.
+cudaError_t RmsNorm(const __nv_bfloat16* x, int64_t ldx, __nv_bfloat16* residual,
+                    const int32_t* row_ids, int32_t num_rows, int32_t dim,
+                    const __nv_bfloat16* weight, float eps, __nv_bfloat16* out, int64_t ldo,
+                    cudaStream_t stream);
+
+// Rotary embedding fused with the KV-cache write. qkv: [num_tokens, (num_heads + 2 *
+// num_kv_heads) * head_dim] rows (q heads, then k heads, then v heads), row stride ld. Rotates the
+// q heads in place and writes the rotated k heads and the v heads of token t to cache slot
+// slot_mapping[t] (block slot / block_size, offset slot % block_size) of the
+// [num_blocks, num_kv_heads, block_size, head_dim] caches; a slot < 0 (a padding row) is not
+// written. The angle of pair i is positions[t] * inv_freq[i] in fp32 (inv_freq is
+// kiln::cpu::RopeInvFreq's, so linear and llama3 scaling are in it). interleaved = false: HF's
+// rotate_half layout (pairs half a head apart, "neox"); true: adjacent pairs ("gpt-j").
+struct RopeKvArgs {
+  __nv_bfloat16* qkv = nullptr;
+  int64_t ld = 0;
+  const int32_t* positions = nullptr;
+  const int64_t* slot_mapping = nullptr;
+  int32_t num_tokens = 0;
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  const float* inv_freq = nullptr;  // device [head_dim / 2]
+  bool interleaved = false;
+  __nv_bfloat16* k_cache = nullptr;
+  __nv_bfloat16* v_cache = nullptr;
+  int32_t block_size = 16;
+};
+cudaError_t RopeStoreKv(const RopeKvArgs& args, cudaStream_t stream);
+
+// out[t, i] = silu(gate[t, i]) * up[t, i], with gate_up rows [gate (dim) | up (dim)] of stride
+// ld; each product computed in fp32 and rounded once.
+cudaError_t SiluMul(const __nv_bfloat16* gate_up, int64_t ld, int32_t num_rows, int32_t dim,
+                    __nv_bfloat16* out, int64_t ldo, cudaStream_t stream);
+
+// Converts n floats to bf16 (round to nearest even), for weight upload.
+cudaError_t FloatToBf16(const float* in, int64_t n, __nv_bfloat16* out, cudaStream_t stream);
+
+}  // namespace kiln::kernels

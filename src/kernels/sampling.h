@@ -23,7 +23,7 @@ struct SamplingRow {
   int32_t top_k = 0;             // 0 = no limit
   int32_t num_top_logprobs = 0;  // <= kMaxTopLogprobs
   uint64_t seed = 0;
-  int32_t rng_position = 0;  // the number of output tokens so far (Philox counter)
+  int32_t rng_position = 0;                  // the number of output tokens so far (Philox counter)
   int32_t bias_begin = 0, bias_end = 0;      // into bias_ids / bias_values
   int32_t banned_begin = 0, banned_end = 0;  // into banned_ids
   int32_t prompt_begin = 0, prompt_end = 0;  // into token_ids (repetition penalty)

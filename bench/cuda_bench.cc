@@ -1,0 +1,328 @@
+// cuda_bench: the CUDA backend's figures (issue "CUDA backend"), each beside its yardstick
+// measured in the same run on the same device:
+//   yardsticks: device copy bandwidth (read + write bytes of a 2 GiB device-to-device copy) and
+//               cuBLASLt bf16 GEMM TFLOP/s at 8192^3;
+//   1. batch-1 decode (prompt 128, 256 new tokens): tok/s against the bandwidth roofline (bytes
+//      per token = every weight but the embedding table, plus the KV read);
+//   2. prefill of one 4,096-token prompt: TTFT and TFLOP/s (2 * params * tokens + causal
+//      attention) against the GEMM peak;
+//   3. decode steps at batch 64 and 256 with 1,024-token contexts: bandwidth (weights + KV read)
+//      against the copy bandwidth;
+//   4. offline throughput: N requests of I in / O out tokens, ignore_eos (default 1,000 x
+//      1,000 / 1,000);
+//   6. start-up to ready, with its breakdown (open + tokenizer, weight upload, graph capture).
+// (Figure 5, HF transformers on the same GPU, is bench/cuda_hf_baseline.py.)
+//
+//   build/bench/cuda_bench --model DIR [--json F] [--skip-offline] [--offline-requests N]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_runner.h"
+#include "backend/cuda/gemm.h"
+#include "core/buffer.h"
+#include "engine/llm.h"
+
+namespace kiln {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+#define BENCH_CHECK(expr)                                                          \
+  do {                                                                             \
+    if (!(expr)) {                                                                 \
+      std::fprintf(stderr, "cuda_bench: %s failed at line %d\n", #expr, __LINE__); \
+      std::exit(1);                                                                \
+    }                                                                              \
+  } while (0)
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Read + write bytes per second of a 2 GiB device-to-device copy (median of 10).
+double CopyBandwidth() {
+  const size_t n = size_t{2} << 30;
+  void *a = nullptr, *b = nullptr;
+  BENCH_CHECK(cudaMalloc(&a, n) == cudaSuccess && cudaMalloc(&b, n) == cudaSuccess);
+  BENCH_CHECK(cudaMemset(a, 1, n) == cudaSuccess);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<double> times;
+  for (int i = 0; i < 13; ++i) {
+    cudaEventRecord(e0);
+    cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (i >= 3) times.push_back(ms / 1e3);
+  }
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * n / Median(times);
+}
+
+// cuBLASLt bf16 GEMM at 8192^3 through kiln's Gemm (tuned), FLOP/s (median of 20).
+double GemmPeak() {
+  const int64_t n = 8192;
+  auto gemm = cuda::Gemm::Create();
+  BENCH_CHECK(gemm.ok());
+  DeviceBuffer x = DeviceBuffer::Allocate(n * n * 2).value();
+  DeviceBuffer w = DeviceBuffer::Allocate(n * n * 2).value();
+  DeviceBuffer out = DeviceBuffer::Allocate(n * n * 2).value();
+  // Random-looking bf16 bits in [0.5, 2): timing on zeros flatters the tensor cores.
+  std::vector<uint16_t> host(n * n);
+  std::mt19937 rng(1);
+  for (uint16_t& v : host) v = static_cast<uint16_t>(0x3f00 + (rng() & 0xff));
+  BENCH_CHECK(x.CopyFromHost(host.data(), host.size() * 2).ok());
+  BENCH_CHECK(w.CopyFromHost(host.data(), host.size() * 2).ok());
+  cuda::GemmShape shape{n, n, n, n, n, false, false};
+  BENCH_CHECK((*gemm)->Tune(shape, 8, nullptr).ok());
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<double> times;
+  for (int i = 0; i < 25; ++i) {
+    cudaEventRecord(e0);
+    BENCH_CHECK((*gemm)
+                    ->Linear(static_cast<const __nv_bfloat16*>(x.data()), n, n,
+                             static_cast<const __nv_bfloat16*>(w.data()), n, n, nullptr, out.data(),
+                             n, false, nullptr)
+                    .ok());
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (i >= 5) times.push_back(ms / 1e3);
+  }
+  return 2.0 * n * n * n / Median(times);
+}
+
+std::vector<int32_t> RandomPrompt(std::mt19937& rng, int32_t len, int32_t vocab) {
+  std::vector<int32_t> ids(len);
+  for (int32_t& id : ids) id = std::uniform_int_distribution<int32_t>(3, vocab - 1)(rng);
+  return ids;
+}
+
+struct Timeline {
+  std::map<RequestId, double> first_token;  // seconds since start
+  std::map<RequestId, double> finish;
+  int64_t generated = 0;
+  std::vector<double> decode_step_seconds;  // steps in which every sequence decoded
+  double total_seconds = 0;
+};
+
+// Adds the requests and steps the engine until all finish.
+Timeline RunEngine(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
+                   int32_t max_tokens, RequestId first_id) {
+  SamplingParams params;
+  params.temperature = 0;
+  params.max_tokens = max_tokens;
+  params.ignore_eos = true;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EngineRequest r;
+    r.id = first_id + static_cast<RequestId>(i);
+    r.prompt_token_ids = prompts[i];
+    r.params = params;
+    r.seed = i;
+    const Status st = engine.AddRequest(std::move(r));
+    BENCH_CHECK(st.ok());
+  }
+  Timeline t;
+  const auto start = Clock::now();
+  while (engine.HasWork()) {
+    const auto s0 = Clock::now();
+    std::vector<RequestOutput> outputs = engine.Step();
+    const double now = Seconds(start, Clock::now());
+    const StepStats& step = engine.stats().last_step;
+    if (step.num_seqs > 0 && step.num_decode_seqs == step.num_seqs) {
+      t.decode_step_seconds.push_back(Seconds(s0, Clock::now()));
+    }
+    for (const RequestOutput& o : outputs) {
+      if (!o.new_token_ids.empty() && !t.first_token.contains(o.id)) t.first_token[o.id] = now;
+      t.generated += static_cast<int64_t>(o.new_token_ids.size());
+      if (o.finished) t.finish[o.id] = now;
+    }
+  }
+  t.total_seconds = Seconds(start, Clock::now());
+  return t;
+}
+
+}  // namespace
+}  // namespace kiln
+
+int main(int argc, char** argv) {
+  using namespace kiln;
+  std::string model, json_path;
+  bool skip_offline = false;
+  int offline_requests = 1000, offline_in = 1000, offline_out = 1000;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "cuda_bench: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--model") {
+      model = next();
+    } else if (a == "--json") {
+      json_path = next();
+    } else if (a == "--skip-offline") {
+      skip_offline = true;
+    } else if (a == "--offline-requests") {
+      offline_requests = std::stoi(next());
+    } else if (a == "--offline-in") {
+      offline_in = std::stoi(next());
+    } else if (a == "--offline-out") {
+      offline_out = std::stoi(next());
+    } else {
+      std::fprintf(stderr, "usage: cuda_bench --model DIR [--json F] [--skip-offline]\n");
+      return 2;
+    }
+  }
+  if (model.empty() || !HasCudaDevice()) {
+    std::fprintf(stderr, "cuda_bench: needs --model and a CUDA device\n");
+    return 2;
+  }
+  Json out;
+  auto info = GetCudaDeviceInfo(0);
+  out["device"] = info.ok() ? info->name : "?";
+  const double copy_bw = CopyBandwidth();
+  const double gemm_peak = GemmPeak();
+  out["copy_bandwidth_gb_s"] = copy_bw / 1e9;
+  out["gemm_bf16_8192_tflops"] = gemm_peak / 1e12;
+  std::printf("yardsticks: copy %.0f GB/s, cuBLASLt bf16 8192^3 %.0f TFLOP/s\n", copy_bw / 1e9,
+              gemm_peak / 1e12);
+
+  // 6. Start-up.
+  LlmOptions options;
+  options.device = "cuda";
+  options.engine.scheduler.max_num_seqs = 256;
+  options.engine.scheduler.max_num_batched_tokens = 8192;
+  options.engine.max_model_len = 8192;
+  const auto t0 = Clock::now();
+  auto created = LLM::Create(model, options);
+  const double startup = Seconds(t0, Clock::now());
+  if (!created.ok()) {
+    std::fprintf(stderr, "cuda_bench: %s\n", created.status().ToString().c_str());
+    return 1;
+  }
+  LLM& llm = **created;
+  Engine& engine = llm.engine();
+  const ModelConfig& c = llm.model_config();
+  auto memory = GetCudaMemoryReport(engine.runner());
+  BENCH_CHECK(memory.ok());
+  out["startup"] = {{"seconds", startup},
+                    {"upload_seconds", memory->upload_seconds},
+                    {"graph_capture_seconds", memory->graph_capture_seconds},
+                    {"weight_bytes", memory->weight_bytes},
+                    {"kv_cache_bytes", memory->kv_cache_bytes}};
+  std::printf("start-up %.2f s (upload %.2f s, graph capture %.2f s); weights %.2f GB\n", startup,
+              memory->upload_seconds, memory->graph_capture_seconds, memory->weight_bytes / 1e9);
+
+  const double embed_bytes = 2.0 * c.vocab_size * c.hidden_size;
+  const double weight_bytes_read = memory->weight_bytes - (c.tie_word_embeddings ? 0 : embed_bytes);
+  const double kv_bytes_per_token = c.KvBytesPerToken(DType::kBF16);
+  const double params = static_cast<double>(c.NumParameters()) - c.vocab_size * 1.0 * c.hidden_size;
+  std::mt19937 rng(7);
+  RequestId next_id = 1;
+
+  // 1. Batch-1 decode.
+  {
+    auto t = RunEngine(engine, {RandomPrompt(rng, 128, c.vocab_size)}, 256, next_id++);
+    const double decode_s = t.finish.begin()->second - t.first_token.begin()->second;
+    const double tok_s = 255 / decode_s;
+    const double bytes = weight_bytes_read + kv_bytes_per_token * (128 + 128);
+    const double roofline = copy_bw / bytes;
+    out["decode_batch1"] = {{"tok_s", tok_s},
+                            {"roofline_tok_s", roofline},
+                            {"fraction", tok_s / roofline},
+                            {"ttft_s", t.first_token.begin()->second},
+                            {"end_to_end_tok_s", 256 / t.total_seconds}};
+    std::printf("1. batch-1 decode: %.1f tok/s, roofline %.1f tok/s (%.1f %%)\n", tok_s, roofline,
+                100 * tok_s / roofline);
+  }
+  // 2. Prefill 4,096.
+  {
+    std::vector<double> ttfts;
+    for (int rep = 0; rep < 3; ++rep) {
+      auto t = RunEngine(engine, {RandomPrompt(rng, 4096, c.vocab_size)}, 1, next_id++);
+      ttfts.push_back(t.first_token.begin()->second);
+    }
+    const double ttft = Median(ttfts);
+    const double tokens = 4096;
+    const double flops =
+        2 * params * tokens + 2.0 * tokens * tokens * c.num_heads * c.head_dim * c.num_layers;
+    out["prefill_4096"] = {{"ttft_s", ttft},
+                           {"tflops", flops / ttft / 1e12},
+                           {"fraction_of_gemm_peak", flops / ttft / gemm_peak}};
+    std::printf("2. prefill 4096: TTFT %.1f ms, %.0f TFLOP/s (%.1f %% of GEMM peak)\n", ttft * 1e3,
+                flops / ttft / 1e12, 100 * flops / ttft / gemm_peak);
+  }
+  // 3. Decode steps at batch 64 / 256, 1,024-token contexts.
+  for (int batch : {64, 256}) {
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < batch; ++i) prompts.push_back(RandomPrompt(rng, 1016, c.vocab_size));
+    auto t = RunEngine(engine, prompts, 16, next_id);
+    next_id += batch;
+    const double step = Median(t.decode_step_seconds);
+    const double bytes = weight_bytes_read + kv_bytes_per_token * batch * 1024.0;
+    out["decode_batch" + std::to_string(batch)] = {{"step_ms", step * 1e3},
+                                                   {"tok_s", batch / step},
+                                                   {"bandwidth_gb_s", bytes / step / 1e9},
+                                                   {"fraction_of_copy", bytes / step / copy_bw}};
+    std::printf(
+        "3. decode batch %d ctx 1024: step %.2f ms, %.0f tok/s, %.0f GB/s (%.1f %% of copy)\n",
+        batch, step * 1e3, batch / step, bytes / step / 1e9, 100 * bytes / step / copy_bw);
+  }
+  // 5 (kiln's side). Batch 64, 1,024-token prompts, 256 new tokens, end to end as HF generate.
+  {
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 64; ++i) prompts.push_back(RandomPrompt(rng, 1024, c.vocab_size));
+    auto t = RunEngine(engine, prompts, 256, next_id);
+    next_id += 64;
+    out["batch64_prompt1024_gen256"] = {{"seconds", t.total_seconds},
+                                        {"output_tok_s", t.generated / t.total_seconds}};
+    std::printf("5. batch 64 x (1024 in, 256 out): %.0f output tok/s end to end\n",
+                t.generated / t.total_seconds);
+  }
+  // 4. Offline throughput.
+  if (!skip_offline) {
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < offline_requests; ++i) {
+      prompts.push_back(RandomPrompt(rng, offline_in, c.vocab_size));
+    }
+    auto t = RunEngine(engine, prompts, offline_out, next_id);
+    next_id += offline_requests;
+    const double tok_s = t.generated / t.total_seconds;
+    out["offline"] = {{"requests", offline_requests},   {"input_len", offline_in},
+                      {"output_len", offline_out},      {"seconds", t.total_seconds},
+                      {"output_tok_s", tok_s},          {"trtllm_published_h100_fp16", 7055},
+                      {"ratio_to_trtllm", tok_s / 7055}};
+    std::printf(
+        "4. offline %d x %d/%d: %.0f output tok/s in %.1f s (TensorRT-LLM published 7055 "
+        "on H100 FP16: %.2fx)\n",
+        offline_requests, offline_in, offline_out, tok_s, t.total_seconds, tok_s / 7055);
+  }
+  if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
+  std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}

@@ -1,0 +1,641 @@
+#include "backend/cuda/cuda_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/sampler.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemm.h"
+#include "core/buffer.h"
+#include "core/check.h"
+#include "core/dtype.h"
+#include "core/logging.h"
+#include "kernels/attention.h"
+#include "kernels/elementwise.h"
+#include "model/dequant.h"
+
+namespace kiln {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int64_t kAlign = 256;  // bytes; every sub-buffer starts on this boundary
+int64_t AlignUp(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// Carves sub-buffers out of one allocation: first a sizing pass (base == nullptr), then a
+// placing pass over the real base pointer.
+class Arena {
+ public:
+  explicit Arena(uint8_t* base) : base_(base) {}
+  template <typename T>
+  T* Take(int64_t count) {
+    T* p = base_ != nullptr ? reinterpret_cast<T*>(base_ + used_) : nullptr;
+    used_ += AlignUp(count * static_cast<int64_t>(sizeof(T)));
+    return p;
+  }
+  int64_t used() const { return used_; }
+
+ private:
+  uint8_t* base_;
+  int64_t used_ = 0;
+};
+
+struct LayerWeights {
+  bf16* input_norm = nullptr;
+  bf16* qkv = nullptr;  // [q_size + 2 kv_size, hidden]
+  bf16* qkv_bias = nullptr;
+  bf16* o = nullptr;  // [hidden, q_size]
+  bf16* o_bias = nullptr;
+  bf16* post_norm = nullptr;
+  bf16* gate_up = nullptr;  // [2 inter, hidden]
+  bf16* gate_up_bias = nullptr;
+  bf16* down = nullptr;  // [hidden, inter]
+  bf16* down_bias = nullptr;
+};
+
+// Per-step inputs: one pinned host block and its device twin with the same layout.
+struct StepArrays {
+  int32_t* token_ids;
+  int32_t* positions;
+  int64_t* slots;
+  int32_t* cu_seqlens;
+  int32_t* seq_lens;
+  int32_t* logit_rows;
+  int32_t* block_tables;  // [max_num_seqs, max_blocks_per_seq] (row stride fixed)
+
+  static StepArrays Place(Arena& a, int32_t tokens, int32_t seqs, int32_t rows,
+                          int32_t max_blocks) {
+    StepArrays s;
+    s.token_ids = a.Take<int32_t>(tokens);
+    s.positions = a.Take<int32_t>(tokens);
+    s.slots = a.Take<int64_t>(tokens);
+    s.cu_seqlens = a.Take<int32_t>(seqs + 1);
+    s.seq_lens = a.Take<int32_t>(seqs);
+    s.logit_rows = a.Take<int32_t>(rows);
+    s.block_tables = a.Take<int32_t>(int64_t{seqs} * max_blocks);
+    return s;
+  }
+};
+
+// Which logits rows a step needs, in order: per sequence, its prompt-logprob rows, then its
+// sampled row.
+struct LogitRow {
+  int32_t seq;
+  int32_t token;    // row in the step's flat token array
+  int32_t target;   // prompt-logprob target, or -1 for the sampled row
+  int32_t num_top;  // alternatives wanted
+};
+
+class CudaRunner final : public ModelRunner {
+ public:
+  CudaRunner(const ModelConfig& config, const CudaRunnerOptions& options)
+      : config_(config), options_(options) {}
+  ~CudaRunner() override {
+    for (auto& [batch, exec] : graphs_) cudaGraphExecDestroy(exec);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    if (host_staging_ != nullptr) cudaFreeHost(host_staging_);
+    if (host_logits_ != nullptr) cudaFreeHost(host_logits_);
+  }
+
+  Status Init(const Checkpoint& ckpt);
+
+  const ModelConfig& config() const override { return config_; }
+  std::string name() const override { return "cuda:" + std::to_string(options_.device); }
+  int64_t KvBlockBytes(int32_t block_size) const override {
+    return int64_t{config_.num_layers} * 2 * config_.num_kv_heads * block_size * config_.head_dim *
+           static_cast<int64_t>(sizeof(bf16));
+  }
+  Status AllocateKvCache(int32_t num_blocks, int32_t block_size) override;
+  StepResult Execute(const StepInputs& inputs) override;
+
+  CudaMemoryReport MemoryReport() const;
+
+ private:
+  Status UploadWeights(const Checkpoint& ckpt);
+  Status AllocateWorkspace();
+  // Enqueues the forward pass of `num_tokens` tokens in `num_seqs` sequences (the first
+  // num_decode of which have one token each) up to the fp32 logits of `num_rows` rows.
+  Status EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32_t num_decode, int32_t max_q_len,
+                        int32_t num_rows);
+  Status EnqueueLogits(int32_t num_rows, int32_t row_offset);
+  Status CaptureGraphs();
+  int32_t GraphBatch(int32_t num_seqs) const;
+
+  ModelConfig config_;
+  CudaRunnerOptions options_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<cuda::Gemm> gemm_;
+  bool interleaved_rope_ = false;
+
+  DeviceBuffer weight_memory_;
+  std::vector<LayerWeights> layers_;
+  bf16* embedding_ = nullptr;
+  bf16* final_norm_ = nullptr;
+  bf16* lm_head_ = nullptr;  // == embedding_ when tied
+  float* inv_freq_ = nullptr;
+
+  // Activations, [max_num_tokens, width] each.
+  DeviceBuffer workspace_memory_;
+  bf16 *h_ = nullptr, *x_ = nullptr, *qkv_ = nullptr, *attn_ = nullptr, *delta_ = nullptr,
+       *gate_up_ = nullptr, *act_ = nullptr, *rows_ = nullptr;
+  float* logits_ = nullptr;  // [logit_chunk_, vocab]
+  int32_t logit_chunk_ = 0;  // logits rows computed per lm_head pass
+  void* attn_workspace_ = nullptr;
+  size_t attn_workspace_bytes_ = 0;
+
+  DeviceBuffer kv_memory_;
+  int32_t num_blocks_ = 0;
+  int32_t block_size_ = 0;
+  int32_t max_blocks_per_seq_ = 0;
+  std::vector<bf16*> k_cache_, v_cache_;
+
+  DeviceBuffer step_memory_;
+  uint8_t* host_staging_ = nullptr;
+  int64_t step_bytes_ = 0;
+  StepArrays host_{}, dev_{};
+  float* host_logits_ = nullptr;
+
+  double upload_seconds_ = 0, graph_capture_seconds_ = 0;
+  std::vector<int32_t> graph_batches_;
+  std::map<int32_t, cudaGraphExec_t> graphs_;
+};
+
+// ---- Weights ------------------------------------------------------------------------------
+
+// The stored weight as bf16 values.
+Status ToBf16(const Weight& w, std::vector<uint16_t>& out) {
+  const int64_t n = w.shape.numel();
+  out.resize(n);
+  if (w.dtype == DType::kBF16) {
+    std::memcpy(out.data(), w.data, n * sizeof(uint16_t));
+    return Status::Ok();
+  }
+  if (!CanDequantizeToF32(w.dtype)) {
+    return Unsupported(w.file + ": tensor " + w.source_name + " has dtype " +
+                       std::string(DTypeName(w.dtype)) + ", which the CUDA backend cannot load");
+  }
+  std::vector<float> f32(n);
+  KILN_RETURN_IF_ERROR(DequantizeToF32(w.dtype, w.data, w.nbytes, n, f32.data()));
+  for (int64_t i = 0; i < n; ++i) out[i] = F32ToBF16(f32[i]);
+  return Status::Ok();
+}
+
+Status CudaRunner::Init(const Checkpoint& ckpt) {
+  KILN_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  KILN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  KILN_ASSIGN_OR_RETURN(gemm_, cuda::Gemm::Create());
+  if (options_.max_model_len <= 0) {
+    options_.max_model_len = static_cast<int32_t>(config_.max_position_embeddings);
+  }
+  interleaved_rope_ = ckpt.qk_rope_layout() == QkRopeLayout::kInterleaved;
+  const auto start = std::chrono::steady_clock::now();
+  KILN_RETURN_IF_ERROR(UploadWeights(ckpt));
+  upload_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return AllocateWorkspace();
+}
+
+Status CudaRunner::UploadWeights(const Checkpoint& ckpt) {
+  const ModelConfig& c = config_;
+  const int64_t h = c.hidden_size, inter = c.intermediate_size, q = c.q_size(), kv = c.kv_size();
+  const int64_t qkv_rows = q + 2 * kv;
+  // Sizing pass, then the real one.
+  auto place = [&](Arena& a) {
+    embedding_ = a.Take<bf16>(int64_t{c.vocab_size} * h);
+    layers_.assign(c.num_layers, {});
+    for (LayerWeights& l : layers_) {
+      l.input_norm = a.Take<bf16>(h);
+      l.qkv = a.Take<bf16>(qkv_rows * h);
+      if (c.qkv_bias) l.qkv_bias = a.Take<bf16>(qkv_rows);
+      l.o = a.Take<bf16>(h * q);
+      if (c.o_bias) l.o_bias = a.Take<bf16>(h);
+      l.post_norm = a.Take<bf16>(h);
+      l.gate_up = a.Take<bf16>(2 * inter * h);
+      if (c.mlp_bias) l.gate_up_bias = a.Take<bf16>(2 * inter);
+      l.down = a.Take<bf16>(h * inter);
+      if (c.mlp_bias) l.down_bias = a.Take<bf16>(h);
+    }
+    final_norm_ = a.Take<bf16>(h);
+    lm_head_ = c.tie_word_embeddings ? embedding_ : a.Take<bf16>(int64_t{c.vocab_size} * h);
+    inv_freq_ = a.Take<float>(c.head_dim / 2);
+  };
+  Arena sizing(nullptr);
+  place(sizing);
+  auto memory = DeviceBuffer::Allocate(sizing.used());
+  if (!memory.ok()) {
+    return ResourceExhausted("CUDA: the weights of " + ckpt.path() + " need " +
+                             std::to_string(sizing.used() >> 20) +
+                             " MiB of device memory: " + memory.status().message());
+  }
+  weight_memory_ = std::move(*memory);
+  Arena arena(static_cast<uint8_t*>(weight_memory_.data()));
+  place(arena);
+
+  std::vector<uint16_t> values;
+  auto upload = [&](const std::string& name, bf16* dst) -> Status {
+    const Weight* w = ckpt.Find(name);
+    if (w == nullptr) return NotFound(ckpt.path() + ": missing tensor " + name);
+    KILN_RETURN_IF_ERROR(ToBf16(*w, values));
+    KILN_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(dst, values.data(), values.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    return Status::Ok();
+  };
+  KILN_RETURN_IF_ERROR(upload("model.embed_tokens.weight", embedding_));
+  for (int i = 0; i < c.num_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    LayerWeights& l = layers_[i];
+    KILN_RETURN_IF_ERROR(upload(p + "input_layernorm.weight", l.input_norm));
+    KILN_RETURN_IF_ERROR(upload(p + "self_attn.q_proj.weight", l.qkv));
+    KILN_RETURN_IF_ERROR(upload(p + "self_attn.k_proj.weight", l.qkv + q * h));
+    KILN_RETURN_IF_ERROR(upload(p + "self_attn.v_proj.weight", l.qkv + (q + kv) * h));
+    if (c.qkv_bias) {
+      KILN_RETURN_IF_ERROR(upload(p + "self_attn.q_proj.bias", l.qkv_bias));
+      KILN_RETURN_IF_ERROR(upload(p + "self_attn.k_proj.bias", l.qkv_bias + q));
+      KILN_RETURN_IF_ERROR(upload(p + "self_attn.v_proj.bias", l.qkv_bias + q + kv));
+    }
+    KILN_RETURN_IF_ERROR(upload(p + "self_attn.o_proj.weight", l.o));
+    if (c.o_bias) KILN_RETURN_IF_ERROR(upload(p + "self_attn.o_proj.bias", l.o_bias));
+    KILN_RETURN_IF_ERROR(upload(p + "post_attention_layernorm.weight", l.post_norm));
+    KILN_RETURN_IF_ERROR(upload(p + "mlp.gate_proj.weight", l.gate_up));
+    KILN_RETURN_IF_ERROR(upload(p + "mlp.up_proj.weight", l.gate_up + inter * h));
+    KILN_RETURN_IF_ERROR(upload(p + "mlp.down_proj.weight", l.down));
+    if (c.mlp_bias) {
+      KILN_RETURN_IF_ERROR(upload(p + "mlp.gate_proj.bias", l.gate_up_bias));
+      KILN_RETURN_IF_ERROR(upload(p + "mlp.up_proj.bias", l.gate_up_bias + inter));
+      KILN_RETURN_IF_ERROR(upload(p + "mlp.down_proj.bias", l.down_bias));
+    }
+  }
+  KILN_RETURN_IF_ERROR(upload("model.norm.weight", final_norm_));
+  if (!c.tie_word_embeddings) KILN_RETURN_IF_ERROR(upload("lm_head.weight", lm_head_));
+  KILN_ASSIGN_OR_RETURN(std::vector<float> inv_freq,
+                        cpu::RopeInvFreq(c.head_dim, c.rope_theta, c.rope_scaling));
+  KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(inv_freq_, inv_freq.data(), inv_freq.size() * sizeof(float),
+                                       cudaMemcpyHostToDevice));
+  return Status::Ok();
+}
+
+Status CudaRunner::AllocateWorkspace() {
+  const ModelConfig& c = config_;
+  const int64_t t = options_.max_num_tokens, h = c.hidden_size;
+  const int64_t qkv_rows = c.q_size() + 2 * c.kv_size();
+  logit_chunk_ = std::max(1, options_.max_num_seqs);
+  kernels::AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim, 0.0f};
+  attn_workspace_bytes_ =
+      kernels::PagedDecodeWorkspaceBytes(options_.max_num_seqs, options_.max_model_len, dims);
+  auto place = [&](Arena& a) {
+    h_ = a.Take<bf16>(t * h);
+    x_ = a.Take<bf16>(t * h);
+    qkv_ = a.Take<bf16>(t * qkv_rows);
+    attn_ = a.Take<bf16>(t * c.q_size());
+    delta_ = a.Take<bf16>(t * h);
+    gate_up_ = a.Take<bf16>(t * 2 * c.intermediate_size);
+    act_ = a.Take<bf16>(t * c.intermediate_size);
+    rows_ = a.Take<bf16>(int64_t{logit_chunk_} * h);
+    logits_ = a.Take<float>(int64_t{logit_chunk_} * c.vocab_size);
+    attn_workspace_ = a.Take<uint8_t>(static_cast<int64_t>(attn_workspace_bytes_));
+  };
+  Arena sizing(nullptr);
+  place(sizing);
+  auto memory = DeviceBuffer::Allocate(sizing.used());
+  if (!memory.ok()) {
+    return ResourceExhausted("CUDA: the activation workspace for " + std::to_string(t) +
+                             " tokens per step needs " + std::to_string(sizing.used() >> 20) +
+                             " MiB: " + memory.status().message() +
+                             "; lower --max-num-batched-tokens");
+  }
+  workspace_memory_ = std::move(*memory);
+  Arena arena(static_cast<uint8_t*>(workspace_memory_.data()));
+  place(arena);
+  // Rows that padding or a partial step never writes still flow through row-independent
+  // kernels; zeros keep them finite.
+  KILN_CUDA_RETURN_IF_ERROR(cudaMemset(workspace_memory_.data(), 0, workspace_memory_.size()));
+  KILN_CUDA_RETURN_IF_ERROR(cudaHostAlloc(reinterpret_cast<void**>(&host_logits_),
+                                          int64_t{logit_chunk_} * c.vocab_size * sizeof(float),
+                                          cudaHostAllocDefault));
+  return Status::Ok();
+}
+
+Status CudaRunner::AllocateKvCache(int32_t num_blocks, int32_t block_size) {
+  if (block_size <= 0 || block_size % 16 != 0) {
+    return InvalidArgument("block_size: the CUDA backend needs a multiple of 16, got " +
+                           std::to_string(block_size));
+  }
+  for (auto& [batch, exec] : graphs_) cudaGraphExecDestroy(exec);
+  graphs_.clear();
+  kv_memory_ = DeviceBuffer();
+  const int64_t per_layer =
+      int64_t{num_blocks} * config_.num_kv_heads * block_size * config_.head_dim;
+  auto memory = DeviceBuffer::Allocate(KvBlockBytes(block_size) * num_blocks);
+  if (!memory.ok()) {
+    return ResourceExhausted("CUDA: a KV cache of " + std::to_string(num_blocks) + " blocks (" +
+                             std::to_string((KvBlockBytes(block_size) * num_blocks) >> 20) +
+                             " MiB) does not fit: " + memory.status().message());
+  }
+  kv_memory_ = std::move(*memory);
+  num_blocks_ = num_blocks;
+  block_size_ = block_size;
+  k_cache_.resize(config_.num_layers);
+  v_cache_.resize(config_.num_layers);
+  bf16* base = static_cast<bf16*>(kv_memory_.data());
+  for (int i = 0; i < config_.num_layers; ++i) {
+    k_cache_[i] = base + (2 * i) * per_layer;
+    v_cache_[i] = base + (2 * i + 1) * per_layer;
+  }
+
+  // Step arrays sized for the largest step; block tables at a fixed row stride so that a
+  // captured graph reads them at the same place every step.
+  max_blocks_per_seq_ = (options_.max_model_len + block_size - 1) / block_size;
+  const int32_t seqs = options_.max_num_seqs;
+  const int32_t tokens = std::max(options_.max_num_tokens, seqs);
+  const int32_t rows = tokens + seqs;  // prompt-logprob rows and sampled rows
+  Arena sizing(nullptr);
+  StepArrays::Place(sizing, tokens, seqs, rows, max_blocks_per_seq_);
+  step_bytes_ = sizing.used();
+  if (host_staging_ != nullptr) cudaFreeHost(host_staging_);
+  KILN_CUDA_RETURN_IF_ERROR(
+      cudaHostAlloc(reinterpret_cast<void**>(&host_staging_), step_bytes_, cudaHostAllocDefault));
+  KILN_ASSIGN_OR_RETURN(step_memory_, DeviceBuffer::Allocate(step_bytes_));
+  KILN_CUDA_RETURN_IF_ERROR(cudaMemset(step_memory_.data(), 0, step_bytes_));
+  Arena host_arena(host_staging_), dev_arena(static_cast<uint8_t*>(step_memory_.data()));
+  host_ = StepArrays::Place(host_arena, tokens, seqs, rows, max_blocks_per_seq_);
+  dev_ = StepArrays::Place(dev_arena, tokens, seqs, rows, max_blocks_per_seq_);
+  if (options_.enable_cuda_graphs) {
+    const auto start = std::chrono::steady_clock::now();
+    KILN_RETURN_IF_ERROR(CaptureGraphs());
+    graph_capture_seconds_ =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  return Status::Ok();
+}
+
+CudaMemoryReport CudaRunner::MemoryReport() const {
+  CudaMemoryReport r;
+  r.weight_bytes = static_cast<int64_t>(weight_memory_.size());
+  r.workspace_bytes = static_cast<int64_t>(workspace_memory_.size() + step_memory_.size());
+  r.kv_cache_bytes = static_cast<int64_t>(kv_memory_.size());
+  r.upload_seconds = upload_seconds_;
+  r.graph_capture_seconds = graph_capture_seconds_;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+    r.device_total_bytes = static_cast<int64_t>(total_bytes);
+    r.device_free_bytes = static_cast<int64_t>(free_bytes);
+  }
+  return r;
+}
+
+// ---- Forward ------------------------------------------------------------------------------
+
+#define KILN_LAUNCH(expr) KILN_CUDA_RETURN_IF_ERROR(expr)
+
+Status CudaRunner::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32_t num_decode,
+                                  int32_t max_q_len, int32_t num_rows) {
+  const ModelConfig& c = config_;
+  const int64_t h = c.hidden_size, inter = c.intermediate_size, q = c.q_size(), kv = c.kv_size();
+  const int64_t qkv_rows = q + 2 * kv;
+  const float eps = c.rms_norm_eps;
+  kernels::AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim,
+                              1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+
+  KILN_LAUNCH(
+      kernels::EmbeddingLookup(dev_.token_ids, num_tokens, embedding_, c.hidden_size, h_, stream_));
+  for (int i = 0; i < c.num_layers; ++i) {
+    const LayerWeights& l = layers_[i];
+    // Layer 0 normalizes the embeddings; later layers first add the previous MLP output.
+    KILN_LAUNCH(kernels::RmsNorm(i == 0 ? h_ : delta_, h, i == 0 ? nullptr : h_, nullptr,
+                                 num_tokens, c.hidden_size, l.input_norm, eps, x_, h, stream_));
+    KILN_RETURN_IF_ERROR(gemm_->Linear(x_, h, num_tokens, l.qkv, qkv_rows, h, l.qkv_bias, qkv_,
+                                       qkv_rows, false, stream_));
+    kernels::RopeKvArgs rope;
+    rope.qkv = qkv_;
+    rope.ld = qkv_rows;
+    rope.positions = dev_.positions;
+    rope.slot_mapping = dev_.slots;
+    rope.num_tokens = num_tokens;
+    rope.num_heads = c.num_heads;
+    rope.num_kv_heads = c.num_kv_heads;
+    rope.head_dim = c.head_dim;
+    rope.inv_freq = inv_freq_;
+    rope.interleaved = interleaved_rope_;
+    rope.k_cache = k_cache_[i];
+    rope.v_cache = v_cache_[i];
+    rope.block_size = block_size_;
+    KILN_LAUNCH(kernels::RopeStoreKv(rope, stream_));
+
+    kernels::PagedKvCache cache;
+    cache.k = k_cache_[i];
+    cache.v = v_cache_[i];
+    cache.num_blocks = num_blocks_;
+    cache.block_size = block_size_;
+    cache.max_blocks_per_seq = max_blocks_per_seq_;
+    if (num_decode > 0) {
+      cache.block_tables = dev_.block_tables;
+      KILN_LAUNCH(kernels::PagedDecodeAttention(qkv_, qkv_rows, cache, dev_.seq_lens, num_decode,
+                                                options_.max_model_len, dims, attn_workspace_,
+                                                attn_workspace_bytes_, attn_, q, stream_));
+    }
+    if (num_seqs > num_decode) {
+      cache.block_tables = dev_.block_tables + int64_t{num_decode} * max_blocks_per_seq_;
+      KILN_LAUNCH(kernels::PagedPrefillAttention(
+          qkv_, qkv_rows, cache, dev_.cu_seqlens + num_decode, dev_.seq_lens + num_decode,
+          num_seqs - num_decode, max_q_len, dims, attn_, q, stream_));
+    }
+    KILN_RETURN_IF_ERROR(
+        gemm_->Linear(attn_, q, num_tokens, l.o, h, q, l.o_bias, delta_, h, false, stream_));
+    KILN_LAUNCH(kernels::RmsNorm(delta_, h, h_, nullptr, num_tokens, c.hidden_size, l.post_norm,
+                                 eps, x_, h, stream_));
+    KILN_RETURN_IF_ERROR(gemm_->Linear(x_, h, num_tokens, l.gate_up, 2 * inter, h, l.gate_up_bias,
+                                       gate_up_, 2 * inter, false, stream_));
+    KILN_LAUNCH(kernels::SiluMul(gate_up_, 2 * inter, num_tokens, c.intermediate_size, act_, inter,
+                                 stream_));
+    KILN_RETURN_IF_ERROR(gemm_->Linear(act_, inter, num_tokens, l.down, h, inter, l.down_bias,
+                                       delta_, h, false, stream_));
+  }
+  return EnqueueLogits(std::min(num_rows, logit_chunk_), 0);
+}
+
+// Logits of rows [row_offset, row_offset + num_rows) of the step's logit_rows into logits_.
+Status CudaRunner::EnqueueLogits(int32_t num_rows, int32_t row_offset) {
+  const ModelConfig& c = config_;
+  const int64_t h = c.hidden_size;
+  KILN_LAUNCH(kernels::RmsNorm(delta_, h, h_, dev_.logit_rows + row_offset, num_rows, c.hidden_size,
+                               final_norm_, c.rms_norm_eps, rows_, h, stream_));
+  return gemm_->Linear(rows_, h, num_rows, lm_head_, c.vocab_size, h, nullptr, logits_,
+                       c.vocab_size, true, stream_);
+}
+
+int32_t CudaRunner::GraphBatch(int32_t num_seqs) const {
+  auto it = std::lower_bound(graph_batches_.begin(), graph_batches_.end(), num_seqs);
+  return it == graph_batches_.end() ? 0 : *it;
+}
+
+Status CudaRunner::CaptureGraphs() {
+  graph_batches_.clear();
+  const int32_t limit =
+      std::min({options_.max_graph_batch, options_.max_num_seqs, options_.max_num_tokens});
+  for (int32_t b : {1, 2, 4}) {
+    if (b <= limit) graph_batches_.push_back(b);
+  }
+  for (int32_t b = 8; b <= limit; b += 8) graph_batches_.push_back(b);
+  // Padding rows: no KV write (slot -1), no attention (seq_lens 0), logits row = itself.
+  std::vector<int64_t> slots(limit, -1);
+  std::vector<int32_t> rows(limit);
+  for (int32_t i = 0; i < limit; ++i) rows[i] = i;
+  KILN_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(dev_.slots, slots.data(), limit * sizeof(int64_t), cudaMemcpyHostToDevice));
+  KILN_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(dev_.logit_rows, rows.data(), limit * sizeof(int32_t), cudaMemcpyHostToDevice));
+  KILN_CUDA_RETURN_IF_ERROR(cudaMemset(dev_.seq_lens, 0, limit * sizeof(int32_t)));
+  for (int32_t b : graph_batches_) {
+    // A plain run first caches every GEMM plan (the heuristic query must not happen mid-capture).
+    KILN_RETURN_IF_ERROR(EnqueueForward(b, b, b, 1, b));
+    KILN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    cudaGraph_t graph = nullptr;
+    KILN_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    const Status forward = EnqueueForward(b, b, b, 1, b);
+    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+    KILN_RETURN_IF_ERROR(forward);
+    KILN_CUDA_RETURN_IF_ERROR(end);
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    KILN_CUDA_RETURN_IF_ERROR(inst);
+    graphs_[b] = exec;
+  }
+  return Status::Ok();
+}
+
+StepResult CudaRunner::Execute(const StepInputs& in) {
+  const int32_t num_tokens = in.num_tokens(), num_seqs = in.num_seqs();
+  CHECK_LE(num_tokens, options_.max_num_tokens) << "step larger than the CUDA workspace";
+  CHECK_LE(num_seqs, options_.max_num_seqs);
+  CHECK_LE(in.max_blocks_per_seq, max_blocks_per_seq_);
+
+  // Decode sequences (one new token) lead the batch (the scheduler puts running decodes first).
+  int32_t num_decode = 0, max_q_len = 0;
+  bool plain_decode = true;
+  std::vector<LogitRow> rows;
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    const StepSequence& seq = in.seqs[s];
+    const int32_t q_len = in.cu_seqlens[s + 1] - in.cu_seqlens[s];
+    max_q_len = std::max(max_q_len, q_len);
+    if (q_len == 1 && num_decode == s) ++num_decode;
+    for (size_t i = 0; i < seq.prompt_logprob_targets.size(); ++i) {
+      rows.push_back({s, in.cu_seqlens[s] + static_cast<int32_t>(i), seq.prompt_logprob_targets[i],
+                      seq.num_prompt_top_logprobs});
+    }
+    if (seq.do_sample) rows.push_back({s, in.cu_seqlens[s + 1] - 1, -1, 0});
+    if (!seq.prompt_logprob_targets.empty() || !seq.do_sample) plain_decode = false;
+  }
+  const int32_t graph_batch =
+      plain_decode && num_decode == num_seqs && !graphs_.empty() ? GraphBatch(num_seqs) : 0;
+  const int32_t padded = graph_batch > 0 ? graph_batch : num_tokens;
+
+  // Stage the inputs (pinned), then one copy per array.
+  std::copy(in.token_ids.begin(), in.token_ids.end(), host_.token_ids);
+  std::copy(in.positions.begin(), in.positions.end(), host_.positions);
+  std::copy(in.slot_mapping.begin(), in.slot_mapping.end(), host_.slots);
+  std::copy(in.cu_seqlens.begin(), in.cu_seqlens.end(), host_.cu_seqlens);
+  std::copy(in.seq_lens.begin(), in.seq_lens.end(), host_.seq_lens);
+  for (int32_t i = num_tokens; i < padded; ++i) {
+    host_.token_ids[i] = 0;
+    host_.positions[i] = 0;
+    host_.slots[i] = -1;
+    host_.seq_lens[i] = 0;
+  }
+  const int32_t num_rows = graph_batch > 0 ? graph_batch : static_cast<int32_t>(rows.size());
+  for (int32_t r = 0; r < num_rows; ++r) {
+    host_.logit_rows[r] = r < static_cast<int32_t>(rows.size()) ? rows[r].token : r;
+  }
+  auto copy = [&](void* dst, const void* src, size_t bytes) {
+    if (bytes > 0) {
+      CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_) == cudaSuccess);
+    }
+  };
+  copy(dev_.token_ids, host_.token_ids, padded * sizeof(int32_t));
+  copy(dev_.positions, host_.positions, padded * sizeof(int32_t));
+  copy(dev_.slots, host_.slots, padded * sizeof(int64_t));
+  copy(dev_.cu_seqlens, host_.cu_seqlens, (num_seqs + 1) * sizeof(int32_t));
+  copy(dev_.seq_lens, host_.seq_lens, (graph_batch > 0 ? graph_batch : num_seqs) * sizeof(int32_t));
+  copy(dev_.logit_rows, host_.logit_rows, num_rows * sizeof(int32_t));
+  if (in.max_blocks_per_seq > 0 && num_seqs > 0) {
+    CHECK(cudaMemcpy2DAsync(dev_.block_tables, max_blocks_per_seq_ * sizeof(int32_t),
+                            in.block_tables.data(), in.max_blocks_per_seq * sizeof(int32_t),
+                            in.max_blocks_per_seq * sizeof(int32_t), num_seqs,
+                            cudaMemcpyHostToDevice, stream_) == cudaSuccess);
+  }
+
+  if (graph_batch > 0) {
+    CHECK(cudaGraphLaunch(graphs_.at(graph_batch), stream_) == cudaSuccess);
+  } else {
+    const Status st = EnqueueForward(num_tokens, num_seqs, num_decode, max_q_len,
+                                     static_cast<int32_t>(rows.size()));
+    CHECK(st.ok()) << st.ToString();
+  }
+
+  // Logits to the host and the reference sampler, a chunk of rows at a time.
+  // TODO(issue 5): sample on the device (kernels/sampling.h) and copy back only the tokens.
+  StepResult result;
+  result.seqs.resize(num_seqs);
+  const int64_t vocab = config_.vocab_size;
+  for (int32_t begin = 0; begin < static_cast<int32_t>(rows.size()); begin += logit_chunk_) {
+    const int32_t n = std::min<int32_t>(logit_chunk_, static_cast<int32_t>(rows.size()) - begin);
+    if (begin > 0) {
+      const Status st = EnqueueLogits(n, begin);
+      CHECK(st.ok()) << st.ToString();
+    }
+    CHECK(cudaMemcpyAsync(host_logits_, logits_, n * vocab * sizeof(float), cudaMemcpyDeviceToHost,
+                          stream_) == cudaSuccess);
+    CHECK(cudaStreamSynchronize(stream_) == cudaSuccess) << "CUDA step failed";
+    for (int32_t r = 0; r < n; ++r) {
+      const LogitRow& row = rows[begin + r];
+      std::span<const float> logits(host_logits_ + r * vocab, vocab);
+      if (row.target >= 0) {
+        result.seqs[row.seq].prompt_logprobs.push_back(cpu::Score(logits, row.target, row.num_top));
+      } else {
+        result.seqs[row.seq].sampled = cpu::Sample(logits, in.seqs[row.seq].sampling);
+      }
+    }
+  }
+  if (rows.empty()) CHECK(cudaStreamSynchronize(stream_) == cudaSuccess) << "CUDA step failed";
+  return result;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ModelRunner>> CreateCudaRunner(const Checkpoint& ckpt,
+                                                      const CudaRunnerOptions& options) {
+  if (!HasCudaDevice()) return Unavailable("CUDA: no device is visible");
+  const ModelConfig& c = ckpt.config();
+  KILN_RETURN_IF_ERROR(c.Validate());
+  if (c.head_dim != 64 && c.head_dim != 128) {
+    return Unsupported("CUDA: head_dim " + std::to_string(c.head_dim) +
+                       " (the attention kernels handle 64 and 128)");
+  }
+  if (options.max_num_tokens <= 0 || options.max_num_seqs <= 0) {
+    return InvalidArgument("CUDA: max_num_tokens and max_num_seqs must be positive");
+  }
+  auto runner = std::make_unique<CudaRunner>(c, options);
+  KILN_RETURN_IF_ERROR(runner->Init(ckpt));
+  const CudaMemoryReport m = runner->MemoryReport();
+  LOG(INFO) << "CUDA runner on device " << options.device << ": weights " << (m.weight_bytes >> 20)
+            << " MiB, workspace " << (m.workspace_bytes >> 20) << " MiB, "
+            << (m.device_free_bytes >> 20) << " MiB free of " << (m.device_total_bytes >> 20);
+  return std::unique_ptr<ModelRunner>(std::move(runner));
+}
+
+Result<CudaMemoryReport> GetCudaMemoryReport(const ModelRunner& runner) {
+  const auto* cuda_runner = dynamic_cast<const CudaRunner*>(&runner);
+  if (cuda_runner == nullptr) return InvalidArgument("not a CUDA runner: " + runner.name());
+  return cuda_runner->MemoryReport();
+}
+
+}  // namespace kiln

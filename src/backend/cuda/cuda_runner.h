@@ -1,0 +1,67 @@
+// The CUDA ModelRunner (DESIGN.md §4): the Llama-family forward pass of backend/cpu/cpu_runner.h
+// on one GPU, bf16 weights and activations with fp32 accumulation, fp32 logits.
+//
+//   h = embed(token_ids)                                            kernels::EmbeddingLookup
+//   per layer:  x = rms_norm(h (+= previous delta))                 kernels::RmsNorm (fused add)
+//               qkv = x Wqkv^T (+ b)                                Gemm (cuBLASLt)
+//               rope(q, k); k, v -> paged cache                     kernels::RopeStoreKv
+//               a = attention: decode rows / prefill rows            kernels::PagedDecodeAttention
+//               /
+//                                                                    PagedPrefillAttention
+//               d = a Wo^T;  x = rms_norm(h += d)                   Gemm, RmsNorm
+//               d = silu(x Wg^T) * (x Wu^T) Wd^T                     Gemm, SiluMul, Gemm
+//   logits = rms_norm(h + d)[rows] Wlm^T (fp32)                     RmsNorm (row pick), Gemm
+//   sample / score the rows
+//
+// Memory (reported at start-up): the weights, an activation workspace sized for
+// max_num_tokens tokens per step, and the KV pool the engine asks for (AllocateKvCache), one
+// allocation of [layers][K|V][num_blocks, kv_heads, block_size, head_dim] bf16.
+//
+// Decode steps (every sequence computes one token, no prompt logprobs, at most max_graph_batch
+// sequences) replay a CUDA graph captured per padded batch size at AllocateKvCache; other steps
+// launch the kernels directly.
+//
+// GGUF `llama` q/k rows stay in llama.cpp's permuted order and RoPE uses the matching
+// interleaved pairs: the attention scores are the same dot products in another order.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "backend/model_runner.h"
+#include "model/checkpoint.h"
+
+namespace kiln {
+
+struct CudaRunnerOptions {
+  int device = 0;
+  // The most tokens one step carries (the scheduler's max_num_batched_tokens, or more); sizes
+  // the activation workspace.
+  int32_t max_num_tokens = 8192;
+  int32_t max_num_seqs = 256;  // the most sequences one step carries
+  int32_t max_model_len = 0;   // 0 = the model's max_position_embeddings
+  bool enable_cuda_graphs = true;
+  int32_t max_graph_batch = 256;  // decode steps of up to this many sequences replay graphs
+};
+
+struct CudaMemoryReport {
+  int64_t weight_bytes = 0;
+  int64_t workspace_bytes = 0;
+  int64_t kv_cache_bytes = 0;
+  int64_t device_total_bytes = 0;
+  int64_t device_free_bytes = 0;     // after the allocations above
+  double upload_seconds = 0;         // reading, converting and uploading the weights
+  double graph_capture_seconds = 0;  // capturing the decode graphs (at AllocateKvCache)
+};
+
+// Builds a runner on `options.device`: uploads every weight of `ckpt` as bf16 (other dtypes,
+// GGUF blocks included, are dequantized on the way). Errors: Unavailable without a CUDA device;
+// Unsupported for rope scaling other than none/linear/llama3 or head_dim other than 64/128;
+// ResourceExhausted when the weights and workspace do not fit; those of the checkpoint reads.
+Result<std::unique_ptr<ModelRunner>> CreateCudaRunner(const Checkpoint& ckpt,
+                                                      const CudaRunnerOptions& options);
+
+// What a CUDA runner holds now (kInvalidArgument when `runner` is not a CUDA runner).
+Result<CudaMemoryReport> GetCudaMemoryReport(const ModelRunner& runner);
+
+}  // namespace kiln
