@@ -1,0 +1,311 @@
+// attention_bench: paged attention kernels (src/kernels/attention.h) against their rooflines,
+// both measured in the same run: device-to-device copy bandwidth (read + write bytes) and cuBLAS
+// bf16 GEMM at 8192^3.
+//
+//   attention_bench [--json PATH]
+//
+// Prefill figures are TFLOP/s (causal FLOPs: 4 * heads * head_dim per (query, visible key)) over
+// the GEMM peak; decode figures are K/V bytes read per second over the copy bandwidth. Decode runs
+// through a CUDA graph that cycles over several disjoint sets of cache blocks, so small cases read
+// from device memory, not from the 50 MB L2. Fixed seeds; random (never zero) data.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/attention.h"
+
+namespace {
+
+using kiln::kernels::AttentionDims;
+using kiln::kernels::PagedKvCache;
+
+#define CK(expr)                                                                         \
+  do {                                                                                   \
+    cudaError_t e_ = (expr);                                                             \
+    if (e_ != cudaSuccess) {                                                             \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr,                  \
+                   cudaGetErrorString(e_));                                              \
+      std::exit(1);                                                                      \
+    }                                                                                    \
+  } while (0)
+
+__global__ void FillRandomBf16(__nv_bfloat16* p, size_t n, uint32_t seed, float amp) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 0x9e3779b9u ^ seed;
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    p[i] = __float2bfloat16((float(h & 0xffffff) / float(1 << 24) * 2.0f - 1.0f) * amp);
+  }
+}
+
+void Fill(__nv_bfloat16* p, size_t n, uint32_t seed, float amp = 1.0f) {
+  FillRandomBf16<<<1024, 256>>>(p, n, seed, amp);
+  CK(cudaGetLastError());
+}
+
+// Median milliseconds of `fn` (which enqueues work on `stream`) over `reps` timed runs.
+template <typename Fn>
+float MedianMs(cudaStream_t stream, int warmup, int reps, Fn fn) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < warmup; ++i) fn();
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    CK(cudaEventRecord(a, stream));
+    fn();
+    CK(cudaEventRecord(b, stream));
+    CK(cudaEventSynchronize(b));
+    float t;
+    CK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+double CopyBandwidth(cudaStream_t stream) {
+  const size_t bytes = size_t{1} << 30;
+  void *src, *dst;
+  CK(cudaMalloc(&src, bytes));
+  CK(cudaMalloc(&dst, bytes));
+  Fill(static_cast<__nv_bfloat16*>(src), bytes / 2, 1);
+  const float ms = MedianMs(stream, 3, 20, [&] {
+    CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+  });
+  CK(cudaFree(src));
+  CK(cudaFree(dst));
+  return 2.0 * bytes / (ms * 1e-3);
+}
+
+double GemmPeak(cudaStream_t stream) {
+  const int n = 8192;
+  __nv_bfloat16 *a, *b, *c;
+  CK(cudaMalloc(&a, size_t(n) * n * 2));
+  CK(cudaMalloc(&b, size_t(n) * n * 2));
+  CK(cudaMalloc(&c, size_t(n) * n * 2));
+  Fill(a, size_t(n) * n, 2);
+  Fill(b, size_t(n) * n, 3);
+  cublasHandle_t h;
+  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return 0;
+  cublasSetStream(h, stream);
+  const float alpha = 1.0f, beta = 0.0f;
+  bool ok = true;
+  const float ms = MedianMs(stream, 3, 10, [&] {
+    ok &= cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a, CUDA_R_16BF, n, b,
+                       CUDA_R_16BF, n, &beta, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                       CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
+  });
+  cublasDestroy(h);
+  CK(cudaFree(a));
+  CK(cudaFree(b));
+  CK(cudaFree(c));
+  return ok ? 2.0 * n * n * double(n) / (ms * 1e-3) : 0.0;
+}
+
+// A pool of cache blocks and `num_sets` disjoint, randomly permuted block tables over it, each
+// for `num_seqs` sequences of `seq_len` positions.
+struct Pool {
+  __nv_bfloat16 *k = nullptr, *v = nullptr;
+  std::vector<int32_t*> tables;
+  int max_blocks_per_seq = 0;
+  int num_blocks = 0;
+
+  Pool(const AttentionDims& d, int block_size, int num_seqs, int seq_len, size_t budget_bytes,
+       int max_sets) {
+    const size_t block_bytes = size_t(block_size) * d.num_kv_heads * d.head_dim * 2;
+    max_blocks_per_seq = (seq_len + block_size - 1) / block_size;
+    const int64_t need = int64_t{num_seqs} * max_blocks_per_seq;
+    const int64_t fit = int64_t(budget_bytes / (2 * block_bytes)) / need;
+    const int num_sets = int(std::clamp<int64_t>(fit, 1, max_sets));
+    num_blocks = int(need * num_sets);
+    CK(cudaMalloc(&k, num_blocks * block_bytes));
+    CK(cudaMalloc(&v, num_blocks * block_bytes));
+    Fill(k, num_blocks * block_bytes / 2, 11);
+    Fill(v, num_blocks * block_bytes / 2, 12);
+    std::vector<int32_t> perm(num_blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::mt19937 rng(5);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int s = 0; s < num_sets; ++s) {
+      int32_t* t;
+      CK(cudaMalloc(&t, need * 4));
+      CK(cudaMemcpy(t, perm.data() + s * need, need * 4, cudaMemcpyHostToDevice));
+      tables.push_back(t);
+    }
+  }
+  ~Pool() {
+    for (int32_t* t : tables) cudaFree(t);
+    cudaFree(k);
+    cudaFree(v);
+  }
+  PagedKvCache Cache(int set, int block_size) const {
+    PagedKvCache c;
+    c.k = k;
+    c.v = v;
+    c.num_blocks = num_blocks;
+    c.block_size = block_size;
+    c.block_tables = tables[set];
+    c.max_blocks_per_seq = max_blocks_per_seq;
+    return c;
+  }
+};
+
+struct Row {
+  std::string name;
+  double us = 0;
+  double figure = 0;    // TFLOP/s or GB/s
+  double roofline = 0;  // GEMM peak or copy bandwidth, same unit
+  const char* unit = "";
+};
+
+Row BenchPrefill(const std::string& name, const AttentionDims& d, int num_seqs, int q_len,
+                 int seq_len, double gemm_peak, cudaStream_t stream) {
+  const int bs = 16;
+  Pool pool(d, bs, num_seqs, seq_len, size_t{1} << 28, 1);
+  const int64_t tokens = int64_t{num_seqs} * q_len;
+  const int64_t width = int64_t{d.num_heads} * d.head_dim;
+  __nv_bfloat16 *q, *out;
+  int32_t *cu, *lens;
+  CK(cudaMalloc(&q, tokens * width * 2));
+  CK(cudaMalloc(&out, tokens * width * 2));
+  Fill(q, tokens * width, 21);
+  std::vector<int32_t> cu_h(num_seqs + 1), lens_h(num_seqs, seq_len);
+  for (int i = 0; i <= num_seqs; ++i) cu_h[i] = i * q_len;
+  CK(cudaMalloc(&cu, cu_h.size() * 4));
+  CK(cudaMalloc(&lens, lens_h.size() * 4));
+  CK(cudaMemcpy(cu, cu_h.data(), cu_h.size() * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(lens, lens_h.data(), lens_h.size() * 4, cudaMemcpyHostToDevice));
+  const PagedKvCache kv = pool.Cache(0, bs);
+  const float ms = MedianMs(stream, 3, 20, [&] {
+    CK(kiln::kernels::PagedPrefillAttention(q, width, kv, cu, lens, num_seqs, q_len, d, out, width,
+                                            stream));
+  });
+  double visible = 0;  // (query, key) pairs under the causal mask
+  for (int i = 0; i < q_len; ++i) visible += seq_len - q_len + i + 1;
+  const double flops = 4.0 * d.num_heads * d.head_dim * visible * num_seqs;
+  CK(cudaFree(q));
+  CK(cudaFree(out));
+  CK(cudaFree(cu));
+  CK(cudaFree(lens));
+  return {name, ms * 1e3, flops / (ms * 1e-3) / 1e12, gemm_peak / 1e12, "TFLOP/s"};
+}
+
+Row BenchDecode(const std::string& name, const AttentionDims& d, int num_seqs, int seq_len,
+                double copy_bw, cudaStream_t stream) {
+  const int bs = 16;
+  Pool pool(d, bs, num_seqs, seq_len, size_t{3} << 29, 64);
+  const int64_t width = int64_t{d.num_heads} * d.head_dim;
+  __nv_bfloat16 *q, *out;
+  int32_t* lens;
+  CK(cudaMalloc(&q, num_seqs * width * 2));
+  CK(cudaMalloc(&out, num_seqs * width * 2));
+  Fill(q, num_seqs * width, 31);
+  std::vector<int32_t> lens_h(num_seqs, seq_len);
+  CK(cudaMalloc(&lens, num_seqs * 4));
+  CK(cudaMemcpy(lens, lens_h.data(), num_seqs * 4, cudaMemcpyHostToDevice));
+  const size_t ws_bytes = kiln::kernels::PagedDecodeWorkspaceBytes(num_seqs, seq_len, d);
+  void* ws;
+  CK(cudaMalloc(&ws, ws_bytes));
+  // One graph launching the kernel once per table set.
+  const int sets = int(pool.tables.size());
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  for (int s = 0; s < sets; ++s) {
+    CK(kiln::kernels::PagedDecodeAttention(q, width, pool.Cache(s, bs), lens, num_seqs, seq_len,
+                                           d, ws, ws_bytes, out, width, stream));
+  }
+  CK(cudaStreamEndCapture(stream, &graph));
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  const float ms =
+      MedianMs(stream, 2, 15, [&] { CK(cudaGraphLaunch(exec, stream)); }) / float(sets);
+  const double bytes = 2.0 * num_seqs * double(seq_len) * d.num_kv_heads * d.head_dim * 2;
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(graph));
+  CK(cudaFree(q));
+  CK(cudaFree(out));
+  CK(cudaFree(lens));
+  CK(cudaFree(ws));
+  return {name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, copy_bw / 1e9, "GB/s"};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--json" && i + 1 < argc) {
+      json_path = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: %s [--json PATH]\n", argv[0]);
+      return 2;
+    }
+  }
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  int driver = 0;
+  CK(cudaDriverGetVersion(&driver));
+  cudaStream_t stream;
+  CK(cudaStreamCreate(&stream));
+  const double copy_bw = CopyBandwidth(stream);
+  const double gemm_peak = GemmPeak(stream);
+
+  const AttentionDims llama{32, 8, 128, 1.0f / std::sqrt(128.0f)};
+  const AttentionDims smol{9, 3, 64, 1.0f / 8.0f};
+  std::vector<Row> rows;
+  rows.push_back(BenchPrefill("prefill llama8b 1x4096 causal", llama, 1, 4096, 4096, gemm_peak,
+                              stream));
+  rows.push_back(BenchPrefill("prefill llama8b 4x4096 causal", llama, 4, 4096, 4096, gemm_peak,
+                              stream));
+  rows.push_back(BenchPrefill("chunked llama8b 512 new on 3584", llama, 1, 512, 4096, gemm_peak,
+                              stream));
+  rows.push_back(BenchPrefill("prefill smollm2 1x4096 causal", smol, 1, 4096, 4096, gemm_peak,
+                              stream));
+  for (int batch : {1, 64, 256}) {
+    rows.push_back(BenchDecode("decode llama8b b" + std::to_string(batch) + " x 1024", llama,
+                               batch, 1024, copy_bw, stream));
+  }
+  rows.push_back(BenchDecode("decode llama8b b1 x 32768", llama, 1, 32768, copy_bw, stream));
+  rows.push_back(BenchDecode("decode smollm2 b64 x 1024", smol, 64, 1024, copy_bw, stream));
+
+  nlohmann::json j;
+  j["device"] = prop.name;
+  j["driver"] = driver;
+  j["copy_bandwidth_gbs"] = copy_bw / 1e9;
+  j["gemm_bf16_8192_tflops"] = gemm_peak / 1e12;
+  std::printf("device %s, driver %d\ncopy bandwidth (read+write) %.0f GB/s; cuBLAS bf16 8192^3 "
+              "%.0f TFLOP/s\n\n",
+              prop.name, driver, copy_bw / 1e9, gemm_peak / 1e12);
+  std::printf("%-36s %10s %12s %10s %8s\n", "case", "time us", "achieved", "roofline", "% roof");
+  for (const Row& r : rows) {
+    std::printf("%-36s %10.1f %8.1f %-7s %8.0f %7.1f%%\n", r.name.c_str(), r.us, r.figure, r.unit,
+                r.roofline, 100.0 * r.figure / r.roofline);
+    j["cases"].push_back({{"name", r.name},
+                          {"time_us", r.us},
+                          {"achieved", r.figure},
+                          {"unit", r.unit},
+                          {"roofline", r.roofline},
+                          {"fraction_of_roofline", r.figure / r.roofline}});
+  }
+  if (!json_path.empty()) std::ofstream(json_path) << j.dump(2) << "\n";
+  CK(cudaStreamDestroy(stream));
+  return 0;
+}

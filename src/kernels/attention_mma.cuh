@@ -1,0 +1,200 @@
+// Warp-level building blocks of the paged attention kernels (attention.cu): cp.async, ldmatrix,
+// mma.sync m16n8k16 (bf16 in, fp32 accumulate), and one warp's online-softmax step over a tile of
+// keys held in shared memory. Plain sm_80 instructions, so the same code runs on Ampere and Hopper.
+//
+// Fragment layouts (PTX ISA, "mma.m16n8k16"), g = lane / 4, t = lane % 4:
+//   A 16x16 (row major): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..)
+//   B 16x8  (col major): b0 = (2t..2t+1, g),  b1 = (2t+8.., g)
+//   C 16x8:              c0,c1 = (g, 2t..2t+1), c2,c3 = (g+8, 2t..2t+1)
+// Two neighbouring C tiles of S = Q K^T are exactly the A fragment of P for P V (FlashAttention-2's
+// register reuse), so P never goes through shared memory.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace kiln::kernels::attention_internal {
+
+// Shared-memory tiles pad each row by 16 bytes: consecutive rows then start 4 banks apart, so the
+// 8 row addresses of one ldmatrix phase hit 32 distinct banks (no conflicts, no swizzle).
+template <int kHeadDim>
+inline constexpr int kSmemStride = kHeadDim + 8;
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global -> shared copy; copies zeros instead when !valid (src is then not read).
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(smem)), "l"(gmem),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+__device__ __forceinline__ void Ldmatrix4(uint32_t (&r)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(SmemAddr(smem)));
+}
+__device__ __forceinline__ void Ldmatrix4Trans(uint32_t (&r)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(SmemAddr(smem)));
+}
+
+// c += a * b for one m16n8k16 tile.
+__device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Loads a warp's 16 query rows (smem, kSmemStride apart) as A fragments, one per 16 columns.
+template <int kHeadDim>
+__device__ __forceinline__ void LoadQFragments(const __nv_bfloat16* q_smem,
+                                               uint32_t (&qf)[kHeadDim / 16][4]) {
+  const int lane = threadIdx.x % 32;
+  const int row = (lane & 7) + (((lane >> 3) & 1) << 3);
+  const int col = (lane >> 4) << 3;
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+    Ldmatrix4(qf[kk], q_smem + row * kSmemStride<kHeadDim> + kk * 16 + col);
+  }
+}
+
+// One warp's running softmax state for its 16 query rows: thread (g, t) owns rows g and g + 8.
+// m is the running maximum in log2 units (score * scale * log2 e); l the running sum of
+// exp2(score - m) over this thread's columns only (the quad's partial sums are added at the end).
+template <int kHeadDim>
+struct WarpState {
+  float o[kHeadDim / 8][4];
+  float m[2];
+  float l[2];
+
+  __device__ __forceinline__ void Init() {
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.0f;
+  }
+
+  // Adds the quad's partial sums; returns 1/l per row (0 for a row that saw no key).
+  __device__ __forceinline__ void Finish(float (&inv_l)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+      inv_l[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    }
+  }
+};
+
+// Attends the warp's 16 query rows (qf) to kTileN keys whose K and V rows sit in shared memory
+// (kSmemStride apart), updating the online softmax state. Key key0 + j is masked for row r when
+// key0 + j > max_pos[r] (causal mask and sequence end); masking is skipped when !need_mask.
+// Masked keys' V rows must be finite (the loaders zero-fill them): 0 * NaN would poison O.
+template <int kHeadDim, int kTileN>
+__device__ __forceinline__ void WarpAttendTile(const uint32_t (&qf)[kHeadDim / 16][4],
+                                               const __nv_bfloat16* k_smem,
+                                               const __nv_bfloat16* v_smem, float scale_log2,
+                                               bool need_mask, int key0, const int (&max_pos)[2],
+                                               WarpState<kHeadDim>& st) {
+  constexpr int kStride = kSmemStride<kHeadDim>;
+  const int lane = threadIdx.x % 32;
+  float s[kTileN / 8][4];
+#pragma unroll
+  for (int j = 0; j < kTileN / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+
+  // S = Q K^T. K is [key][dim] in smem, i.e. B = K^T already column major: plain ldmatrix.
+  {
+    const int n = (lane & 7) + ((lane >> 4) << 3);
+    const int k = ((lane >> 3) & 1) << 3;
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+#pragma unroll
+      for (int nn = 0; nn < kTileN / 16; ++nn) {
+        uint32_t b[4];
+        Ldmatrix4(b, k_smem + (nn * 16 + n) * kStride + kk * 16 + k);
+        Mma(s[2 * nn], qf[kk], b[0], b[1]);
+        Mma(s[2 * nn + 1], qf[kk], b[2], b[3]);
+      }
+    }
+  }
+
+  const int t = lane & 3;
+  if (need_mask) {
+#pragma unroll
+    for (int j = 0; j < kTileN / 8; ++j) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int key = key0 + j * 8 + 2 * t + (c & 1);
+        if (key > max_pos[c >> 1]) s[j][c] = -INFINITY;
+      }
+    }
+  }
+
+  // Online softmax, rows g (r = 0) and g + 8 (r = 1).
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kTileN / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(st.m[r], mx * scale_log2);
+    // NOTE: a row with every key so far masked keeps m = -inf; subtract 0 then so that
+    // exp2(-inf - base) is 0 rather than NaN.
+    const float base = m_new == -INFINITY ? 0.0f : m_new;
+    const float alpha = exp2f(st.m[r] - base);
+    st.m[r] = m_new;
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kTileN / 8; ++j) {
+      s[j][2 * r] = exp2f(s[j][2 * r] * scale_log2 - base);
+      s[j][2 * r + 1] = exp2f(s[j][2 * r + 1] * scale_log2 - base);
+      sum += s[j][2 * r] + s[j][2 * r + 1];
+    }
+    st.l[r] = st.l[r] * alpha + sum;
+#pragma unroll
+    for (int d = 0; d < kHeadDim / 8; ++d) {
+      st.o[d][2 * r] *= alpha;
+      st.o[d][2 * r + 1] *= alpha;
+    }
+  }
+
+  // O += P V. V is [key][dim] in smem; B = V needs (key pairs, dim) per thread: ldmatrix.trans.
+  {
+    const int key = (lane & 7) + (((lane >> 3) & 1) << 3);
+    const int dim = (lane >> 4) << 3;
+#pragma unroll
+    for (int kk = 0; kk < kTileN / 16; ++kk) {
+      const uint32_t a[4] = {PackBf16(s[2 * kk][0], s[2 * kk][1]),
+                             PackBf16(s[2 * kk][2], s[2 * kk][3]),
+                             PackBf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             PackBf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int dd = 0; dd < kHeadDim / 16; ++dd) {
+        uint32_t b[4];
+        Ldmatrix4Trans(b, v_smem + (kk * 16 + key) * kStride + dd * 16 + dim);
+        Mma(st.o[2 * dd], a, b[0], b[1]);
+        Mma(st.o[2 * dd + 1], a, b[2], b[3]);
+      }
+    }
+  }
+}
+
+}  // namespace kiln::kernels::attention_internal

@@ -1,0 +1,462 @@
+// Paged attention kernels against the CPU twin kiln::cpu::PagedAttention (label: gpu).
+//
+// Tolerance. Inputs are bf16 and the reference sees exactly those values in f32, so the only
+// differences are the kernel's own roundings: (1) P is rounded to bf16 before the P V product
+// (relative 2^-9 per weight; out = sum p_j v_j with |v_j| <= 1 moves by at most 2^-9 in absolute
+// terms and ~2^-9 relative to |out|), (2) the output is rounded to bf16 (relative 2^-9), (3) fp32
+// accumulation in a different order (~1e-6). Together at most ~2^-8 = 3.9e-3 relative per element
+// in the worst case and about half of that in the norm; the bounds below (rel 1e-2 in the norm,
+// 1.2e-2 max abs on outputs of magnitude <= 1) leave 2.5-3x headroom while still catching a
+// wrong mask, a wrong head mapping or a dropped tile (each moves the error to O(0.1..1)).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "core/buffer.h"
+#include "kernels/attention.h"
+
+namespace kiln::kernels {
+namespace {
+
+constexpr double kRelTol = 1e-2;
+constexpr double kAbsTol = 1.2e-2;
+constexpr uint16_t kPoison = 0xffff;  // a bf16 NaN
+
+#define CUDA_OK(expr)                                                               \
+  do {                                                                              \
+    cudaError_t e_ = (expr);                                                        \
+    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_);          \
+  } while (0)
+
+uint16_t ToBf16Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fff + ((u >> 16) & 1);  // round to nearest even (inputs are finite)
+  return static_cast<uint16_t>(u >> 16);
+}
+float FromBf16Bits(uint16_t b) {
+  const uint32_t u = uint32_t{b} << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// A device array freed on scope exit.
+template <typename T>
+struct Dev {
+  T* ptr = nullptr;
+  explicit Dev(size_t n) { EXPECT_EQ(cudaMalloc(&ptr, std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess); }
+  ~Dev() { cudaFree(ptr); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  void Upload(const std::vector<T>& h) {
+    EXPECT_EQ(cudaMemcpy(ptr, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  std::vector<T> Download(size_t n) const {
+    std::vector<T> h(n);
+    EXPECT_EQ(cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  }
+};
+
+struct Shape {
+  int num_heads, num_kv_heads, head_dim, block_size;
+  int q_pad = 0;    // extra elements per q row (q_stride > num_heads * head_dim)
+  int out_pad = 0;  // extra elements per out row
+};
+
+// One layer's paged cache with random bf16 K/V, random non-contiguous block tables, and NaN in
+// every slot no sequence owns (unused blocks and the tail of each sequence's last block), so a
+// read past a sequence's end shows up as NaN in its output.
+struct Cache {
+  Shape shape;
+  std::vector<int> seq_lens;
+  int num_blocks = 0, max_blocks_per_seq = 0;
+  std::vector<int32_t> tables;
+  std::vector<uint16_t> k, v;          // kernel layout [blocks, kv_heads, block_size, head_dim]
+  std::vector<float> k_ref, v_ref;     // CPU layout   [blocks, block_size, kv_heads, head_dim]
+
+  Cache(const Shape& s, std::vector<int> lens, std::mt19937& rng) : shape(s), seq_lens(std::move(lens)) {
+    const int bs = s.block_size, kvh = s.num_kv_heads, hd = s.head_dim;
+    int used = 0;
+    for (int len : seq_lens) {
+      used += (len + bs - 1) / bs;
+      max_blocks_per_seq = std::max(max_blocks_per_seq, (len + bs - 1) / bs);
+    }
+    max_blocks_per_seq += 1;  // one spare entry per row, left at -1: must never be read
+    num_blocks = used + used / 3 + 2;
+    std::vector<int32_t> perm(num_blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    tables.assign(seq_lens.size() * max_blocks_per_seq, -1);
+    const size_t elems = size_t(num_blocks) * bs * kvh * hd;
+    k.assign(elems, kPoison);
+    v.assign(elems, kPoison);
+    k_ref.assign(elems, NAN);
+    v_ref.assign(elems, NAN);
+    std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+    int next = 0;
+    for (size_t seq = 0; seq < seq_lens.size(); ++seq) {
+      for (int pos = 0; pos < seq_lens[seq]; ++pos) {
+        if (pos % bs == 0) tables[seq * max_blocks_per_seq + pos / bs] = perm[next++];
+        const int64_t block = tables[seq * max_blocks_per_seq + pos / bs];
+        for (int h = 0; h < kvh; ++h) {
+          for (int d = 0; d < hd; ++d) {
+            const size_t kern = ((block * kvh + h) * bs + pos % bs) * hd + d;
+            const size_t ref = ((block * bs + pos % bs) * kvh + h) * hd + d;
+            k[kern] = ToBf16Bits(uni(rng));
+            v[kern] = ToBf16Bits(uni(rng));
+            k_ref[ref] = FromBf16Bits(k[kern]);
+            v_ref[ref] = FromBf16Bits(v[kern]);
+          }
+        }
+      }
+    }
+  }
+};
+
+// Random bf16 queries [num_tokens, q_stride] (padding columns poisoned) and their f32 copy.
+void RandomQ(const Shape& s, int num_tokens, std::mt19937& rng, std::vector<uint16_t>* q,
+             std::vector<float>* q_ref) {
+  const int width = s.num_heads * s.head_dim, stride = width + s.q_pad;
+  // Scores of a few units make the softmax peaked enough that a wrong mask or a wrong head
+  // changes the output by O(1), not by a blur of near-uniform weights.
+  std::uniform_real_distribution<float> uni(-2.5f, 2.5f);
+  q->assign(size_t(num_tokens) * stride, kPoison);
+  q_ref->assign(size_t(num_tokens) * stride, 0.0f);
+  for (int t = 0; t < num_tokens; ++t) {
+    for (int i = 0; i < width; ++i) {
+      (*q)[size_t(t) * stride + i] = ToBf16Bits(uni(rng));
+      (*q_ref)[size_t(t) * stride + i] = FromBf16Bits((*q)[size_t(t) * stride + i]);
+    }
+  }
+}
+
+std::vector<float> CpuReference(const Cache& c, const std::vector<float>& q_ref,
+                                const std::vector<int>& q_lens) {
+  const Shape& s = c.shape;
+  std::vector<int32_t> cu(q_lens.size() + 1, 0), positions;
+  for (size_t i = 0; i < q_lens.size(); ++i) {
+    cu[i + 1] = cu[i] + q_lens[i];
+    for (int j = 0; j < q_lens[i]; ++j) positions.push_back(c.seq_lens[i] - q_lens[i] + j);
+  }
+  const int width = s.num_heads * s.head_dim;
+  std::vector<float> out(size_t(cu.back()) * width, 0.0f);
+  cpu::PagedAttentionArgs a;
+  a.q = q_ref.data();
+  a.ldq = width + s.q_pad;
+  a.k_cache = c.k_ref.data();
+  a.v_cache = c.v_ref.data();
+  a.positions = positions.data();
+  a.cu_seqlens = cu.data();
+  a.block_tables = c.tables.data();
+  a.num_seqs = static_cast<int32_t>(q_lens.size());
+  a.max_blocks_per_seq = c.max_blocks_per_seq;
+  a.block_size = s.block_size;
+  a.num_heads = s.num_heads;
+  a.num_kv_heads = s.num_kv_heads;
+  a.head_dim = s.head_dim;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  a.out = out.data();
+  a.ldo = width;
+  cpu::PagedAttention(a, static_cast<int>(std::thread::hardware_concurrency()));
+  return out;
+}
+
+// Compares out [num_tokens, out_stride] (bf16) with ref [num_tokens, width]; padding columns
+// must still hold the poison.
+void ExpectClose(const Shape& s, const std::vector<uint16_t>& out, const std::vector<float>& ref,
+                 int num_tokens, const std::string& what) {
+  const int width = s.num_heads * s.head_dim, stride = width + s.out_pad;
+  double err2 = 0, ref2 = 0, max_abs = 0;
+  int64_t bad = 0, pad_written = 0;
+  for (int t = 0; t < num_tokens; ++t) {
+    for (int i = 0; i < width; ++i) {
+      const float got = FromBf16Bits(out[size_t(t) * stride + i]);
+      const float want = ref[size_t(t) * width + i];
+      if (!std::isfinite(got)) {
+        ++bad;
+        continue;
+      }
+      err2 += double(got - want) * (got - want);
+      ref2 += double(want) * want;
+      max_abs = std::max(max_abs, double(std::fabs(got - want)));
+    }
+    for (int i = width; i < stride; ++i) pad_written += out[size_t(t) * stride + i] != kPoison;
+  }
+  const double rel = std::sqrt(err2 / std::max(ref2, 1e-30));
+  EXPECT_EQ(bad, 0) << what << ": non-finite (unwritten or NaN-read) outputs";
+  EXPECT_EQ(pad_written, 0) << what << ": wrote into the stride padding";
+  EXPECT_LT(rel, kRelTol) << what;
+  EXPECT_LT(max_abs, kAbsTol) << what;
+  std::printf("  %-48s rel %.2e  max_abs %.2e\n", what.c_str(), rel, max_abs);
+}
+
+PagedKvCache DeviceCache(const Cache& c, const Dev<uint16_t>& k, const Dev<uint16_t>& v,
+                         const Dev<int32_t>& tables) {
+  PagedKvCache kv;
+  kv.k = reinterpret_cast<const __nv_bfloat16*>(k.ptr);
+  kv.v = reinterpret_cast<const __nv_bfloat16*>(v.ptr);
+  kv.num_blocks = c.num_blocks;
+  kv.block_size = c.shape.block_size;
+  kv.block_tables = tables.ptr;
+  kv.max_blocks_per_seq = c.max_blocks_per_seq;
+  return kv;
+}
+
+AttentionDims DimsOf(const Shape& s) {
+  return AttentionDims{s.num_heads, s.num_kv_heads, s.head_dim,
+                       1.0f / std::sqrt(static_cast<float>(s.head_dim))};
+}
+
+void RunPrefill(const Shape& s, const std::vector<int>& q_lens, const std::vector<int>& seq_lens,
+                uint32_t seed, const std::string& what) {
+  std::mt19937 rng(seed);
+  Cache c(s, seq_lens, rng);
+  const int num_tokens = std::accumulate(q_lens.begin(), q_lens.end(), 0);
+  std::vector<uint16_t> q;
+  std::vector<float> q_ref;
+  RandomQ(s, num_tokens, rng, &q, &q_ref);
+  std::vector<int32_t> cu(q_lens.size() + 1, 0);
+  for (size_t i = 0; i < q_lens.size(); ++i) cu[i + 1] = cu[i] + q_lens[i];
+  const int width = s.num_heads * s.head_dim;
+  const size_t out_elems = size_t(num_tokens) * (width + s.out_pad);
+
+  Dev<uint16_t> dq(q.size()), dk(c.k.size()), dv(c.v.size()), dout(out_elems);
+  Dev<int32_t> dtab(c.tables.size()), dcu(cu.size()), dlens(seq_lens.size());
+  dq.Upload(q);
+  dk.Upload(c.k);
+  dv.Upload(c.v);
+  dtab.Upload(c.tables);
+  dcu.Upload(cu);
+  dlens.Upload(std::vector<int32_t>(seq_lens.begin(), seq_lens.end()));
+  dout.Upload(std::vector<uint16_t>(out_elems, kPoison));
+  const int max_q_len = *std::max_element(q_lens.begin(), q_lens.end());
+  CUDA_OK(PagedPrefillAttention(reinterpret_cast<const __nv_bfloat16*>(dq.ptr), width + s.q_pad,
+                                DeviceCache(c, dk, dv, dtab), dcu.ptr, dlens.ptr,
+                                static_cast<int32_t>(q_lens.size()), max_q_len, DimsOf(s),
+                                reinterpret_cast<__nv_bfloat16*>(dout.ptr), width + s.out_pad,
+                                nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  ExpectClose(s, dout.Download(out_elems), CpuReference(c, q_ref, q_lens), num_tokens, what);
+}
+
+#define REQUIRE_GPU() \
+  if (!HasCudaDevice()) GTEST_SKIP() << "no CUDA device visible (this test runs on the GPU machine)"
+
+const Shape kSmol{9, 3, 64, 16};        // SmolLM2-135M
+const Shape kLlama8b{32, 8, 128, 16};   // Llama-3.1-8B
+
+TEST(PagedPrefillAttentionGpu, FullPrefillOddLengths) {
+  REQUIRE_GPU();
+  for (const Shape& s : {kSmol, kLlama8b}) {
+    for (int len : {1, 7, 83, 769}) {
+      RunPrefill(s, {len}, {len}, 1000 + len,
+                 "prefill hd" + std::to_string(s.head_dim) + " q=ctx=" + std::to_string(len));
+    }
+  }
+}
+
+TEST(PagedPrefillAttentionGpu, ChunkedPrefillOnLongContext) {
+  REQUIRE_GPU();
+  // Query rows are the last q_len of 5,125 positions: the causal offset matters on every row.
+  RunPrefill(kLlama8b, {83}, {5125}, 7, "chunked hd128 q=83 ctx=5125");
+  RunPrefill({12, 4, 64, 32}, {769}, {5125}, 8, "chunked hd64 bs32 g3 q=769 ctx=5125");
+  RunPrefill({8, 8, 128, 32}, {7}, {1000}, 9, "chunked hd128 bs32 mha q=7 ctx=1000");
+  RunPrefill({16, 1, 64, 64}, {129}, {300}, 10, "chunked hd64 bs64 mqa16 q=129 ctx=300");
+}
+
+TEST(PagedPrefillAttentionGpu, MixedBatchWithStridesAndPadding) {
+  REQUIRE_GPU();
+  // Decode rows (q_len 1 on 1000s of positions), a full prefill, chunks, and a padding sequence
+  // (q_len 0, seq_len 0) in one launch; q as in a fused qkv buffer, out with its own padding.
+  const std::vector<int> q_lens = {1, 769, 7, 0, 83, 1, 16};
+  const std::vector<int> seq_lens = {1000, 769, 2000, 0, 5125, 1, 4000};
+  Shape s = kLlama8b;
+  s.q_pad = 2 * s.num_kv_heads * s.head_dim;
+  s.out_pad = 8;
+  RunPrefill(s, q_lens, seq_lens, 11, "mixed hd128 bs16 fused-qkv stride");
+  Shape t = kSmol;
+  t.block_size = 32;
+  t.q_pad = 2 * t.num_kv_heads * t.head_dim;
+  t.out_pad = 64;
+  RunPrefill(t, q_lens, seq_lens, 12, "mixed hd64 bs32 fused-qkv stride");
+}
+
+// Decode: one query row per sequence; rows with seq_len 0 must stay untouched.
+void RunDecode(const Shape& s, const std::vector<int>& seq_lens, int max_seq_len, uint32_t seed,
+               const std::string& what, bool through_graph = false) {
+  std::mt19937 rng(seed);
+  Cache c(s, seq_lens, rng);
+  const int num_seqs = static_cast<int>(seq_lens.size());
+  std::vector<uint16_t> q;
+  std::vector<float> q_ref;
+  RandomQ(s, num_seqs, rng, &q, &q_ref);
+  const int width = s.num_heads * s.head_dim, out_stride = width + s.out_pad;
+  const size_t out_elems = size_t(num_seqs) * out_stride;
+  const AttentionDims dims = DimsOf(s);
+  const size_t ws_bytes = PagedDecodeWorkspaceBytes(num_seqs, max_seq_len, dims);
+  ASSERT_GT(ws_bytes, 0u);
+  Dev<uint16_t> dq(q.size()), dk(c.k.size()), dv(c.v.size()), dout(out_elems);
+  Dev<int32_t> dtab(c.tables.size()), dlens(num_seqs);
+  Dev<char> ws(ws_bytes);
+  dq.Upload(q);
+  dk.Upload(c.k);
+  dv.Upload(c.v);
+  dtab.Upload(c.tables);
+  dlens.Upload(std::vector<int32_t>(seq_lens.begin(), seq_lens.end()));
+  dout.Upload(std::vector<uint16_t>(out_elems, kPoison));
+  // NOTE: the CUDA graph captures the launch with the device's seq_lens buffer, not its values:
+  // writing seq_lens after capture and replaying exercises what the runner's graphs rely on.
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  auto launch = [&] {
+    return PagedDecodeAttention(reinterpret_cast<const __nv_bfloat16*>(dq.ptr), width + s.q_pad,
+                                DeviceCache(c, dk, dv, dtab), dlens.ptr, num_seqs, max_seq_len,
+                                dims, ws.ptr, ws_bytes, reinterpret_cast<__nv_bfloat16*>(dout.ptr),
+                                out_stride, stream);
+  };
+  if (through_graph) {
+    // Capture with all-zero lengths (nothing to do), then set the real ones and replay.
+    CUDA_OK(cudaMemset(dlens.ptr, 0, num_seqs * sizeof(int32_t)));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    const cudaError_t launched = launch();
+    CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    CUDA_OK(launched);
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    dlens.Upload(std::vector<int32_t>(seq_lens.begin(), seq_lens.end()));
+    CUDA_OK(cudaGraphLaunch(exec, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(graph));
+  } else {
+    CUDA_OK(launch());
+  }
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaStreamDestroy(stream));
+  const std::vector<uint16_t> out = dout.Download(out_elems);
+
+  // Reference and comparison over the live rows only; padding rows must keep the poison.
+  std::vector<int> q_lens(num_seqs);
+  std::vector<uint16_t> live_out;
+  int num_live = 0;
+  for (int i = 0; i < num_seqs; ++i) {
+    q_lens[i] = seq_lens[i] > 0 ? 1 : 0;
+    if (seq_lens[i] > 0) {
+      live_out.insert(live_out.end(), out.begin() + size_t(i) * out_stride,
+                      out.begin() + size_t(i + 1) * out_stride);
+      ++num_live;
+    } else {
+      const bool untouched = std::all_of(out.begin() + size_t(i) * out_stride,
+                                         out.begin() + size_t(i + 1) * out_stride,
+                                         [](uint16_t b) { return b == kPoison; });
+      EXPECT_TRUE(untouched) << what << ": padding row " << i << " was written";
+    }
+  }
+  // The reference packs live rows' queries back to back: q_ref rows of padding seqs are skipped
+  // by their q_len of 0 only if they come last, so compact q_ref to the live rows first.
+  std::vector<float> q_live;
+  const int q_stride = width + s.q_pad;
+  for (int i = 0; i < num_seqs; ++i) {
+    if (seq_lens[i] > 0) {
+      q_live.insert(q_live.end(), q_ref.begin() + size_t(i) * q_stride,
+                    q_ref.begin() + size_t(i + 1) * q_stride);
+    }
+  }
+  ExpectClose(s, live_out, CpuReference(c, q_live, q_lens), num_live, what);
+}
+
+TEST(PagedDecodeAttentionGpu, OddContextsAndPaddingRows) {
+  REQUIRE_GPU();
+  const std::vector<int> lens = {1, 17, 0, 1024, 5125, 0, 300};
+  for (Shape s : {kSmol, kLlama8b}) {
+    for (int bs : {16, 32}) {
+      s.block_size = bs;
+      s.q_pad = 2 * s.num_kv_heads * s.head_dim;
+      s.out_pad = 8;
+      RunDecode(s, lens, 5125, 20 + bs,
+                "decode hd" + std::to_string(s.head_dim) + " bs" + std::to_string(bs));
+    }
+  }
+}
+
+TEST(PagedDecodeAttentionGpu, LongContextManySplits) {
+  REQUIRE_GPU();
+  // One sequence: the split count is at its largest; max_seq_len above the live length too.
+  RunDecode(kLlama8b, {20000}, 32768, 30, "decode hd128 b1 ctx=20000 max=32768");
+  RunDecode({8, 2, 128, 64}, {3333, 1}, 4096, 31, "decode hd128 bs64 g4 b2");
+}
+
+TEST(PagedDecodeAttentionGpu, LargeGroupsSpanHeadChunks) {
+  REQUIRE_GPU();
+  // group 20 > 16 query rows per warp: two head chunks per kv head; group 1 (MHA).
+  RunDecode({40, 2, 64, 16}, {77, 1500}, 2048, 40, "decode hd64 g20");
+  RunDecode({6, 6, 128, 16}, {513, 5}, 1024, 41, "decode hd128 mha");
+}
+
+TEST(PagedDecodeAttentionGpu, GraphReplayReadsSeqLensOnDevice) {
+  REQUIRE_GPU();
+  Shape s = kLlama8b;
+  RunDecode(s, {900, 0, 17, 2048}, 2048, 50, "decode graph replay", /*through_graph=*/true);
+}
+
+// Every code path at sizes compute-sanitizer (memcheck, racecheck) gets through quickly:
+// run with --gtest_filter='*SmallShapes*'.
+TEST(PagedAttentionGpu, SmallShapesForSanitizers) {
+  REQUIRE_GPU();
+  Shape s{6, 2, 64, 16, 64, 8};
+  RunPrefill(s, {1, 0, 37, 5}, {70, 0, 37, 130}, 60, "small prefill hd64");
+  Shape t{4, 2, 128, 32, 0, 8};
+  RunPrefill(t, {19, 1}, {19, 200}, 61, "small prefill hd128 bs32");
+  RunDecode(s, {1, 0, 17, 150}, 160, 62, "small decode hd64");
+  RunDecode(t, {33, 0, 1}, 64, 63, "small decode hd128 bs32");
+}
+
+TEST(PagedAttentionGpu, RejectsBadArguments) {
+  REQUIRE_GPU();
+  Dev<uint16_t> buf(1 << 16);
+  Dev<int32_t> ints(64);
+  const auto* q = reinterpret_cast<const __nv_bfloat16*>(buf.ptr);
+  auto* out = reinterpret_cast<__nv_bfloat16*>(buf.ptr);
+  PagedKvCache kv;
+  kv.k = kv.v = q;
+  kv.num_blocks = 1;
+  kv.block_size = 16;
+  kv.block_tables = ints.ptr;
+  kv.max_blocks_per_seq = 4;
+  AttentionDims bad_dim{8, 2, 96, 0.1f};
+  EXPECT_EQ(PagedPrefillAttention(q, 768, kv, ints.ptr, ints.ptr, 1, 1, bad_dim, out, 768, nullptr),
+            cudaErrorInvalidValue);
+  AttentionDims bad_group{9, 2, 64, 0.1f};
+  EXPECT_EQ(PagedDecodeAttention(q, 576, kv, ints.ptr, 1, 16, bad_group, buf.ptr, 1 << 17, out,
+                                 576, nullptr),
+            cudaErrorInvalidValue);
+  AttentionDims ok{8, 2, 64, 0.1f};
+  EXPECT_EQ(PagedPrefillAttention(q, 510, kv, ints.ptr, ints.ptr, 1, 1, ok, out, 512, nullptr),
+            cudaErrorInvalidValue);  // stride below num_heads * head_dim
+  kv.block_size = 24;
+  EXPECT_EQ(PagedPrefillAttention(q, 512, kv, ints.ptr, ints.ptr, 1, 1, ok, out, 512, nullptr),
+            cudaErrorInvalidValue);
+  kv.block_size = 16;
+  EXPECT_EQ(PagedDecodeAttention(q, 512, kv, ints.ptr, 1, 64, ok, buf.ptr, 16, out, 512, nullptr),
+            cudaErrorInvalidValue);  // workspace too small
+  EXPECT_EQ(PagedDecodeAttention(q, 512, kv, ints.ptr, 1, 65, ok, buf.ptr, 1 << 17, out, 512,
+                                 nullptr),
+            cudaErrorInvalidValue);  // max_seq_len beyond the block table
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace kiln::kernels
