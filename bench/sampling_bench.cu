@@ -105,8 +105,7 @@ int main(int argc, char** argv) {
       CK(cudaMalloc(&d_rows, rows * sizeof(SamplingRow)));
       CK(cudaMalloc(&d_out, rows * sizeof(SampledToken)));
       CK(cudaMalloc(&ws, ws_bytes));
-      CK(cudaMemcpy(d_rows, row_params.data(), rows * sizeof(SamplingRow),
-                    cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(d_rows, row_params.data(), rows * sizeof(SamplingRow), cudaMemcpyHostToDevice));
       cudaStream_t stream;
       CK(cudaStreamCreate(&stream));
       std::vector<cudaGraphExec_t> graphs(kBuffers);

@@ -43,10 +43,10 @@ namespace {
 
 using u128 = unsigned __int128;
 
-constexpr int kThreads = 512;       // per block, every kernel
-constexpr int kBins = 2048;         // radix digit: 11 bits
-constexpr int kGatherCap = 4096;    // keys a block sorts in shared memory
-constexpr int kMaxSplits = 32;      // blocks per row in ScoreKernel
+constexpr int kThreads = 512;     // per block, every kernel
+constexpr int kBins = 2048;       // radix digit: 11 bits
+constexpr int kGatherCap = 4096;  // keys a block sorts in shared memory
+constexpr int kMaxSplits = 32;    // blocks per row in ScoreKernel
 constexpr int kScoreChunk = kThreads * 4;
 constexpr int32_t kMaxVocab = 1 << 18;  // ids fit the 18 low key bits the radix walks
 constexpr float kNegInf = -__builtin_huge_valf();
@@ -167,11 +167,15 @@ __device__ T BlockReduce(T x, Op op) {
 }
 struct MaxOp {
   template <typename T>
-  __device__ T operator()(T a, T b) const { return a > b ? a : b; }
+  __device__ T operator()(T a, T b) const {
+    return a > b ? a : b;
+  }
 };
 struct SumOp {
   template <typename T>
-  __device__ T operator()(T a, T b) const { return a + b; }
+  __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
 };
 
 __device__ u128 BlockSumUnits(u128 x) {
@@ -241,10 +245,10 @@ struct ScorePartial {
 };
 
 struct Workspace {
-  float* processed;         // [max_rows, vocab]
-  int32_t* marks;           // [max_rows, vocab]: penalty counts, valid only at listed ids
-  int32_t* tokens;          // [max_rows]: SelectKernel's choice, -1 = the raw argmax
-  ScorePartial* partials;   // [max_rows, kMaxSplits]
+  float* processed;        // [max_rows, vocab]
+  int32_t* marks;          // [max_rows, vocab]: penalty counts, valid only at listed ids
+  int32_t* tokens;         // [max_rows]: SelectKernel's choice, -1 = the raw argmax
+  ScorePartial* partials;  // [max_rows, kMaxSplits]
 };
 
 size_t Align256(size_t x) { return (x + 255) / 256 * 256; }
@@ -386,8 +390,8 @@ struct Candidates {
 // cut is the need-th key). KeyFn(x, id, &key) -> bool (in the set). Returns the cut; *prefix_mass
 // gets the weight of the keys >= the cut (kMass only).
 template <bool kMass, typename KeyFn>
-__device__ uint64_t RadixSelect(const RowReader& reader, KeyFn key_fn, u128 need,
-                                SelectShared& sh, u128* prefix_mass) {
+__device__ uint64_t RadixSelect(const RowReader& reader, KeyFn key_fn, u128 need, SelectShared& sh,
+                                u128* prefix_mass) {
   // Digits over the key: the value's 32 bits (11, 11, 10), then the id's 18 low bits (9, 9); the
   // id's bits 31..18 of (0xFFFFFFFF - id) are always set (vocab < 2^18).
   constexpr int kShift[5] = {53, 42, 32, 9, 0};
@@ -592,11 +596,11 @@ __device__ int32_t SampleRow(const SamplingRow& row, const RowReader& reader, Se
     u128 total;
     const u128 before = BlockExclusiveSum(amount, &total);
     // Survivors: the shortest prefix reaching the top-p target, then w >= min_p (a prefix too).
-    const u128 need = row.top_p < 1.0f
-                          ? Max(CeilUnits((static_cast<double>(row.top_p) - 1e-6) *
-                                          UnitsToDouble(total)),
-                                u128{1})
-                          : total + 1;
+    const u128 need =
+        row.top_p < 1.0f
+            ? Max(CeilUnits((static_cast<double>(row.top_p) - 1e-6) * UnitsToDouble(total)),
+                  u128{1})
+            : total + 1;
     if (threadIdx.x == 0) sh.found = n;
     __syncthreads();
     u128 cum = before;
@@ -657,8 +661,8 @@ __device__ int32_t SampleRow(const SamplingRow& row, const RowReader& reader, Se
       }
       total = BlockSumUnits(total);
     }
-    const u128 need = Max(
-        CeilUnits((static_cast<double>(row.top_p) - 1e-6) * UnitsToDouble(total)), u128{1});
+    const u128 need =
+        Max(CeilUnits((static_cast<double>(row.top_p) - 1e-6) * UnitsToDouble(total)), u128{1});
     Candidates all = c;
     all.min_p = 0.0f;
     u128 top_p_mass;
@@ -706,10 +710,10 @@ __global__ void __launch_bounds__(kThreads) SelectKernel(SamplingInputs in, Work
     return;
   }
   const RowReader reader =
-      penalized ? MakeReader(ws.processed + static_cast<int64_t>(r) * in.vocab_size,
-                             in.vocab_size, in.vocab_size % 4 == 0)
-                : MakeReader(in.logits + r * in.logits_stride, in.vocab_size,
-                             in.logits_stride % 4 == 0);
+      penalized
+          ? MakeReader(ws.processed + static_cast<int64_t>(r) * in.vocab_size, in.vocab_size,
+                       in.vocab_size % 4 == 0)
+          : MakeReader(in.logits + r * in.logits_stride, in.vocab_size, in.logits_stride % 4 == 0);
   int32_t token;
   if (row.temperature == 0.0f) {
     uint64_t best = 0;
@@ -717,7 +721,8 @@ __global__ void __launch_bounds__(kThreads) SelectKernel(SamplingInputs in, Work
       float x[4];
       reader.Load(g, x);
       for (int j = 0; j < 4; ++j) {
-        if (x[j] != kNegInf && 4 * g + j < reader.vocab) best = Max(best, ValueKey(x[j], 4 * g + j));
+        if (x[j] != kNegInf && 4 * g + j < reader.vocab)
+          best = Max(best, ValueKey(x[j], 4 * g + j));
       }
     }
     best = BlockReduce(best, MaxOp{});
@@ -925,9 +930,9 @@ cudaError_t SampleRows(const SamplingInputs& in, void* workspace, size_t workspa
   ScoreKernel<<<dim3(splits, in.num_rows), kThreads, 0, stream>>>(
       in.logits, in.logits_stride, in.vocab_size, ws.tokens, in.rows, 0, ws.partials, out);
   if (splits > 1) {
-    FinalizeKernel<<<in.num_rows, kThreads, 0, stream>>>(in.logits, in.logits_stride,
-                                                          in.vocab_size, splits, ws.tokens,
-                                                          in.rows, 0, ws.partials, out);
+    FinalizeKernel<<<in.num_rows, kThreads, 0, stream>>>(in.logits, in.logits_stride, in.vocab_size,
+                                                         splits, ws.tokens, in.rows, 0, ws.partials,
+                                                         out);
   }
   return cudaGetLastError();
 }

@@ -117,8 +117,10 @@ RowCase RandomRowCase(std::mt19937_64& rng, int32_t vocab, bool all_banned) {
     std::vector<int32_t> ids(pool);
     for (int32_t& x : ids) x = id();
     const size_t num_prompt = rng() % 300, num_output = rng() % 4 == 0 ? rng() % 3000 : rng() % 80;
-    for (size_t i = 0; i < num_prompt; ++i) c.prompt.push_back(rng() % 2 ? ids[rng() % pool] : id());
-    for (size_t i = 0; i < num_output; ++i) c.output.push_back(rng() % 4 ? ids[rng() % pool] : id());
+    for (size_t i = 0; i < num_prompt; ++i)
+      c.prompt.push_back(rng() % 2 ? ids[rng() % pool] : id());
+    for (size_t i = 0; i < num_output; ++i)
+      c.output.push_back(rng() % 4 ? ids[rng() % pool] : id());
     if (rng() % 3 == 0) {
       for (int i = 0, n = static_cast<int>(rng() % 20); i < n; ++i) {
         const int32_t b = rng() % 3 ? id() : ids[rng() % pool];
@@ -165,8 +167,8 @@ std::string Describe(const SamplingRow& r) {
   std::snprintf(buf, sizeof(buf),
                 "T=%g k=%d p=%g min_p=%g rp=%g f=%g pres=%g top=%d seed=%llu pos=%d", r.temperature,
                 r.top_k, r.top_p, r.min_p, r.repetition_penalty, r.frequency_penalty,
-                r.presence_penalty, r.num_top_logprobs,
-                static_cast<unsigned long long>(r.seed), r.rng_position);
+                r.presence_penalty, r.num_top_logprobs, static_cast<unsigned long long>(r.seed),
+                r.rng_position);
   return buf;
 }
 
@@ -190,8 +192,7 @@ bool Near(float a, float b) { return a == b || std::fabs(a - b) <= 1e-5f; }
 std::string Compare(const SampledToken& g, const ScoredToken& c) {
   char buf[256];
   if (g.token_id != c.token_id || g.rank != c.rank ||
-      g.num_top != static_cast<int32_t>(c.top_logprobs.size()) ||
-      !Near(g.logprob, c.logprob)) {
+      g.num_top != static_cast<int32_t>(c.top_logprobs.size()) || !Near(g.logprob, c.logprob)) {
     std::snprintf(buf, sizeof(buf), "token %d/%d rank %d/%d logprob %.7g/%.7g num_top %d/%zu",
                   g.token_id, c.token_id, g.rank, c.rank, g.logprob, c.logprob, g.num_top,
                   c.top_logprobs.size());
@@ -222,7 +223,7 @@ void RunSampleBatch(int32_t num_rows, int32_t vocab, int64_t stride, uint64_t se
   std::vector<float> logits(static_cast<size_t>(num_rows) * stride, 0.0f);
   std::vector<RowCase> cases(num_rows);
   for (int32_t r = 0; r < num_rows; ++r) {
-    const LogitKind kinds[] = {LogitKind::kNormal, LogitKind::kNormal, LogitKind::kNormal,
+    const LogitKind kinds[] = {LogitKind::kNormal, LogitKind::kNormal,   LogitKind::kNormal,
                                LogitKind::kTies,   LogitKind::kAllEqual, LogitKind::kNegInf,
                                LogitKind::kHuge};
     FillRow(kinds[rng() % 7], rng, std::span<float>(logits.data() + r * stride, vocab));
@@ -280,12 +281,12 @@ void RunSampleBatch(int32_t num_rows, int32_t vocab, int64_t stride, uint64_t se
   CUDA_OK(SampleRows(in, d_ws.ptr, ws_bytes, d_out.ptr, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
   std::vector<SampledToken> out(num_rows);
-  CUDA_OK(cudaMemcpy(out.data(), d_out.ptr, num_rows * sizeof(SampledToken),
-                     cudaMemcpyDeviceToHost));
+  CUDA_OK(
+      cudaMemcpy(out.data(), d_out.ptr, num_rows * sizeof(SampledToken), cudaMemcpyDeviceToHost));
   std::vector<ScoredToken> ref(num_rows);
   ParallelFor(num_rows, [&](int r) {
-    ref[r] = cpu::Sample(std::span<const float>(logits.data() + r * stride, vocab),
-                         ToSpec(cases[r]));
+    ref[r] =
+        cpu::Sample(std::span<const float>(logits.data() + r * stride, vocab), ToSpec(cases[r]));
   });
   for (int32_t r = 0; r < num_rows; ++r) {
     ++result->num_rows;
@@ -327,8 +328,7 @@ TEST_P(SampleRowsTest, MatchesCpuSampleOnRandomRowsAndOptions) {
       if (HasFatalFailure()) return;
     }
   }
-  std::printf("vocab %d: %d rows, %d mismatches\n", vocab, result.num_rows,
-              result.num_mismatches);
+  std::printf("vocab %d: %d rows, %d mismatches\n", vocab, result.num_rows, result.num_mismatches);
   EXPECT_EQ(result.num_mismatches, 0);
 }
 
