@@ -22,6 +22,7 @@
 #include "core/logging.h"
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
+#include "kernels/sampling.h"
 #include "model/dequant.h"
 
 namespace kiln {
@@ -64,6 +65,11 @@ struct LayerWeights {
 };
 
 // Per-step inputs: one pinned host block and its device twin with the same layout.
+struct StepCapacity {
+  int32_t tokens = 0, seqs = 0, rows = 0, max_blocks = 0;
+  int32_t bias = 0, banned = 0, penalty_tokens = 0;  // sampler lists, all rows together
+};
+
 struct StepArrays {
   int32_t* token_ids;
   int32_t* positions;
@@ -71,18 +77,31 @@ struct StepArrays {
   int32_t* cu_seqlens;
   int32_t* seq_lens;
   int32_t* logit_rows;
-  int32_t* block_tables;  // [max_num_seqs, max_blocks_per_seq] (row stride fixed)
+  int32_t* block_tables;  // [seqs, max_blocks] (row stride fixed)
+  kernels::SamplingRow* sampling;  // [seqs]
+  int32_t* bias_ids;
+  float* bias_values;
+  int32_t* banned_ids;
+  int32_t* penalty_tokens;
+  int32_t* targets;                // [rows] prompt-logprob targets
+  kernels::SampledToken* sampled;  // [rows]
 
-  static StepArrays Place(Arena& a, int32_t tokens, int32_t seqs, int32_t rows,
-                          int32_t max_blocks) {
+  static StepArrays Place(Arena& a, const StepCapacity& c) {
     StepArrays s;
-    s.token_ids = a.Take<int32_t>(tokens);
-    s.positions = a.Take<int32_t>(tokens);
-    s.slots = a.Take<int64_t>(tokens);
-    s.cu_seqlens = a.Take<int32_t>(seqs + 1);
-    s.seq_lens = a.Take<int32_t>(seqs);
-    s.logit_rows = a.Take<int32_t>(rows);
-    s.block_tables = a.Take<int32_t>(int64_t{seqs} * max_blocks);
+    s.token_ids = a.Take<int32_t>(c.tokens);
+    s.positions = a.Take<int32_t>(c.tokens);
+    s.slots = a.Take<int64_t>(c.tokens);
+    s.cu_seqlens = a.Take<int32_t>(c.seqs + 1);
+    s.seq_lens = a.Take<int32_t>(c.seqs);
+    s.logit_rows = a.Take<int32_t>(c.rows);
+    s.block_tables = a.Take<int32_t>(int64_t{c.seqs} * c.max_blocks);
+    s.sampling = a.Take<kernels::SamplingRow>(c.seqs);
+    s.bias_ids = a.Take<int32_t>(c.bias);
+    s.bias_values = a.Take<float>(c.bias);
+    s.banned_ids = a.Take<int32_t>(c.banned);
+    s.penalty_tokens = a.Take<int32_t>(c.penalty_tokens);
+    s.targets = a.Take<int32_t>(c.rows);
+    s.sampled = a.Take<kernels::SampledToken>(c.rows);
     return s;
   }
 };
@@ -95,6 +114,22 @@ struct LogitRow {
   int32_t target;   // prompt-logprob target, or -1 for the sampled row
   int32_t num_top;  // alternatives wanted
 };
+
+// How many entries of each sampler list a step uses.
+struct SamplingCounts {
+  int32_t bias = 0, banned = 0, penalty_tokens = 0;
+};
+
+ScoredToken ToScored(const kernels::SampledToken& t, int32_t num_top) {
+  ScoredToken s;
+  s.token_id = t.token_id;
+  s.logprob = t.logprob;
+  s.rank = t.rank;
+  for (int32_t i = 0; i < std::min(t.num_top, num_top); ++i) {
+    s.top_logprobs.push_back({t.top_ids[i], t.top_logprobs[i]});
+  }
+  return s;
+}
 
 class CudaRunner final : public ModelRunner {
  public:
@@ -130,6 +165,12 @@ class CudaRunner final : public ModelRunner {
   Status EnqueueLogits(int32_t num_rows, int32_t row_offset);
   Status CaptureGraphs();
   int32_t GraphBatch(int32_t num_seqs) const;
+  // Packs the sampler inputs of the sampled rows into host_; false when they exceed the
+  // capacity (the step then samples on the host).
+  bool StageSampling(const StepInputs& in, const std::vector<LogitRow>& rows, int32_t num_sampled,
+                     int32_t padded_rows, SamplingCounts* counts);
+  Status EnqueueSampling(int32_t num_rows, const SamplingCounts& counts);
+  void SampleOnHost(const StepInputs& in, const std::vector<LogitRow>& rows, StepResult& result);
 
   ModelConfig config_;
   CudaRunnerOptions options_;
@@ -162,8 +203,11 @@ class CudaRunner final : public ModelRunner {
   DeviceBuffer step_memory_;
   uint8_t* host_staging_ = nullptr;
   int64_t step_bytes_ = 0;
+  StepCapacity capacity_;
   StepArrays host_{}, dev_{};
   float* host_logits_ = nullptr;
+  DeviceBuffer sampling_workspace_;
+  int32_t graph_sampled_rows_ = 0;  // rows the captured graphs sample (their batch size)
 
   double upload_seconds_ = 0, graph_capture_seconds_ = 0;
   std::vector<int32_t> graph_batches_;
@@ -354,20 +398,28 @@ Status CudaRunner::AllocateKvCache(int32_t num_blocks, int32_t block_size) {
   // Step arrays sized for the largest step; block tables at a fixed row stride so that a
   // captured graph reads them at the same place every step.
   max_blocks_per_seq_ = (options_.max_model_len + block_size - 1) / block_size;
-  const int32_t seqs = options_.max_num_seqs;
-  const int32_t tokens = std::max(options_.max_num_tokens, seqs);
-  const int32_t rows = tokens + seqs;  // prompt-logprob rows and sampled rows
+  StepCapacity& cap = capacity_;
+  cap.seqs = options_.max_num_seqs;
+  cap.tokens = std::max(options_.max_num_tokens, cap.seqs);
+  cap.rows = cap.tokens + cap.seqs;  // prompt-logprob rows and sampled rows
+  cap.max_blocks = max_blocks_per_seq_;
+  cap.bias = cap.banned = 256 * cap.seqs;
+  cap.penalty_tokens = static_cast<int32_t>(
+      std::min<int64_t>(int64_t{cap.seqs} * options_.max_model_len, int64_t{1} << 22));
   Arena sizing(nullptr);
-  StepArrays::Place(sizing, tokens, seqs, rows, max_blocks_per_seq_);
+  StepArrays::Place(sizing, cap);
   step_bytes_ = sizing.used();
   if (host_staging_ != nullptr) cudaFreeHost(host_staging_);
-  KILN_CUDA_RETURN_IF_ERROR(
-      cudaHostAlloc(reinterpret_cast<void**>(&host_staging_), step_bytes_, cudaHostAllocDefault));
+  KILN_CUDA_RETURN_IF_ERROR(cudaHostAlloc(reinterpret_cast<void**>(&host_staging_), step_bytes_,
+                                          cudaHostAllocDefault));
   KILN_ASSIGN_OR_RETURN(step_memory_, DeviceBuffer::Allocate(step_bytes_));
   KILN_CUDA_RETURN_IF_ERROR(cudaMemset(step_memory_.data(), 0, step_bytes_));
   Arena host_arena(host_staging_), dev_arena(static_cast<uint8_t*>(step_memory_.data()));
-  host_ = StepArrays::Place(host_arena, tokens, seqs, rows, max_blocks_per_seq_);
-  dev_ = StepArrays::Place(dev_arena, tokens, seqs, rows, max_blocks_per_seq_);
+  host_ = StepArrays::Place(host_arena, cap);
+  dev_ = StepArrays::Place(dev_arena, cap);
+  KILN_ASSIGN_OR_RETURN(sampling_workspace_,
+                        DeviceBuffer::Allocate(std::max<size_t>(
+                            1, kernels::SamplingWorkspaceBytes(cap.seqs, config_.vocab_size))));
   if (options_.enable_cuda_graphs) {
     const auto start = std::chrono::steady_clock::now();
     KILN_RETURN_IF_ERROR(CaptureGraphs());
@@ -380,7 +432,8 @@ Status CudaRunner::AllocateKvCache(int32_t num_blocks, int32_t block_size) {
 CudaMemoryReport CudaRunner::MemoryReport() const {
   CudaMemoryReport r;
   r.weight_bytes = static_cast<int64_t>(weight_memory_.size());
-  r.workspace_bytes = static_cast<int64_t>(workspace_memory_.size() + step_memory_.size());
+  r.workspace_bytes = static_cast<int64_t>(workspace_memory_.size() + step_memory_.size() +
+                                           sampling_workspace_.size());
   r.kv_cache_bytes = static_cast<int64_t>(kv_memory_.size());
   r.upload_seconds = upload_seconds_;
   r.graph_capture_seconds = graph_capture_seconds_;
@@ -477,6 +530,23 @@ int32_t CudaRunner::GraphBatch(int32_t num_seqs) const {
   return it == graph_batches_.end() ? 0 : *it;
 }
 
+Status CudaRunner::EnqueueSampling(int32_t num_rows, const SamplingCounts& counts) {
+  (void)counts;
+  kernels::SamplingInputs in;
+  in.logits = logits_;
+  in.logits_stride = config_.vocab_size;
+  in.num_rows = num_rows;
+  in.vocab_size = config_.vocab_size;
+  in.rows = dev_.sampling;
+  in.bias_ids = dev_.bias_ids;
+  in.bias_values = dev_.bias_values;
+  in.banned_ids = dev_.banned_ids;
+  in.token_ids = dev_.penalty_tokens;
+  KILN_LAUNCH(kernels::SampleRows(in, sampling_workspace_.data(), sampling_workspace_.size(),
+                                  dev_.sampled, stream_));
+  return Status::Ok();
+}
+
 Status CudaRunner::CaptureGraphs() {
   graph_batches_.clear();
   const int32_t limit =
@@ -485,22 +555,29 @@ Status CudaRunner::CaptureGraphs() {
     if (b <= limit) graph_batches_.push_back(b);
   }
   for (int32_t b = 8; b <= limit; b += 8) graph_batches_.push_back(b);
-  // Padding rows: no KV write (slot -1), no attention (seq_lens 0), logits row = itself.
+  // Padding rows: no KV write (slot -1), no attention (seq_lens 0), logits row = itself,
+  // greedy sampling.
   std::vector<int64_t> slots(limit, -1);
   std::vector<int32_t> rows(limit);
   for (int32_t i = 0; i < limit; ++i) rows[i] = i;
-  KILN_CUDA_RETURN_IF_ERROR(
-      cudaMemcpy(dev_.slots, slots.data(), limit * sizeof(int64_t), cudaMemcpyHostToDevice));
-  KILN_CUDA_RETURN_IF_ERROR(
-      cudaMemcpy(dev_.logit_rows, rows.data(), limit * sizeof(int32_t), cudaMemcpyHostToDevice));
+  std::vector<kernels::SamplingRow> greedy(limit);
+  KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(dev_.slots, slots.data(), limit * sizeof(int64_t),
+                                       cudaMemcpyHostToDevice));
+  KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(dev_.logit_rows, rows.data(), limit * sizeof(int32_t),
+                                       cudaMemcpyHostToDevice));
+  KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(dev_.sampling, greedy.data(),
+                                       limit * sizeof(kernels::SamplingRow),
+                                       cudaMemcpyHostToDevice));
   KILN_CUDA_RETURN_IF_ERROR(cudaMemset(dev_.seq_lens, 0, limit * sizeof(int32_t)));
   for (int32_t b : graph_batches_) {
     // A plain run first caches every GEMM plan (the heuristic query must not happen mid-capture).
     KILN_RETURN_IF_ERROR(EnqueueForward(b, b, b, 1, b));
+    KILN_RETURN_IF_ERROR(EnqueueSampling(b, {}));
     KILN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     cudaGraph_t graph = nullptr;
     KILN_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    const Status forward = EnqueueForward(b, b, b, 1, b);
+    Status forward = EnqueueForward(b, b, b, 1, b);
+    if (forward.ok()) forward = EnqueueSampling(b, {});
     const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
     KILN_RETURN_IF_ERROR(forward);
     KILN_CUDA_RETURN_IF_ERROR(end);
@@ -513,6 +590,84 @@ Status CudaRunner::CaptureGraphs() {
   return Status::Ok();
 }
 
+bool CudaRunner::StageSampling(const StepInputs& in, const std::vector<LogitRow>& rows,
+                               int32_t num_sampled, int32_t padded_rows, SamplingCounts* counts) {
+  *counts = {};
+  for (int32_t r = 0; r < padded_rows; ++r) {
+    kernels::SamplingRow& row = host_.sampling[r];
+    row = kernels::SamplingRow();
+    if (r >= num_sampled) continue;  // padding: greedy, no lists
+    const SamplingSpec& spec = in.seqs[rows[r].seq].sampling;
+    if (spec.num_top_logprobs > kernels::kMaxTopLogprobs) return false;
+    row.temperature = spec.temperature;
+    row.top_p = spec.top_p;
+    row.min_p = spec.min_p;
+    row.presence_penalty = spec.presence_penalty;
+    row.frequency_penalty = spec.frequency_penalty;
+    row.repetition_penalty = spec.repetition_penalty;
+    row.top_k = spec.top_k;
+    row.num_top_logprobs = spec.num_top_logprobs;
+    row.seed = spec.seed;
+    row.rng_position = static_cast<int32_t>(spec.output_token_ids.size());
+    if (counts->bias + static_cast<int64_t>(spec.logit_bias.size()) > capacity_.bias ||
+        counts->banned + static_cast<int64_t>(spec.banned_token_ids.size()) > capacity_.banned) {
+      return false;
+    }
+    row.bias_begin = counts->bias;
+    for (const auto& [id, bias] : spec.logit_bias) {
+      host_.bias_ids[counts->bias] = id;
+      host_.bias_values[counts->bias++] = bias;
+    }
+    row.bias_end = counts->bias;
+    row.banned_begin = counts->banned;
+    for (int32_t id : spec.banned_token_ids) host_.banned_ids[counts->banned++] = id;
+    row.banned_end = counts->banned;
+    // The token lists only matter to active penalties.
+    const bool repetition = spec.repetition_penalty != 1.0f;
+    const bool output_penalties =
+        repetition || spec.frequency_penalty != 0.0f || spec.presence_penalty != 0.0f;
+    const int64_t need = (repetition ? spec.prompt_token_ids.size() : 0) +
+                         (output_penalties ? spec.output_token_ids.size() : 0);
+    if (counts->penalty_tokens + need > capacity_.penalty_tokens) return false;
+    row.prompt_begin = row.prompt_end = counts->penalty_tokens;
+    if (repetition) {
+      for (int32_t id : spec.prompt_token_ids) host_.penalty_tokens[counts->penalty_tokens++] = id;
+      row.prompt_end = counts->penalty_tokens;
+    }
+    row.output_begin = row.output_end = counts->penalty_tokens;
+    if (output_penalties) {
+      for (int32_t id : spec.output_token_ids) host_.penalty_tokens[counts->penalty_tokens++] = id;
+      row.output_end = counts->penalty_tokens;
+    }
+  }
+  return true;
+}
+
+void CudaRunner::SampleOnHost(const StepInputs& in, const std::vector<LogitRow>& rows,
+                              StepResult& result) {
+  const int64_t vocab = config_.vocab_size;
+  for (int32_t begin = 0; begin < static_cast<int32_t>(rows.size()); begin += logit_chunk_) {
+    const int32_t n = std::min<int32_t>(logit_chunk_, static_cast<int32_t>(rows.size()) - begin);
+    if (begin > 0) {
+      const Status st = EnqueueLogits(n, begin);
+      CHECK(st.ok()) << st.ToString();
+    }
+    CHECK(cudaMemcpyAsync(host_logits_, logits_, n * vocab * sizeof(float),
+                          cudaMemcpyDeviceToHost, stream_) == cudaSuccess);
+    CHECK(cudaStreamSynchronize(stream_) == cudaSuccess) << "CUDA step failed";
+    for (int32_t r = 0; r < n; ++r) {
+      const LogitRow& row = rows[begin + r];
+      std::span<const float> logits(host_logits_ + r * vocab, vocab);
+      if (row.target >= 0) {
+        result.seqs[row.seq].prompt_logprobs.push_back(
+            cpu::Score(logits, row.target, row.num_top));
+      } else {
+        result.seqs[row.seq].sampled = cpu::Sample(logits, in.seqs[row.seq].sampling);
+      }
+    }
+  }
+}
+
 StepResult CudaRunner::Execute(const StepInputs& in) {
   const int32_t num_tokens = in.num_tokens(), num_seqs = in.num_seqs();
   CHECK_LE(num_tokens, options_.max_num_tokens) << "step larger than the CUDA workspace";
@@ -520,6 +675,8 @@ StepResult CudaRunner::Execute(const StepInputs& in) {
   CHECK_LE(in.max_blocks_per_seq, max_blocks_per_seq_);
 
   // Decode sequences (one new token) lead the batch (the scheduler puts running decodes first).
+  // Logits rows: every sampled row first (so they are rows 0.. of the first logits chunk), then
+  // the prompt-logprob rows.
   int32_t num_decode = 0, max_q_len = 0;
   bool plain_decode = true;
   std::vector<LogitRow> rows;
@@ -528,15 +685,26 @@ StepResult CudaRunner::Execute(const StepInputs& in) {
     const int32_t q_len = in.cu_seqlens[s + 1] - in.cu_seqlens[s];
     max_q_len = std::max(max_q_len, q_len);
     if (q_len == 1 && num_decode == s) ++num_decode;
-    for (size_t i = 0; i < seq.prompt_logprob_targets.size(); ++i) {
-      rows.push_back({s, in.cu_seqlens[s] + static_cast<int32_t>(i), seq.prompt_logprob_targets[i],
-                      seq.num_prompt_top_logprobs});
-    }
     if (seq.do_sample) rows.push_back({s, in.cu_seqlens[s + 1] - 1, -1, 0});
     if (!seq.prompt_logprob_targets.empty() || !seq.do_sample) plain_decode = false;
   }
-  const int32_t graph_batch =
+  const int32_t num_sampled = static_cast<int32_t>(rows.size());
+  int32_t max_prompt_top = 0;
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    const StepSequence& seq = in.seqs[s];
+    for (size_t i = 0; i < seq.prompt_logprob_targets.size(); ++i) {
+      rows.push_back({s, in.cu_seqlens[s] + static_cast<int32_t>(i),
+                      seq.prompt_logprob_targets[i], seq.num_prompt_top_logprobs});
+      max_prompt_top = std::max(max_prompt_top, seq.num_prompt_top_logprobs);
+    }
+  }
+  const int32_t graph_candidate =
       plain_decode && num_decode == num_seqs && !graphs_.empty() ? GraphBatch(num_seqs) : 0;
+  SamplingCounts counts;
+  const bool device_sampling =
+      max_prompt_top <= kernels::kMaxTopLogprobs &&
+      StageSampling(in, rows, num_sampled, std::max(graph_candidate, num_sampled), &counts);
+  const int32_t graph_batch = device_sampling ? graph_candidate : 0;
   const int32_t padded = graph_batch > 0 ? graph_batch : num_tokens;
 
   // Stage the inputs (pinned), then one copy per array.
@@ -551,9 +719,11 @@ StepResult CudaRunner::Execute(const StepInputs& in) {
     host_.slots[i] = -1;
     host_.seq_lens[i] = 0;
   }
-  const int32_t num_rows = graph_batch > 0 ? graph_batch : static_cast<int32_t>(rows.size());
+  const int32_t num_rows = std::max(graph_batch, static_cast<int32_t>(rows.size()));
   for (int32_t r = 0; r < num_rows; ++r) {
-    host_.logit_rows[r] = r < static_cast<int32_t>(rows.size()) ? rows[r].token : r;
+    const bool real = r < static_cast<int32_t>(rows.size());
+    host_.logit_rows[r] = real ? rows[r].token : r;
+    host_.targets[r] = real && rows[r].target >= 0 ? rows[r].target : 0;
   }
   auto copy = [&](void* dst, const void* src, size_t bytes) {
     if (bytes > 0) {
@@ -566,6 +736,16 @@ StepResult CudaRunner::Execute(const StepInputs& in) {
   copy(dev_.cu_seqlens, host_.cu_seqlens, (num_seqs + 1) * sizeof(int32_t));
   copy(dev_.seq_lens, host_.seq_lens, (graph_batch > 0 ? graph_batch : num_seqs) * sizeof(int32_t));
   copy(dev_.logit_rows, host_.logit_rows, num_rows * sizeof(int32_t));
+  if (device_sampling) {
+    const int32_t sampled_rows = std::max(graph_batch, num_sampled);
+    copy(dev_.sampling, host_.sampling, sampled_rows * sizeof(kernels::SamplingRow));
+    copy(dev_.bias_ids, host_.bias_ids, counts.bias * sizeof(int32_t));
+    copy(dev_.bias_values, host_.bias_values, counts.bias * sizeof(float));
+    copy(dev_.banned_ids, host_.banned_ids, counts.banned * sizeof(int32_t));
+    copy(dev_.penalty_tokens, host_.penalty_tokens, counts.penalty_tokens * sizeof(int32_t));
+    copy(dev_.targets + num_sampled, host_.targets + num_sampled,
+         (rows.size() - num_sampled) * sizeof(int32_t));
+  }
   if (in.max_blocks_per_seq > 0 && num_seqs > 0) {
     CHECK(cudaMemcpy2DAsync(dev_.block_tables, max_blocks_per_seq_ * sizeof(int32_t),
                             in.block_tables.data(), in.max_blocks_per_seq * sizeof(int32_t),
@@ -573,6 +753,8 @@ StepResult CudaRunner::Execute(const StepInputs& in) {
                             cudaMemcpyHostToDevice, stream_) == cudaSuccess);
   }
 
+  StepResult result;
+  result.seqs.resize(num_seqs);
   if (graph_batch > 0) {
     CHECK(cudaGraphLaunch(graphs_.at(graph_batch), stream_) == cudaSuccess);
   } else {
@@ -580,32 +762,49 @@ StepResult CudaRunner::Execute(const StepInputs& in) {
                                      static_cast<int32_t>(rows.size()));
     CHECK(st.ok()) << st.ToString();
   }
+  if (!device_sampling) {
+    SampleOnHost(in, rows, result);
+    if (rows.empty()) CHECK(cudaStreamSynchronize(stream_) == cudaSuccess) << "CUDA step failed";
+    return result;
+  }
 
-  // Logits to the host and the reference sampler, a chunk of rows at a time.
-  // TODO(issue 5): sample on the device (kernels/sampling.h) and copy back only the tokens.
-  StepResult result;
-  result.seqs.resize(num_seqs);
+  // Sampled rows (all in the first logits chunk), then prompt-logprob rows chunk by chunk.
+  if (graph_batch == 0 && num_sampled > 0) {
+    const Status st = EnqueueSampling(num_sampled, counts);
+    CHECK(st.ok()) << st.ToString();
+  }
   const int64_t vocab = config_.vocab_size;
-  for (int32_t begin = 0; begin < static_cast<int32_t>(rows.size()); begin += logit_chunk_) {
-    const int32_t n = std::min<int32_t>(logit_chunk_, static_cast<int32_t>(rows.size()) - begin);
-    if (begin > 0) {
+  for (int32_t begin = num_sampled; begin < static_cast<int32_t>(rows.size());) {
+    // Within the first chunk the prompt rows follow the sampled ones; later chunks start fresh.
+    const int32_t chunk_start = begin < logit_chunk_ ? 0 : begin;
+    if (chunk_start > 0) {
+      const int32_t n = std::min<int32_t>(logit_chunk_, static_cast<int32_t>(rows.size()) - begin);
       const Status st = EnqueueLogits(n, begin);
       CHECK(st.ok()) << st.ToString();
     }
-    CHECK(cudaMemcpyAsync(host_logits_, logits_, n * vocab * sizeof(float), cudaMemcpyDeviceToHost,
-                          stream_) == cudaSuccess);
-    CHECK(cudaStreamSynchronize(stream_) == cudaSuccess) << "CUDA step failed";
-    for (int32_t r = 0; r < n; ++r) {
-      const LogitRow& row = rows[begin + r];
-      std::span<const float> logits(host_logits_ + r * vocab, vocab);
-      if (row.target >= 0) {
-        result.seqs[row.seq].prompt_logprobs.push_back(cpu::Score(logits, row.target, row.num_top));
-      } else {
-        result.seqs[row.seq].sampled = cpu::Sample(logits, in.seqs[row.seq].sampling);
-      }
+    const int32_t chunk_end =
+        std::min<int32_t>(chunk_start + logit_chunk_, static_cast<int32_t>(rows.size()));
+    const int32_t n = chunk_end - begin;
+    CHECK(kernels::ScoreRows(logits_ + (begin - chunk_start) * vocab, vocab, n,
+                             config_.vocab_size, dev_.targets + begin, max_prompt_top,
+                             dev_.sampled + begin, stream_) == cudaSuccess);
+    begin = chunk_end;
+  }
+  const int32_t copied = static_cast<int32_t>(rows.size());
+  if (copied > 0) {
+    CHECK(cudaMemcpyAsync(host_.sampled, dev_.sampled, copied * sizeof(kernels::SampledToken),
+                          cudaMemcpyDeviceToHost, stream_) == cudaSuccess);
+  }
+  CHECK(cudaStreamSynchronize(stream_) == cudaSuccess) << "CUDA step failed";
+  for (int32_t r = 0; r < copied; ++r) {
+    const LogitRow& row = rows[r];
+    if (row.target >= 0) {
+      result.seqs[row.seq].prompt_logprobs.push_back(ToScored(host_.sampled[r], row.num_top));
+    } else {
+      result.seqs[row.seq].sampled =
+          ToScored(host_.sampled[r], in.seqs[row.seq].sampling.num_top_logprobs);
     }
   }
-  if (rows.empty()) CHECK(cudaStreamSynchronize(stream_) == cudaSuccess) << "CUDA step failed";
   return result;
 }
 
