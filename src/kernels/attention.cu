@@ -58,7 +58,8 @@ constexpr int kDecodeRows = 16;    // query heads per decode warp (the mma M)
 constexpr int kMinTilesPerSplit = 2;
 constexpr int kMaxSplits = 256;
 
-struct PrefillParams {
+// What both kernels read: the contract's pointers and strides, plus derived constants.
+struct AttentionParams {
   const __nv_bfloat16* q;
   int64_t q_stride;
   const __nv_bfloat16* k;
@@ -66,14 +67,18 @@ struct PrefillParams {
   const int32_t* block_tables;
   int32_t max_blocks_per_seq;
   int32_t block_size;
-  int32_t block_shift;
-  const int32_t* cu_seqlens_q;
+  int32_t block_shift;  // log2(block_size), or -1 when it is not a power of two
   const int32_t* seq_lens;
+  int32_t num_heads;
   int32_t num_kv_heads;
-  int32_t group;  // num_heads / num_kv_heads
-  float scale_log2;
+  int32_t group;     // num_heads / num_kv_heads
+  float scale_log2;  // softmax scale * log2(e): the kernels work in exp2
   __nv_bfloat16* out;
   int64_t out_stride;
+};
+
+struct PrefillParams : AttentionParams {
+  const int32_t* cu_seqlens_q;
 };
 
 template <int kHeadDim>
@@ -217,26 +222,11 @@ __global__ void __launch_bounds__(kPrefillWarps * 32, kPrefillWarps <= 4 ? 2 : 1
 
 // ---- Decode --------------------------------------------------------------------------------
 
-struct DecodeParams {
-  const __nv_bfloat16* q;
-  int64_t q_stride;
-  const __nv_bfloat16* k;
-  const __nv_bfloat16* v;
-  const int32_t* block_tables;
-  int32_t max_blocks_per_seq;
-  int32_t block_size;
-  int32_t block_shift;
-  const int32_t* seq_lens;
-  int32_t num_heads;
-  int32_t num_kv_heads;
-  int32_t group;
+struct DecodeParams : AttentionParams {
   int32_t head_chunks;  // ceil(group / kDecodeRows)
   int32_t num_splits;
-  float scale_log2;
   float* partial_ml;  // [num_seqs, num_heads, num_splits, 2]: m (log2 units), l
   float* partial_o;   // [num_seqs, num_heads, num_splits, head_dim]: o / l
-  __nv_bfloat16* out;
-  int64_t out_stride;
 };
 
 // The tiles [begin, end) of split `split` for a sequence of seq_len positions: the sequence's
@@ -469,6 +459,26 @@ int DecodeSplits(int32_t num_seqs, int32_t max_seq_len, const AttentionDims& d,
   return static_cast<int>(std::clamp<int64_t>(splits, 1, kMaxSplits));
 }
 
+void FillCommon(const __nv_bfloat16* q, int64_t q_stride, const PagedKvCache& kv,
+                const int32_t* seq_lens, const AttentionDims& dims, __nv_bfloat16* out,
+                int64_t out_stride, AttentionParams* p) {
+  p->q = q;
+  p->q_stride = q_stride;
+  p->k = kv.k;
+  p->v = kv.v;
+  p->block_tables = kv.block_tables;
+  p->max_blocks_per_seq = kv.max_blocks_per_seq;
+  p->block_size = kv.block_size;
+  p->block_shift = BlockShift(kv.block_size);
+  p->seq_lens = seq_lens;
+  p->num_heads = dims.num_heads;
+  p->num_kv_heads = dims.num_kv_heads;
+  p->group = dims.num_heads / dims.num_kv_heads;
+  p->scale_log2 = dims.scale * kLog2e;
+  p->out = out;
+  p->out_stride = out_stride;
+}
+
 size_t AlignUp(size_t n) { return (n + 255) / 256 * 256; }
 
 size_t DecodeWorkspaceFor(int32_t num_seqs, int32_t splits, const AttentionDims& d) {
@@ -494,21 +504,8 @@ cudaError_t PagedPrefillAttention(const __nv_bfloat16* q, int64_t q_stride, cons
   DeviceFigures f;
   if (cudaError_t e = GetDeviceFigures(&f); e != cudaSuccess) return e;
   PrefillParams p{};
-  p.q = q;
-  p.q_stride = q_stride;
-  p.k = kv.k;
-  p.v = kv.v;
-  p.block_tables = kv.block_tables;
-  p.max_blocks_per_seq = kv.max_blocks_per_seq;
-  p.block_size = kv.block_size;
-  p.block_shift = BlockShift(kv.block_size);
+  FillCommon(q, q_stride, kv, seq_lens, dims, out, out_stride, &p);
   p.cu_seqlens_q = cu_seqlens_q;
-  p.seq_lens = seq_lens;
-  p.num_kv_heads = dims.num_kv_heads;
-  p.group = dims.num_heads / dims.num_kv_heads;
-  p.scale_log2 = dims.scale * kLog2e;
-  p.out = out;
-  p.out_stride = out_stride;
   const int64_t row_tiles =
       (int64_t{max_q_len} * p.group + kPrefillWarps * 16 - 1) / (kPrefillWarps * 16);
   if (row_tiles > 0x7fffffff || dims.num_kv_heads > 65535) return cudaErrorInvalidValue;
@@ -561,27 +558,13 @@ cudaError_t PagedDecodeAttention(const __nv_bfloat16* q, int64_t q_stride, const
     return cudaErrorInvalidValue;
   }
   DecodeParams p{};
-  p.q = q;
-  p.q_stride = q_stride;
-  p.k = kv.k;
-  p.v = kv.v;
-  p.block_tables = kv.block_tables;
-  p.max_blocks_per_seq = kv.max_blocks_per_seq;
-  p.block_size = kv.block_size;
-  p.block_shift = BlockShift(kv.block_size);
-  p.seq_lens = seq_lens;
-  p.num_heads = dims.num_heads;
-  p.num_kv_heads = dims.num_kv_heads;
-  p.group = dims.num_heads / dims.num_kv_heads;
+  FillCommon(q, q_stride, kv, seq_lens, dims, out, out_stride, &p);
   p.head_chunks = DecodeHeadChunks(dims);
   p.num_splits = splits;
-  p.scale_log2 = dims.scale * kLog2e;
   const size_t slots = size_t(num_seqs) * dims.num_heads * splits;
   p.partial_ml = static_cast<float*>(workspace);
   p.partial_o =
       reinterpret_cast<float*>(static_cast<char*>(workspace) + AlignUp(slots * 2 * sizeof(float)));
-  p.out = out;
-  p.out_stride = out_stride;
   const int64_t y = int64_t{dims.num_kv_heads} * p.head_chunks;
   if (y > 65535) return cudaErrorInvalidValue;
   const dim3 grid(splits, static_cast<unsigned>(y), num_seqs);
