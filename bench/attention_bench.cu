@@ -30,14 +30,13 @@ namespace {
 using kiln::kernels::AttentionDims;
 using kiln::kernels::PagedKvCache;
 
-#define CK(expr)                                                                         \
-  do {                                                                                   \
-    cudaError_t e_ = (expr);                                                             \
-    if (e_ != cudaSuccess) {                                                             \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr,                  \
-                   cudaGetErrorString(e_));                                              \
-      std::exit(1);                                                                      \
-    }                                                                                    \
+#define CK(expr)                                                                                 \
+  do {                                                                                           \
+    cudaError_t e_ = (expr);                                                                     \
+    if (e_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                              \
+    }                                                                                            \
   } while (0)
 
 __global__ void FillRandomBf16(__nv_bfloat16* p, size_t n, uint32_t seed, float amp) {
@@ -230,8 +229,8 @@ Row BenchDecode(const std::string& name, const AttentionDims& d, int num_seqs, i
   cudaGraphExec_t exec;
   CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   for (int s = 0; s < sets; ++s) {
-    CK(kiln::kernels::PagedDecodeAttention(q, width, pool.Cache(s, bs), lens, num_seqs, seq_len,
-                                           d, ws, ws_bytes, out, width, stream));
+    CK(kiln::kernels::PagedDecodeAttention(q, width, pool.Cache(s, bs), lens, num_seqs, seq_len, d,
+                                           ws, ws_bytes, out, width, stream));
   }
   CK(cudaStreamEndCapture(stream, &graph));
   CK(cudaGraphInstantiate(&exec, graph, 0));
@@ -271,17 +270,17 @@ int main(int argc, char** argv) {
   const AttentionDims llama{32, 8, 128, 1.0f / std::sqrt(128.0f)};
   const AttentionDims smol{9, 3, 64, 1.0f / 8.0f};
   std::vector<Row> rows;
-  rows.push_back(BenchPrefill("prefill llama8b 1x4096 causal", llama, 1, 4096, 4096, gemm_peak,
-                              stream));
-  rows.push_back(BenchPrefill("prefill llama8b 4x4096 causal", llama, 4, 4096, 4096, gemm_peak,
-                              stream));
-  rows.push_back(BenchPrefill("chunked llama8b 512 new on 3584", llama, 1, 512, 4096, gemm_peak,
-                              stream));
-  rows.push_back(BenchPrefill("prefill smollm2 1x4096 causal", smol, 1, 4096, 4096, gemm_peak,
-                              stream));
+  rows.push_back(
+      BenchPrefill("prefill llama8b 1x4096 causal", llama, 1, 4096, 4096, gemm_peak, stream));
+  rows.push_back(
+      BenchPrefill("prefill llama8b 4x4096 causal", llama, 4, 4096, 4096, gemm_peak, stream));
+  rows.push_back(
+      BenchPrefill("chunked llama8b 512 new on 3584", llama, 1, 512, 4096, gemm_peak, stream));
+  rows.push_back(
+      BenchPrefill("prefill smollm2 1x4096 causal", smol, 1, 4096, 4096, gemm_peak, stream));
   for (int batch : {1, 64, 256}) {
-    rows.push_back(BenchDecode("decode llama8b b" + std::to_string(batch) + " x 1024", llama,
-                               batch, 1024, copy_bw, stream));
+    rows.push_back(BenchDecode("decode llama8b b" + std::to_string(batch) + " x 1024", llama, batch,
+                               1024, copy_bw, stream));
   }
   rows.push_back(BenchDecode("decode llama8b b1 x 32768", llama, 1, 32768, copy_bw, stream));
   rows.push_back(BenchDecode("decode smollm2 b64 x 1024", smol, 64, 1024, copy_bw, stream));
@@ -291,9 +290,10 @@ int main(int argc, char** argv) {
   j["driver"] = driver;
   j["copy_bandwidth_gbs"] = copy_bw / 1e9;
   j["gemm_bf16_8192_tflops"] = gemm_peak / 1e12;
-  std::printf("device %s, driver %d\ncopy bandwidth (read+write) %.0f GB/s; cuBLAS bf16 8192^3 "
-              "%.0f TFLOP/s\n\n",
-              prop.name, driver, copy_bw / 1e9, gemm_peak / 1e12);
+  std::printf(
+      "device %s, driver %d\ncopy bandwidth (read+write) %.0f GB/s; cuBLAS bf16 8192^3 "
+      "%.0f TFLOP/s\n\n",
+      prop.name, driver, copy_bw / 1e9, gemm_peak / 1e12);
   std::printf("%-36s %10s %12s %10s %8s\n", "case", "time us", "achieved", "roofline", "% roof");
   for (const Row& r : rows) {
     std::printf("%-36s %10.1f %8.1f %-7s %8.0f %7.1f%%\n", r.name.c_str(), r.us, r.figure, r.unit,

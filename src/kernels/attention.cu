@@ -48,15 +48,18 @@ using attention_internal::WarpState;
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-constexpr int kPrefillWarps = 8;    // 128 packed query rows per CTA
-constexpr int kPrefillTileN = 64;   // keys per K/V tile
-constexpr int kDecodeTileN = 16;    // keys per decode tile (never straddles a cache block)
-constexpr int kDecodeStages = 4;    // cp.async pipeline depth of one decode warp
-constexpr int kDecodeRows = 16;     // query heads per decode warp (the mma M)
+// 4 warps (64 packed query rows) and two CTAs per SM: as fast as 8 warps and one CTA at head_dim
+// 128, 1.35x faster at head_dim 64 (docs/kernels.md).
+constexpr int kPrefillWarps = 4;
+constexpr int kPrefillTileN = 64;  // keys per K/V tile
+constexpr int kDecodeTileN = 16;   // keys per decode tile (never straddles a cache block)
+constexpr int kDecodeStages = 4;   // cp.async pipeline depth of one decode warp
+constexpr int kDecodeRows = 16;    // query heads per decode warp (the mma M)
 constexpr int kMinTilesPerSplit = 2;
 constexpr int kMaxSplits = 256;
 
-struct PrefillParams {
+// What both kernels read: the contract's pointers and strides, plus derived constants.
+struct AttentionParams {
   const __nv_bfloat16* q;
   int64_t q_stride;
   const __nv_bfloat16* k;
@@ -64,13 +67,18 @@ struct PrefillParams {
   const int32_t* block_tables;
   int32_t max_blocks_per_seq;
   int32_t block_size;
-  const int32_t* cu_seqlens_q;
+  int32_t block_shift;  // log2(block_size), or -1 when it is not a power of two
   const int32_t* seq_lens;
+  int32_t num_heads;
   int32_t num_kv_heads;
-  int32_t group;  // num_heads / num_kv_heads
-  float scale_log2;
+  int32_t group;     // num_heads / num_kv_heads
+  float scale_log2;  // softmax scale * log2(e): the kernels work in exp2
   __nv_bfloat16* out;
   int64_t out_stride;
+};
+
+struct PrefillParams : AttentionParams {
+  const int32_t* cu_seqlens_q;
 };
 
 template <int kHeadDim>
@@ -80,15 +88,23 @@ constexpr size_t PrefillSmemBytes() {
 }
 
 // Element offset of position `pos` of kv head `kv_head` in the cache, for a sequence's table row.
+// block_shift is log2(block_size) when that is a power of two (every supported size in practice),
+// else -1: a run-time division costs ~20 instructions per K/V row, a shift one.
 __device__ __forceinline__ int64_t CacheOffset(const int32_t* table, int32_t block_size,
-                                               int32_t num_kv_heads, int32_t kv_head, int pos,
-                                               int head_dim) {
-  const int64_t block = table[pos / block_size];
-  return ((block * num_kv_heads + kv_head) * block_size + pos % block_size) * head_dim;
+                                               int32_t block_shift, int32_t num_kv_heads,
+                                               int32_t kv_head, int pos, int head_dim) {
+  const int index = block_shift >= 0 ? pos >> block_shift : pos / block_size;
+  const int offset = block_shift >= 0 ? pos & (block_size - 1) : pos % block_size;
+  const int64_t block = table[index];
+  return ((block * num_kv_heads + kv_head) * block_size + offset) * head_dim;
+}
+
+int32_t BlockShift(int32_t block_size) {
+  return (block_size & (block_size - 1)) == 0 ? __builtin_ctz(block_size) : -1;
 }
 
 template <int kHeadDim>
-__global__ void __launch_bounds__(kPrefillWarps * 32)
+__global__ void __launch_bounds__(kPrefillWarps * 32, kPrefillWarps <= 4 ? 2 : 1)
     PagedPrefillKernel(const PrefillParams p) {
   constexpr int kStride = kSmemStride<kHeadDim>;
   constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
@@ -96,7 +112,7 @@ __global__ void __launch_bounds__(kPrefillWarps * 32)
   constexpr int kThreads = kPrefillWarps * 32;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* q_smem = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kRows][kStride]
-  __nv_bfloat16* k_smem = q_smem + kRows * kStride;            // [2][kPrefillTileN][kStride]
+  __nv_bfloat16* k_smem = q_smem + kRows * kStride;           // [2][kPrefillTileN][kStride]
   __nv_bfloat16* v_smem = k_smem + 2 * kPrefillTileN * kStride;
 
   const int seq = blockIdx.z;
@@ -136,7 +152,9 @@ __global__ void __launch_bounds__(kPrefillWarps * 32)
       const bool valid = key < key_end;
       int64_t off = 0;
       if (valid) {
-        off = CacheOffset(table, p.block_size, p.num_kv_heads, kv_head, key, kHeadDim) + ch * 8;
+        off = CacheOffset(table, p.block_size, p.block_shift, p.num_kv_heads, kv_head, key,
+                          kHeadDim) +
+              ch * 8;
       }
       const int s = (buf * kPrefillTileN + r) * kStride + ch * 8;
       CpAsync16(k_smem + s, p.k + off, valid);
@@ -169,9 +187,9 @@ __global__ void __launch_bounds__(kPrefillWarps * 32)
     __syncthreads();
     if (tile == 0) LoadQFragments<kHeadDim>(q_smem + warp * 16 * kStride, qf);
     const int key0 = tile * kPrefillTileN;
-    WarpAttendTile<kHeadDim, kPrefillTileN>(
-        qf, k_smem + buf * kPrefillTileN * kStride, v_smem + buf * kPrefillTileN * kStride,
-        p.scale_log2, key0 + kPrefillTileN - 1 > min_pos, key0, max_pos, st);
+    WarpAttendTile<kHeadDim, kPrefillTileN>(qf, k_smem + buf * kPrefillTileN * kStride,
+                                            v_smem + buf * kPrefillTileN * kStride, p.scale_log2,
+                                            key0 + kPrefillTileN - 1 > min_pos, key0, max_pos, st);
     __syncthreads();  // the next iteration's copy overwrites this buffer
   }
 
@@ -197,31 +215,18 @@ __global__ void __launch_bounds__(kPrefillWarps * 32)
     if (m >= num_rows) continue;
     const int head = kv_head * p.group + m % p.group;
     *reinterpret_cast<uint4*>(p.out + (q_begin + m / p.group) * p.out_stride + head * kHeadDim +
-                              ch * 8) = *reinterpret_cast<const uint4*>(o_smem + r * kStride + ch * 8);
+                              ch * 8) =
+        *reinterpret_cast<const uint4*>(o_smem + r * kStride + ch * 8);
   }
 }
 
 // ---- Decode --------------------------------------------------------------------------------
 
-struct DecodeParams {
-  const __nv_bfloat16* q;
-  int64_t q_stride;
-  const __nv_bfloat16* k;
-  const __nv_bfloat16* v;
-  const int32_t* block_tables;
-  int32_t max_blocks_per_seq;
-  int32_t block_size;
-  const int32_t* seq_lens;
-  int32_t num_heads;
-  int32_t num_kv_heads;
-  int32_t group;
+struct DecodeParams : AttentionParams {
   int32_t head_chunks;  // ceil(group / kDecodeRows)
   int32_t num_splits;
-  float scale_log2;
   float* partial_ml;  // [num_seqs, num_heads, num_splits, 2]: m (log2 units), l
   float* partial_o;   // [num_seqs, num_heads, num_splits, head_dim]: o / l
-  __nv_bfloat16* out;
-  int64_t out_stride;
 };
 
 // The tiles [begin, end) of split `split` for a sequence of seq_len positions: the sequence's
@@ -249,7 +254,7 @@ __global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams 
   constexpr int kStageElems = kDecodeTileN * kStride;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* q_smem = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kDecodeRows][kStride]
-  __nv_bfloat16* k_smem = q_smem + kDecodeRows * kStride;      // [kDecodeStages][16][kStride]
+  __nv_bfloat16* k_smem = q_smem + kDecodeRows * kStride;     // [kDecodeStages][16][kStride]
   __nv_bfloat16* v_smem = k_smem + kDecodeStages * kStageElems;
 
   const int split = blockIdx.x;
@@ -269,15 +274,15 @@ __global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams 
     const int r = c / kChunks;
     const int ch = c % kChunks;
     const bool valid = r < num_rows;
-    const __nv_bfloat16* src = valid ? p.q + seq * p.q_stride + (head0 + r) * kHeadDim + ch * 8
-                                     : p.q;
+    const __nv_bfloat16* src =
+        valid ? p.q + seq * p.q_stride + (head0 + r) * kHeadDim + ch * 8 : p.q;
     CpAsync16(q_smem + r * kStride + ch * 8, src, valid);
   }
   // A 16-key tile lies inside one cache block: one table read, 16 * kHeadDim contiguous elements.
   auto load_tile = [&](int tile, int stage) {
     const int key0 = tile * kDecodeTileN;
     const int64_t base =
-        CacheOffset(table, p.block_size, p.num_kv_heads, kv_head, key0, kHeadDim);
+        CacheOffset(table, p.block_size, p.block_shift, p.num_kv_heads, kv_head, key0, kHeadDim);
 #pragma unroll
     for (int c = lane; c < kDecodeTileN * kChunks; c += 32) {
       const int r = c / kChunks;
@@ -382,13 +387,11 @@ cudaError_t GetDeviceFigures(DeviceFigures* out) {
     DeviceFigures n;
     cudaError_t e = cudaDeviceGetAttribute(&n.num_sms, cudaDevAttrMultiProcessorCount, device);
     if (e == cudaSuccess) {
-      e = cudaFuncSetAttribute(PagedPrefillKernel<64>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+      e = cudaFuncSetAttribute(PagedPrefillKernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(PrefillSmemBytes<64>()));
     }
     if (e == cudaSuccess) {
-      e = cudaFuncSetAttribute(PagedPrefillKernel<128>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+      e = cudaFuncSetAttribute(PagedPrefillKernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(PrefillSmemBytes<128>()));
     }
     if (e == cudaSuccess) {
@@ -409,9 +412,9 @@ cudaError_t GetDeviceFigures(DeviceFigures* out) {
 bool IsAligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Checks what both launchers assume; logs the reason for a bad argument.
-bool ValidCommon(const char* fn, const __nv_bfloat16* q, int64_t q_stride,
-                 const PagedKvCache& kv, const AttentionDims& d, const __nv_bfloat16* out,
-                 int64_t out_stride, int32_t num_seqs) {
+bool ValidCommon(const char* fn, const __nv_bfloat16* q, int64_t q_stride, const PagedKvCache& kv,
+                 const AttentionDims& d, const __nv_bfloat16* out, int64_t out_stride,
+                 int32_t num_seqs) {
   const char* why = nullptr;
   if (d.head_dim != 64 && d.head_dim != 128) {
     why = "head_dim must be 64 or 128";
@@ -440,18 +443,40 @@ int DecodeHeadChunks(const AttentionDims& d) {
   return (d.num_heads / d.num_kv_heads + kDecodeRows - 1) / kDecodeRows;
 }
 
-// Splits per sequence: enough warps for about two waves of the decode kernel, no more splits
-// than kMinTilesPerSplit-tile pieces of the longest sequence. Depends only on launch-time
-// constants, so a captured graph replays with the same value the workspace was sized for.
+// Splits per sequence: enough warps for about one wave (two waves measured 1.25x slower at
+// batch 1 x 32k: every extra split pays its pipeline's start-up latency) of the decode kernel, no
+// more splits than kMinTilesPerSplit-tile pieces of the longest sequence. Depends only on
+// launch-time constants, so a captured graph replays with the same value the workspace was sized
+// for.
 int DecodeSplits(int32_t num_seqs, int32_t max_seq_len, const AttentionDims& d,
                  const DeviceFigures& f) {
   const int64_t items = int64_t{num_seqs} * d.num_kv_heads * DecodeHeadChunks(d);
   const int64_t target =
-      int64_t{2} * f.num_sms * std::max(1, f.decode_blocks_per_sm[d.head_dim == 128 ? 1 : 0]);
+      int64_t{f.num_sms} * std::max(1, f.decode_blocks_per_sm[d.head_dim == 128 ? 1 : 0]);
   const int64_t max_tiles = (int64_t{max_seq_len} + kDecodeTileN - 1) / kDecodeTileN;
   int64_t splits = (target + items - 1) / std::max<int64_t>(items, 1);
   splits = std::min<int64_t>(splits, (max_tiles + kMinTilesPerSplit - 1) / kMinTilesPerSplit);
   return static_cast<int>(std::clamp<int64_t>(splits, 1, kMaxSplits));
+}
+
+void FillCommon(const __nv_bfloat16* q, int64_t q_stride, const PagedKvCache& kv,
+                const int32_t* seq_lens, const AttentionDims& dims, __nv_bfloat16* out,
+                int64_t out_stride, AttentionParams* p) {
+  p->q = q;
+  p->q_stride = q_stride;
+  p->k = kv.k;
+  p->v = kv.v;
+  p->block_tables = kv.block_tables;
+  p->max_blocks_per_seq = kv.max_blocks_per_seq;
+  p->block_size = kv.block_size;
+  p->block_shift = BlockShift(kv.block_size);
+  p->seq_lens = seq_lens;
+  p->num_heads = dims.num_heads;
+  p->num_kv_heads = dims.num_kv_heads;
+  p->group = dims.num_heads / dims.num_kv_heads;
+  p->scale_log2 = dims.scale * kLog2e;
+  p->out = out;
+  p->out_stride = out_stride;
 }
 
 size_t AlignUp(size_t n) { return (n + 255) / 256 * 256; }
@@ -463,11 +488,10 @@ size_t DecodeWorkspaceFor(int32_t num_seqs, int32_t splits, const AttentionDims&
 
 }  // namespace
 
-cudaError_t PagedPrefillAttention(const __nv_bfloat16* q, int64_t q_stride,
-                                  const PagedKvCache& kv, const int32_t* cu_seqlens_q,
-                                  const int32_t* seq_lens, int32_t num_seqs, int32_t max_q_len,
-                                  const AttentionDims& dims, __nv_bfloat16* out,
-                                  int64_t out_stride, cudaStream_t stream) {
+cudaError_t PagedPrefillAttention(const __nv_bfloat16* q, int64_t q_stride, const PagedKvCache& kv,
+                                  const int32_t* cu_seqlens_q, const int32_t* seq_lens,
+                                  int32_t num_seqs, int32_t max_q_len, const AttentionDims& dims,
+                                  __nv_bfloat16* out, int64_t out_stride, cudaStream_t stream) {
   if (!ValidCommon("PagedPrefillAttention", q, q_stride, kv, dims, out, out_stride, num_seqs)) {
     return cudaErrorInvalidValue;
   }
@@ -480,20 +504,8 @@ cudaError_t PagedPrefillAttention(const __nv_bfloat16* q, int64_t q_stride,
   DeviceFigures f;
   if (cudaError_t e = GetDeviceFigures(&f); e != cudaSuccess) return e;
   PrefillParams p{};
-  p.q = q;
-  p.q_stride = q_stride;
-  p.k = kv.k;
-  p.v = kv.v;
-  p.block_tables = kv.block_tables;
-  p.max_blocks_per_seq = kv.max_blocks_per_seq;
-  p.block_size = kv.block_size;
+  FillCommon(q, q_stride, kv, seq_lens, dims, out, out_stride, &p);
   p.cu_seqlens_q = cu_seqlens_q;
-  p.seq_lens = seq_lens;
-  p.num_kv_heads = dims.num_kv_heads;
-  p.group = dims.num_heads / dims.num_kv_heads;
-  p.scale_log2 = dims.scale * kLog2e;
-  p.out = out;
-  p.out_stride = out_stride;
   const int64_t row_tiles =
       (int64_t{max_q_len} * p.group + kPrefillWarps * 16 - 1) / (kPrefillWarps * 16);
   if (row_tiles > 0x7fffffff || dims.num_kv_heads > 65535) return cudaErrorInvalidValue;
@@ -524,9 +536,8 @@ size_t PagedDecodeWorkspaceBytes(int32_t max_num_seqs, int32_t max_seq_len,
 
 cudaError_t PagedDecodeAttention(const __nv_bfloat16* q, int64_t q_stride, const PagedKvCache& kv,
                                  const int32_t* seq_lens, int32_t num_seqs, int32_t max_seq_len,
-                                 const AttentionDims& dims, void* workspace,
-                                 size_t workspace_bytes, __nv_bfloat16* out, int64_t out_stride,
-                                 cudaStream_t stream) {
+                                 const AttentionDims& dims, void* workspace, size_t workspace_bytes,
+                                 __nv_bfloat16* out, int64_t out_stride, cudaStream_t stream) {
   if (!ValidCommon("PagedDecodeAttention", q, q_stride, kv, dims, out, out_stride, num_seqs)) {
     return cudaErrorInvalidValue;
   }
@@ -547,26 +558,13 @@ cudaError_t PagedDecodeAttention(const __nv_bfloat16* q, int64_t q_stride, const
     return cudaErrorInvalidValue;
   }
   DecodeParams p{};
-  p.q = q;
-  p.q_stride = q_stride;
-  p.k = kv.k;
-  p.v = kv.v;
-  p.block_tables = kv.block_tables;
-  p.max_blocks_per_seq = kv.max_blocks_per_seq;
-  p.block_size = kv.block_size;
-  p.seq_lens = seq_lens;
-  p.num_heads = dims.num_heads;
-  p.num_kv_heads = dims.num_kv_heads;
-  p.group = dims.num_heads / dims.num_kv_heads;
+  FillCommon(q, q_stride, kv, seq_lens, dims, out, out_stride, &p);
   p.head_chunks = DecodeHeadChunks(dims);
   p.num_splits = splits;
-  p.scale_log2 = dims.scale * kLog2e;
   const size_t slots = size_t(num_seqs) * dims.num_heads * splits;
   p.partial_ml = static_cast<float*>(workspace);
-  p.partial_o = reinterpret_cast<float*>(static_cast<char*>(workspace) +
-                                         AlignUp(slots * 2 * sizeof(float)));
-  p.out = out;
-  p.out_stride = out_stride;
+  p.partial_o =
+      reinterpret_cast<float*>(static_cast<char*>(workspace) + AlignUp(slots * 2 * sizeof(float)));
   const int64_t y = int64_t{dims.num_kv_heads} * p.head_chunks;
   if (y > 65535) return cudaErrorInvalidValue;
   const dim3 grid(splits, static_cast<unsigned>(y), num_seqs);

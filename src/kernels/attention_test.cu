@@ -32,10 +32,10 @@ constexpr double kRelTol = 1e-2;
 constexpr double kAbsTol = 1.2e-2;
 constexpr uint16_t kPoison = 0xffff;  // a bf16 NaN
 
-#define CUDA_OK(expr)                                                               \
-  do {                                                                              \
-    cudaError_t e_ = (expr);                                                        \
-    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_);          \
+#define CUDA_OK(expr)                                                      \
+  do {                                                                     \
+    cudaError_t e_ = (expr);                                               \
+    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_); \
   } while (0)
 
 uint16_t ToBf16Bits(float f) {
@@ -55,7 +55,9 @@ float FromBf16Bits(uint16_t b) {
 template <typename T>
 struct Dev {
   T* ptr = nullptr;
-  explicit Dev(size_t n) { EXPECT_EQ(cudaMalloc(&ptr, std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess); }
+  explicit Dev(size_t n) {
+    EXPECT_EQ(cudaMalloc(&ptr, std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess);
+  }
   ~Dev() { cudaFree(ptr); }
   Dev(const Dev&) = delete;
   Dev& operator=(const Dev&) = delete;
@@ -83,17 +85,21 @@ struct Cache {
   std::vector<int> seq_lens;
   int num_blocks = 0, max_blocks_per_seq = 0;
   std::vector<int32_t> tables;
-  std::vector<uint16_t> k, v;          // kernel layout [blocks, kv_heads, block_size, head_dim]
-  std::vector<float> k_ref, v_ref;     // CPU layout   [blocks, block_size, kv_heads, head_dim]
+  std::vector<uint16_t> k, v;       // kernel layout [blocks, kv_heads, block_size, head_dim]
+  std::vector<float> k_ref, v_ref;  // CPU layout   [blocks, block_size, kv_heads, head_dim]
 
-  Cache(const Shape& s, std::vector<int> lens, std::mt19937& rng) : shape(s), seq_lens(std::move(lens)) {
+  // min_table_len: the block table covers at least this many positions per sequence (decode's
+  // max_seq_len must fit in it).
+  Cache(const Shape& s, std::vector<int> lens, std::mt19937& rng, int min_table_len = 0)
+      : shape(s), seq_lens(std::move(lens)) {
     const int bs = s.block_size, kvh = s.num_kv_heads, hd = s.head_dim;
     int used = 0;
     for (int len : seq_lens) {
       used += (len + bs - 1) / bs;
       max_blocks_per_seq = std::max(max_blocks_per_seq, (len + bs - 1) / bs);
     }
-    max_blocks_per_seq += 1;  // one spare entry per row, left at -1: must never be read
+    // Spare entries per row stay -1: reading one would fault.
+    max_blocks_per_seq = std::max(max_blocks_per_seq + 1, (min_table_len + bs - 1) / bs);
     num_blocks = used + used / 3 + 2;
     std::vector<int32_t> perm(num_blocks);
     std::iota(perm.begin(), perm.end(), 0);
@@ -242,20 +248,20 @@ void RunPrefill(const Shape& s, const std::vector<int>& q_lens, const std::vecto
   dlens.Upload(std::vector<int32_t>(seq_lens.begin(), seq_lens.end()));
   dout.Upload(std::vector<uint16_t>(out_elems, kPoison));
   const int max_q_len = *std::max_element(q_lens.begin(), q_lens.end());
-  CUDA_OK(PagedPrefillAttention(reinterpret_cast<const __nv_bfloat16*>(dq.ptr), width + s.q_pad,
-                                DeviceCache(c, dk, dv, dtab), dcu.ptr, dlens.ptr,
-                                static_cast<int32_t>(q_lens.size()), max_q_len, DimsOf(s),
-                                reinterpret_cast<__nv_bfloat16*>(dout.ptr), width + s.out_pad,
-                                nullptr));
+  CUDA_OK(PagedPrefillAttention(
+      reinterpret_cast<const __nv_bfloat16*>(dq.ptr), width + s.q_pad, DeviceCache(c, dk, dv, dtab),
+      dcu.ptr, dlens.ptr, static_cast<int32_t>(q_lens.size()), max_q_len, DimsOf(s),
+      reinterpret_cast<__nv_bfloat16*>(dout.ptr), width + s.out_pad, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
   ExpectClose(s, dout.Download(out_elems), CpuReference(c, q_ref, q_lens), num_tokens, what);
 }
 
+constexpr const char* kNoGpu = "no CUDA device visible (this test runs on the GPU machine)";
 #define REQUIRE_GPU() \
-  if (!HasCudaDevice()) GTEST_SKIP() << "no CUDA device visible (this test runs on the GPU machine)"
+  if (!HasCudaDevice()) GTEST_SKIP() << kNoGpu
 
-const Shape kSmol{9, 3, 64, 16};        // SmolLM2-135M
-const Shape kLlama8b{32, 8, 128, 16};   // Llama-3.1-8B
+const Shape kSmol{9, 3, 64, 16};       // SmolLM2-135M
+const Shape kLlama8b{32, 8, 128, 16};  // Llama-3.1-8B
 
 TEST(PagedPrefillAttentionGpu, FullPrefillOddLengths) {
   REQUIRE_GPU();
@@ -297,7 +303,7 @@ TEST(PagedPrefillAttentionGpu, MixedBatchWithStridesAndPadding) {
 void RunDecode(const Shape& s, const std::vector<int>& seq_lens, int max_seq_len, uint32_t seed,
                const std::string& what, bool through_graph = false) {
   std::mt19937 rng(seed);
-  Cache c(s, seq_lens, rng);
+  Cache c(s, seq_lens, rng, max_seq_len);
   const int num_seqs = static_cast<int>(seq_lens.size());
   std::vector<uint16_t> q;
   std::vector<float> q_ref;
@@ -440,8 +446,8 @@ TEST(PagedAttentionGpu, RejectsBadArguments) {
   EXPECT_EQ(PagedPrefillAttention(q, 768, kv, ints.ptr, ints.ptr, 1, 1, bad_dim, out, 768, nullptr),
             cudaErrorInvalidValue);
   AttentionDims bad_group{9, 2, 64, 0.1f};
-  EXPECT_EQ(PagedDecodeAttention(q, 576, kv, ints.ptr, 1, 16, bad_group, buf.ptr, 1 << 17, out,
-                                 576, nullptr),
+  EXPECT_EQ(PagedDecodeAttention(q, 576, kv, ints.ptr, 1, 16, bad_group, buf.ptr, 1 << 17, out, 576,
+                                 nullptr),
             cudaErrorInvalidValue);
   AttentionDims ok{8, 2, 64, 0.1f};
   EXPECT_EQ(PagedPrefillAttention(q, 510, kv, ints.ptr, ints.ptr, 1, 1, ok, out, 512, nullptr),
@@ -452,9 +458,9 @@ TEST(PagedAttentionGpu, RejectsBadArguments) {
   kv.block_size = 16;
   EXPECT_EQ(PagedDecodeAttention(q, 512, kv, ints.ptr, 1, 64, ok, buf.ptr, 16, out, 512, nullptr),
             cudaErrorInvalidValue);  // workspace too small
-  EXPECT_EQ(PagedDecodeAttention(q, 512, kv, ints.ptr, 1, 65, ok, buf.ptr, 1 << 17, out, 512,
-                                 nullptr),
-            cudaErrorInvalidValue);  // max_seq_len beyond the block table
+  EXPECT_EQ(
+      PagedDecodeAttention(q, 512, kv, ints.ptr, 1, 65, ok, buf.ptr, 1 << 17, out, 512, nullptr),
+      cudaErrorInvalidValue);  // max_seq_len beyond the block table
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 

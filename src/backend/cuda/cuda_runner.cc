@@ -395,6 +395,9 @@ Status CudaRunner::AllocateKvCache(int32_t num_blocks, int32_t block_size) {
     v_cache_[i] = base + (2 * i + 1) * per_layer;
   }
 
+  // No sequence outgrows the pool: a shorter context bound means fewer decode splits.
+  options_.max_model_len = static_cast<int32_t>(
+      std::min<int64_t>(options_.max_model_len, int64_t{num_blocks} * block_size));
   // Step arrays sized for the largest step; block tables at a fixed row stride so that a
   // captured graph reads them at the same place every step.
   max_blocks_per_seq_ = (options_.max_model_len + block_size - 1) / block_size;
