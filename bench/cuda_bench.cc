@@ -129,6 +129,7 @@ struct Timeline {
 };
 
 // Adds the requests and steps the engine until all finish.
+// decode_step_seconds collects the steps in which all `prompts` decode together.
 Timeline RunEngine(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
                    int32_t max_tokens, RequestId first_id) {
   SamplingParams params;
@@ -151,7 +152,8 @@ Timeline RunEngine(Engine& engine, const std::vector<std::vector<int32_t>>& prom
     std::vector<RequestOutput> outputs = engine.Step();
     const double now = Seconds(start, Clock::now());
     const StepStats& step = engine.stats().last_step;
-    if (step.num_seqs > 0 && step.num_decode_seqs == step.num_seqs) {
+    if (step.num_seqs == static_cast<int32_t>(prompts.size()) &&
+        step.num_decode_seqs == step.num_seqs) {
       t.decode_step_seconds.push_back(Seconds(s0, Clock::now()));
     }
     for (const RequestOutput& o : outputs) {
@@ -281,8 +283,14 @@ int main(int argc, char** argv) {
   for (int batch : {64, 256}) {
     std::vector<std::vector<int32_t>> prompts;
     for (int i = 0; i < batch; ++i) prompts.push_back(RandomPrompt(rng, 1016, c.vocab_size));
-    auto t = RunEngine(engine, prompts, 16, next_id);
+    // Enough new tokens that the first prompts are still decoding when the last finishes its
+    // (chunked) prefill: 8,192 prompt tokens per step.
+    auto t = RunEngine(engine, prompts, 16 + batch * 1016 / 8192, next_id);
     next_id += batch;
+    if (t.decode_step_seconds.empty()) {
+      std::printf("3. decode batch %d: no step had every sequence decoding\n", batch);
+      continue;
+    }
     const double step = Median(t.decode_step_seconds);
     const double bytes = weight_bytes_read + kv_bytes_per_token * batch * 1024.0;
     out["decode_batch" + std::to_string(batch)] = {{"step_ms", step * 1e3},

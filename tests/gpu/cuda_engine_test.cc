@@ -4,9 +4,11 @@
 //
 //   - logprobs: max |Δ| over the CPU's top-20 at every generated position before the first
 //     divergence, within kLogprobTolerance (bf16 weights and activations against fp32: the
-//     inputs of every layer are rounded to 8 significant bits);
-//   - greedy tokens equal to the CPU's, except after a near-tie (the CPU's top-2 gap under
-//     kNearTie at the first differing position), each divergence printed with its gap;
+//     inputs of every layer are rounded to 8 significant bits; scripts/gpu/check_cuda.py measured
+//     0.023 on this SmolLM2 shape, and HF's own bf16 error against its fp32 is of the same size);
+//   - greedy tokens equal to the CPU's, except after a near-tie: the CPU's top-2 gap at the first
+//     differing position under max(kNearTie, twice the logprob error measured on that
+//     completion), each divergence printed with its gap;
 //   - alone vs batched on the GPU: a request's greedy tokens alone and inside batches of 8 and 64
 //     are equal, except after a near-tie (gap < 1e-2), every divergence reported;
 //   - 10,000 requests leave device memory where the first 500 left it (no leak).
@@ -31,7 +33,7 @@
 namespace kiln {
 namespace {
 
-constexpr float kLogprobTolerance = 0.25f;
+constexpr float kLogprobTolerance = 0.1f;
 constexpr float kNearTie = 0.05f;
 
 std::string TempDir(const std::string& stem) {
@@ -93,7 +95,9 @@ float Gap(const ScoredToken& t) {
 }
 
 // Compares the GPU's completion with the CPU's; returns the largest logprob difference over the
-// CPU's top-N before the first divergence, and fails on a divergence that is not after a near-tie.
+// CPU's top-N up to the first divergence, and fails on a divergence its gap does not explain.
+// NOTE: synthetic weights use HF's initializer range (stddev 0.02): larger ones make activations
+// grow with depth and the bf16 error with them.
 float CompareCompletion(const CompletionOutput& cpu, const CompletionOutput& gpu,
                         const std::string& label) {
   float max_diff = 0;
@@ -111,7 +115,8 @@ float CompareCompletion(const CompletionOutput& cpu, const CompletionOutput& gpu
     if (cpu.token_ids[i] != gpu.token_ids[i]) {
       std::printf("%s: diverges at token %zu (cpu %d, gpu %d), cpu top-2 gap %.4f\n", label.c_str(),
                   i, cpu.token_ids[i], gpu.token_ids[i], Gap(c));
-      EXPECT_LT(Gap(c), kNearTie) << label << ": diverged at token " << i << " without a tie";
+      EXPECT_LT(Gap(c), std::max(kNearTie, 2 * max_diff))
+          << label << ": diverged at token " << i << " without a tie";
       break;
     }
   }
@@ -154,7 +159,7 @@ std::vector<Variant> Variants() {
 TEST(CudaEngine, MatchesCpuBackend) {
   ASSERT_TRUE(HasCudaDevice()) << "needs a CUDA device";
   for (const Variant& variant : Variants()) {
-    const Model m = Synth(variant.name, variant.config, 0.05f);
+    const Model m = Synth(variant.name, variant.config, 0.02f);
     auto cpu = Load(m, "cpu");
     auto gpu = Load(m, "cuda");
     ASSERT_TRUE(cpu && gpu);
@@ -179,7 +184,7 @@ TEST(CudaEngine, MatchesCpuBackend) {
 
 TEST(CudaEngine, AloneAndBatchedAgree) {
   ASSERT_TRUE(HasCudaDevice()) << "needs a CUDA device";
-  const Model m = Synth("batch", PresetConfig("smollm2-135m").value(), 0.05f);
+  const Model m = Synth("batch", PresetConfig("smollm2-135m").value(), 0.02f);
   auto gpu = Load(m, "cuda");
   ASSERT_TRUE(gpu);
   std::vector<int> lengths;
