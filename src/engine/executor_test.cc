@@ -161,7 +161,8 @@ TEST(ExecutorTest, OutputCallbackWakesANonBlockingConsumer) {
   while (!c.reason.has_value()) {
     {
       std::unique_lock<std::mutex> lock(mu);
-      ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return num_calls > seen_calls; }))
+      ASSERT_TRUE(
+          cv.wait_for(lock, std::chrono::seconds(10), [&] { return num_calls > seen_calls; }))
           << "no callback after " << c.tokens.size() << " tokens";
       seen_calls = num_calls;
     }
