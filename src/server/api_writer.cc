@@ -1,6 +1,7 @@
 // Response rendering: TextDelta streams -> OpenAI / Triton / simple response bodies and SSE
 // frames. Streaming and non-streaming share the pieces below, so that the streamed chunks of a
 // choice concatenate to exactly the non-streamed text and logprobs.
+#include <charconv>
 #include <chrono>
 #include <cmath>
 
@@ -111,7 +112,14 @@ json ChatLogprobs(const Tokenizer& tokenizer, const std::vector<ScoredToken>& to
 }  // namespace
 
 double JsonLogprob(float logprob) {
-  return std::isfinite(logprob) ? static_cast<double>(logprob) : -9999.0;
+  if (!std::isfinite(logprob)) return -9999.0;
+  // The double nearest the float's shortest decimal form, so -0.1f prints as -0.1 rather than
+  // -0.10000000149011612.
+  char buffer[32];
+  const auto end = std::to_chars(buffer, buffer + sizeof(buffer), logprob).ptr;
+  double value = logprob;
+  std::from_chars(buffer, end, value);
+  return value;
 }
 
 std::string TokenBytes(const Tokenizer& tokenizer, int32_t id) {
