@@ -88,7 +88,9 @@ Result<server::ServerOptions> ToServerOptions(const ServeOptions& o) {
 Result<std::string> Load(const ServeOptions& o, const LlmOptions& options, server::Server* server) {
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<LLM> llm, LLM::Create(o.engine.model, options));
   auto model = std::make_unique<server::ServedModel>();
-  model->info.name = o.served_model_name.empty() ? llm->model_name() : o.served_model_name;
+  // NOTE: as vLLM, the default name is the model argument as given (clients that ported from
+  // vLLM send what they passed to --model).
+  model->info.name = o.served_model_name.empty() ? o.engine.model : o.served_model_name;
   model->info.tokenizer = &llm->tokenizer();
   model->info.max_model_len = llm->engine().max_model_len();
   model->info.vocab_size = llm->checkpoint().config().vocab_size;
@@ -157,7 +159,7 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--host", o->host, "address to listen on (default 0.0.0.0: all interfaces)");
   cmd->add_option("--port", o->port, "TCP port (default 8000; 0 = any free port)");
   cmd->add_option("--served-model-name", o->served_model_name,
-                  "the name clients pass as `model` (default: the checkpoint's name)");
+                  "the name clients pass as `model` (default: the model argument)");
   cmd->add_option("--io-threads", o->io_threads, "HTTP I/O threads (default 4)")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--api-key", o->api_keys,

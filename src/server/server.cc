@@ -471,7 +471,7 @@ void Server::WaitForShutdownSignal() {
 
 void Server::Shutdown() {
   std::lock_guard<std::mutex> guard(shutdown_mu_);
-  if (shutdown_done_) return;
+  if (shutdown_done_ || http_ == nullptr) return;  // http_ is null when Start failed
   shutting_down_ = true;
   http_->StopAccepting();
   auto wait_until_idle = [&](Clock::time_point deadline) {

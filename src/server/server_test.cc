@@ -160,6 +160,22 @@ TEST(ConstantTimeEqualsTest, ComparesWholeStrings) {
   EXPECT_TRUE(ConstantTimeEquals("", ""));
 }
 
+TEST(ServerTest, StartFailsClearlyOnABadAddressOrABusyPort) {
+  ServerOptions o = BaseOptions();
+  o.http.host = "localhost:80";
+  auto bad = Server::Start(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("localhost:80"), std::string::npos);
+  Harness h;
+  o.http.host = "127.0.0.1";
+  o.http.port = h.server->port();
+  auto busy = Server::Start(o);
+  ASSERT_FALSE(busy.ok());
+  EXPECT_EQ(busy.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(busy.status().message().find(std::to_string(o.http.port)), std::string::npos);
+}
+
 TEST(ServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
   Harness h;
   Client c(h.server->port());
