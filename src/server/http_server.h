@@ -63,7 +63,8 @@ class HttpExchange : public std::enable_shared_from_this<HttpExchange> {
 
   // True once the client has gone (or the connection failed); writes are then dropped.
   bool is_closed() const { return closed_; }
-  // True once Respond or EndStream was called.
+  // True once Respond or BeginStream / Respond or EndStream was called.
+  bool is_started() const { return started_; }
   bool is_finished() const { return finished_; }
   // Called once, on the strand, when the client disconnects before the response is complete.
   void SetOnClose(std::function<void()> on_close) { on_close_ = std::move(on_close); }

@@ -348,7 +348,7 @@ void Server::HandleEngineRoute(const std::shared_ptr<HttpExchange>& exchange, Ap
     if (j == nullptr || j->drain_posted.exchange(true)) return;
     j->exchange->Post([this, j] {
       j->drain_posted = false;
-      Drain(j);
+      SafeDrain(j);
     });
   };
   Status failure;
@@ -386,7 +386,31 @@ void Server::HandleEngineRoute(const std::shared_ptr<HttpExchange>& exchange, Ap
       if (std::shared_ptr<Job> j = weak.lock()) j->AbortAll();
     });
   }
-  Drain(job);  // outputs may have arrived before the job was registered
+  SafeDrain(job);  // outputs may have arrived before the job was registered
+}
+
+void Server::SafeDrain(const std::shared_ptr<Job>& job) {
+  try {
+    Drain(job);
+    return;
+  } catch (const std::exception& e) {
+    // NOTE: an exception must not escape into the io_context (it would end the process); the
+    // request fails alone, its engine requests are aborted and still drained (without the
+    // writer) so that the in-flight count stays right.
+    LOG(ERROR) << "server: rendering a response failed: " << e.what();
+  }
+  Job& j = *job;
+  j.failed = true;
+  j.AbortAll();
+  HttpExchange& ex = *j.exchange;
+  if (!ex.is_finished()) {
+    if (ex.is_started()) {
+      ex.EndStream();  // the client sees a stream without its [DONE]
+    } else {
+      SendError(ex, MakeError(500, "internal error while rendering the response", "server_error"));
+    }
+  }
+  Drain(job);
 }
 
 void Server::Drain(const std::shared_ptr<Job>& job) {
@@ -408,10 +432,6 @@ void Server::Drain(const std::shared_ptr<Job>& job) {
         c.has_token = true;
         c.last_output = now;
       }
-      if (!j.failed) {
-        std::string out = j.writer->OnDelta(i, *delta);
-        if (!out.empty() && !ex.is_closed()) ex.Write(std::move(out));
-      }
       if (delta->finished) {
         c.finished = true;
         ++j.num_finished;
@@ -421,26 +441,29 @@ void Server::Drain(const std::shared_ptr<Job>& job) {
             delta->finish_reason.value_or(FinishReason::kStop), Seconds(now - c.arrival),
             scheduled == Clock::time_point{} ? -1.0 : Seconds(scheduled - c.arrival));
       }
+      if (!j.failed) {
+        std::string out = j.writer->OnDelta(i, *delta);
+        if (!out.empty() && !ex.is_closed()) ex.Write(std::move(out));
+      }
     }
   }
   if (j.num_finished == j.choices.size()) FinishJob(job);
 }
 
 void Server::FinishJob(const std::shared_ptr<Job>& job) {
-  Job& j = *job;
-  if (!j.failed) {
-    std::string tail = j.writer->Finish();
-    if (j.writer->streaming()) {
-      if (!j.exchange->is_closed()) {
-        j.exchange->Write(std::move(tail));
-        j.exchange->EndStream();
-      }
-    } else {
-      j.exchange->Respond(http::status::ok, std::move(tail), kJson);
-    }
+  {
+    std::lock_guard<std::mutex> lock(jobs_mu_);
+    jobs_.erase(job);
   }
-  std::lock_guard<std::mutex> lock(jobs_mu_);
-  jobs_.erase(job);
+  Job& j = *job;
+  if (j.failed) return;
+  std::string tail = j.writer->Finish();
+  if (!j.writer->streaming()) {
+    j.exchange->Respond(http::status::ok, std::move(tail), kJson);
+  } else if (!j.exchange->is_closed()) {
+    j.exchange->Write(std::move(tail));
+    j.exchange->EndStream();
+  }
 }
 
 void Server::RequestStop() {

@@ -87,6 +87,7 @@ class Server {
   void HandleEngineRoute(const std::shared_ptr<HttpExchange>& exchange, ApiKind kind,
                          const std::string& model_segment, bool triton_stream);
   void Drain(const std::shared_ptr<Job>& job);
+  void SafeDrain(const std::shared_ptr<Job>& job);  // Drain; an exception fails the job alone
   void FinishJob(const std::shared_ptr<Job>& job);
   bool Authorized(const HttpRequest& request) const;
   ServedModel* model() const { return ready_ ? model_.get() : nullptr; }
