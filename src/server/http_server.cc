@@ -3,6 +3,7 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -57,7 +58,7 @@ bool ConstantTimeEquals(std::string_view presented, std::string_view expected) {
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(HttpServer* server, tcp::socket socket)
-      : server_(server), stream_(std::move(socket)) {}
+      : server_(server), stream_(std::move(socket)), write_timer_(stream_.get_executor()) {}
 
   void Start() {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->ReadRequest(); });
@@ -173,8 +174,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     const bool cancelled = std::exchange(cancel_read_ahead_, false);
     if (closed_) return;
     if (lingering_) {
-      if (ec) return Close();
-      buffer_.clear();
+      if (ec && ec != net::error::operation_aborted) return Close();
       return DrainUntilClosed();
     }
     if (ec == net::error::operation_aborted && cancelled) return ReadRequest();
@@ -196,10 +196,21 @@ class Connection : public std::enable_shared_from_this<Connection> {
     for (const std::string& s : writing_bytes_) buffers.push_back(net::buffer(s));
     net::async_write(stream_, buffers,
                      beast::bind_front_handler(&Connection::OnWrite, shared_from_this()));
+    // NOTE: a timer of our own rather than the stream's: the stream's expiry would also apply to
+    // the read-ahead, which legitimately waits as long as the generation takes.
+    const uint64_t seq = ++write_seq_;
+    write_timer_.expires_after(std::chrono::seconds(server_->options_.write_timeout_s));
+    write_timer_.async_wait([self = shared_from_this(), seq](beast::error_code ec) {
+      if (ec || !self->writing_ || self->write_seq_ != seq) return;
+      LOG(WARNING) << "http: a client stopped reading for "
+                   << self->server_->options_.write_timeout_s << " s; closing its connection";
+      self->Close();
+    });
   }
 
   void OnWrite(beast::error_code ec, size_t) {
     writing_ = false;
+    write_timer_.cancel();
     writing_bytes_.clear();
     if (closed_) return;
     if (ec) return Close();
@@ -247,13 +258,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
     lingering_ = true;
     cancel_read_ahead_ = false;
-    stream_.expires_after(kLingerTime);
-    if (!reading_) DrainUntilClosed();  // else the read-ahead's completion drains
+    linger_deadline_ = std::chrono::steady_clock::now() + kLingerTime;
+    if (reading_) return stream_.cancel();  // the read-ahead's completion drains
+    DrainUntilClosed();
   }
 
   void DrainUntilClosed() {
+    if (std::chrono::steady_clock::now() >= linger_deadline_) return Close();
     reading_ = true;
     buffer_.clear();
+    stream_.expires_at(linger_deadline_);
     stream_.async_read_some(buffer_.prepare(kReadAheadChunk),
                             [self = shared_from_this()](beast::error_code ec, size_t) {
                               self->reading_ = false;
@@ -268,6 +282,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     closed_ = true;
     beast::error_code ec;
     stream_.socket().close(ec);
+    write_timer_.cancel();
     pending_.clear();
     if (exchange_ != nullptr) {
       std::shared_ptr<HttpExchange> exchange = std::move(exchange_);
@@ -289,6 +304,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool response_complete_ = false;  // the current response's last bytes are queued
   bool close_after_response_ = false;
   bool lingering_ = false;
+  std::chrono::steady_clock::time_point linger_deadline_;
+  net::steady_timer write_timer_;
+  uint64_t write_seq_ = 0;
   bool closed_ = false;
 };
 
@@ -392,6 +410,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& o
   if (options.max_request_body_bytes < 1) {
     return InvalidArgument("max request body bytes: must be positive");
   }
+  if (options.write_timeout_s < 1) return InvalidArgument("write timeout: must be at least 1 s");
   if (options.keep_alive_timeout_s < 1) {
     return InvalidArgument("keep-alive timeout: must be at least 1 second");
   }

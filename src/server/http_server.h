@@ -92,6 +92,9 @@ struct HttpServerOptions {
   int64_t max_request_body_bytes = int64_t{8} << 20;
   // An idle keep-alive connection (or one that is slow to send its request) is closed after it.
   int32_t keep_alive_timeout_s = 60;
+  // A write that makes no progress for this long (a client that stopped reading without closing)
+  // closes the connection, which aborts its requests.
+  int32_t write_timeout_s = 60;
   // Renders the body of the errors the transport answers by itself (413, 431, malformed HTTP,
   // a handler that threw); empty = "<status> <message>" as text.
   std::function<std::string(int status, std::string_view message)> render_error;

@@ -33,6 +33,7 @@ constexpr int32_t kNumKvBlocks = 512;
 struct EngineSetup {
   int64_t step_delay_us = 0;
   int32_t max_num_seqs = 256;
+  int32_t num_kv_blocks = kNumKvBlocks;
 };
 
 std::unique_ptr<ServedModel> MakeModel(const EngineSetup& setup) {
@@ -49,7 +50,7 @@ std::unique_ptr<ServedModel> MakeModel(const EngineSetup& setup) {
   model->tokenizer->tokenizer = std::move(*tokenizer);
   EngineOptions o;
   o.block_size = 4;
-  o.num_kv_blocks = kNumKvBlocks;
+  o.num_kv_blocks = setup.num_kv_blocks;
   o.scheduler.max_num_seqs = setup.max_num_seqs;
   o.check_invariants = true;
   auto engine = Engine::Create(std::move(runner), o);
@@ -356,7 +357,30 @@ TEST(ServerTest, DisconnectMidStreamAbortsAndFreesTheKvBlocks) {
     EXPECT_LT(h.executor->Stats().engine.num_free_kv_blocks, kNumKvBlocks);
   }  // the client hangs up
   EXPECT_TRUE(Eventually([&] { return EngineIdle(h.executor); }));
-  EXPECT_EQ(h.server->num_requests_in_flight(), 0);
+  EXPECT_TRUE(Eventually([&] { return h.server->num_requests_in_flight() == 0; }));
+}
+
+TEST(ServerTest, AClientThatStopsReadingIsCutOffAndAborted) {
+  ServerOptions o = BaseOptions();
+  o.http.write_timeout_s = 1;
+  // 16 streams of 2,000 tokens with logprobs: ~20 MB of SSE over >= 2 s of engine time, far more
+  // than the socket buffers hold, so the writes stall long before the engine is done.
+  Harness h(o, {.step_delay_us = 1000, .num_kv_blocks = 9000});
+  Client c(h.server->port());
+  c.socket().set_option(net::socket_base::receive_buffer_size(4096));
+  Json req = {{"model", "fake"}, {"prompt", {1, 5, 6}}, {"max_tokens", 2000}, {"n", 16},
+              {"stream", true},  {"logprobs", 5},       {"ignore_eos", true}};
+  c.Send(http::verb::post, "/v1/completions", req.dump());
+  ASSERT_TRUE(Eventually([&] { return h.executor->Stats().num_running == 16; }));
+  // Never read: the server's writes stall, time out, and the requests are aborted.
+  EXPECT_TRUE(Eventually([&] { return EngineIdle(h.executor); }));
+  EXPECT_TRUE(Eventually([&] { return h.server->num_requests_in_flight() == 0; }));
+  Client m(h.server->port());
+  const std::string metrics = m.Call(http::verb::get, "/metrics").body();
+  EXPECT_NE(
+      metrics.find("kiln:request_success_total{finished_reason=\"abort\",model_name=\"fake\"} 16"),
+      std::string::npos)
+      << metrics;
 }
 
 TEST(ServerTest, DisconnectWhileWaitingForAWholeResponseAborts) {
@@ -367,7 +391,7 @@ TEST(ServerTest, DisconnectWhileWaitingForAWholeResponseAborts) {
     ASSERT_TRUE(Eventually([&] { return h.executor->Stats().num_running == 1; }));
   }
   EXPECT_TRUE(Eventually([&] { return EngineIdle(h.executor); }));
-  EXPECT_EQ(h.server->num_requests_in_flight(), 0);
+  EXPECT_TRUE(Eventually([&] { return h.server->num_requests_in_flight() == 0; }));
   Client c(h.server->port());
   Response m = c.Call(http::verb::get, "/metrics");
   EXPECT_NE(
