@@ -161,13 +161,12 @@ std::vector<json> Frames(const std::string& sse, bool* done = nullptr) {
 // ---- errors and shared fields ---------------------------------------------------------------
 
 TEST_F(ApiTest, ErrorBodyHasNullsForEmptyParamAndCode) {
-  ApiError e{.status = 400, .message = std::string("boom")};
+  const ApiError e{400, "boom", "invalid_request_error", "", ""};
   EXPECT_EQ(ErrorBody(e), json::parse(R"({"error": {"message": "boom",
       "type": "invalid_request_error", "param": null, "code": null}})"));
-  e.param = "n";
-  e.code = "x";
-  EXPECT_EQ(ErrorBody(e)["error"]["param"], "n");
-  EXPECT_EQ(ErrorBody(e)["error"]["code"], "x");
+  const ApiError named{404, "m", "not_found_error", "model", "model_not_found"};
+  EXPECT_EQ(ErrorBody(named), json::parse(R"({"error": {"message": "m",
+      "type": "not_found_error", "param": "model", "code": "model_not_found"}})"));
 }
 
 TEST_F(ApiTest, BodyMustBeAnObject) {

@@ -218,7 +218,6 @@ struct ResponseWriter::State {
 
   // The completions logprobs of `tokens` (with the prompt's first when `with_prompt`).
   json CompletionLogprobsJson(size_t choice, ChoiceState& c, bool with_prompt,
-                              const std::vector<int32_t>& token_ids,
                               const std::vector<ScoredToken>& scored) const {
     if (!render->logprobs.has_value()) return nullptr;
     CompletionLogprobs lp(tokenizer(), *render->logprobs, &c.text_offset);
@@ -230,9 +229,7 @@ struct ResponseWriter::State {
         lp.Add(prompt[k], s);
       }
     }
-    for (size_t k = 0; k < scored.size(); ++k) {
-      lp.Add(k < token_ids.size() ? token_ids[k] : scored[k].token_id, &scored[k]);
-    }
+    for (const ScoredToken& s : scored) lp.Add(s.token_id, &s);
     return std::move(lp).ToJson();
   }
 
@@ -246,12 +243,10 @@ struct ResponseWriter::State {
     switch (render->kind) {
       case ApiKind::kCompletions: {
         const bool echo = first && render->echo;
-        std::vector<int32_t> ids;
-        for (const ScoredToken& s : delta.logprobs) ids.push_back(s.token_id);
         json choice = {
             {"index", index},
             {"text", echo ? render->echo_text[PromptOf(index)] + delta.text : delta.text},
-            {"logprobs", CompletionLogprobsJson(index, c, echo, ids, delta.logprobs)},
+            {"logprobs", CompletionLogprobsJson(index, c, echo, delta.logprobs)},
             {"finish_reason", finish_reason},
             {"stop_reason", delta.finished ? StopReason(c) : json(nullptr)}};
         json chunk = Header("text_completion");
@@ -296,12 +291,10 @@ struct ResponseWriter::State {
         json list = json::array();
         for (size_t i = 0; i < choices.size(); ++i) {
           ChoiceState& c = choices[i];
-          std::vector<int32_t> ids;
-          for (const ScoredToken& s : c.logprobs) ids.push_back(s.token_id);
           c.text_offset = 0;
           list.push_back({{"index", i},
                           {"text", render->echo ? render->echo_text[PromptOf(i)] + c.text : c.text},
-                          {"logprobs", CompletionLogprobsJson(i, c, render->echo, ids, c.logprobs)},
+                          {"logprobs", CompletionLogprobsJson(i, c, render->echo, c.logprobs)},
                           {"finish_reason", FinishReasonString(c.finish_reason)},
                           {"stop_reason", StopReason(c)}});
         }
