@@ -72,6 +72,17 @@ expect_error "max_model_len" "${g[@]}" --prompt "a prompt longer than four token
 expect_error "scheduling policy" "${g[@]}" --prompt hi --scheduling-policy lifo
 expect_error "capacity policy" "${g[@]}" --prompt hi --capacity-policy most
 expect_error "no such file or directory" generate "$work/missing" --prompt hi
+# kiln serve: flags are checked before anything listens; a model that fails to load exits 1
+s=(serve "$work/tiny" --kv-cache-memory 64MiB --host 127.0.0.1 --port 0)
+expect_error "--port" "${s[@]}" --port 70000
+expect_error "host" serve "$work/tiny" --host localhost:80
+expect_error "--io-threads" "${s[@]}" --io-threads 0
+expect_error "--api-key-file" "${s[@]}" --api-key-file "$work/missing-keys"
+printf '# no keys here\n\n' >"$work/empty-keys"
+expect_error "holds no key" "${s[@]}" --api-key-file "$work/empty-keys"
+expect_error "--max-request-body-bytes" "${s[@]}" --max-request-body-bytes lots
+expect_error "--max-num-waiting" "${s[@]}" --max-num-waiting -5
+expect_error "no such file or directory" serve "$work/missing" --host 127.0.0.1 --port 0
 truncate -s 1000 "$work/tiny/model.safetensors"
 expect_error "model.safetensors" inspect "$work/tiny"
 expect_error "not empty" synth --preset smollm2-135m --out "$work/tiny"
