@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 import wire
-from conftest import MAX_MODEL_LEN, SERVED_NAME
+from conftest import MAX_MODEL_LEN, SERVED_NAME, TINY_ARGS
 
 COMPLETION = {"model": SERVED_NAME, "prompt": "hi", "max_tokens": 2}
 CHAT = {"model": SERVED_NAME, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
@@ -20,8 +20,10 @@ def check_error(response, path, status, param=None):
                                response.content)
     error = body["error"]
     assert error["message"] and error["type"]
-    if param is not None:
-        assert error["param"] == param, f"error names {error['param']!r}, not {param!r}: {error}"
+    if param is not None:  # the field, or a path inside it ("messages[0].role")
+        named = error["param"] or ""
+        assert named == param or named.startswith((param + ".", param + "[")), \
+            f"error names {error['param']!r}, not {param!r}: {error}"
         assert param in error["message"], f"message does not name {param!r}: {error['message']!r}"
     return error
 
@@ -160,7 +162,7 @@ def test_wrong_method_is_4xx(http):
 
 
 def test_body_over_the_limit_is_413(start_server, tiny_model):
-    s = start_server(tiny_model, "--served-model-name", "tiny", "--max-request-body-bytes", "4096")
+    s = start_server(tiny_model, *TINY_ARGS, "--max-request-body-bytes", "4096")
     with httpx.Client(base_url=s.url, timeout=60.0) as c:
         small = {"model": "tiny", "prompt": "x" * 3000, "max_tokens": 1}
         response, _ = wire.post(c, "/v1/completions", small)
@@ -176,9 +178,9 @@ def test_body_over_the_limit_is_413(start_server, tiny_model):
 def test_api_keys(start_server, tiny_model, tmp_path):
     key_file = tmp_path / "keys"
     key_file.write_text("key-from-file\n")
-    servers = [start_server(tiny_model, "--served-model-name", "tiny", "--api-key", "k-one",
+    servers = [start_server(tiny_model, *TINY_ARGS, "--api-key", "k-one",
                             "--api-key", "k-two"),
-               start_server(tiny_model, "--served-model-name", "tiny", "--api-key-file",
+               start_server(tiny_model, *TINY_ARGS, "--api-key-file",
                             str(key_file))]
     payload = {"model": "tiny", "prompt": "hi", "max_tokens": 1}
     for s, good_keys in zip(servers, [["k-one", "k-two"], ["key-from-file"]]):
@@ -187,7 +189,7 @@ def test_api_keys(start_server, tiny_model, tmp_path):
                             {"Authorization": f"Bearer {good_keys[0]}x"},
                             {"Authorization": f"Bearer {good_keys[0][:-1]}"},
                             {"Authorization": good_keys[0]},
-                            {"Authorization": "Bearer "}]:
+                            {"Authorization": "Bearer"}]:
                 check_error(c.post("/v1/completions", json=payload, headers=headers),
                             "/v1/completions", 401)
                 check_error(c.get("/v1/models", headers=headers), "/v1/models", 401)

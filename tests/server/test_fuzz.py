@@ -20,6 +20,7 @@ import fuzz_inputs
 import kiln_server
 import openapi
 import wire
+from conftest import TINY_ARGS
 
 pytestmark = pytest.mark.fuzz
 
@@ -28,7 +29,7 @@ SCALE = float(os.environ.get("KILN_FUZZ_SCALE", "1"))
 NUM_SCHEMA = int(2000 * SCALE)  # per route
 NUM_MUTATED = int(1500 * SCALE)
 NUM_RAW = int(600 * SCALE)
-MODEL = "tiny"
+MODEL = TINY_ARGS[1]
 
 VALID = [
     ("/v1/completions", {"model": MODEL, "prompt": "Hello", "max_tokens": 4}),
@@ -54,8 +55,7 @@ VALID = [
 
 @pytest.fixture(scope="module")
 def fuzz_server(tiny_model, tmp_path_factory):
-    s = kiln_server.KilnServer(tiny_model, ["--served-model-name", MODEL, "--max-model-len", "256",
-                                            "--max-num-seqs", "64"],
+    s = kiln_server.KilnServer(tiny_model, TINY_ARGS + ["--max-model-len", "256", "--max-num-seqs", "64"],
                                log_path=tmp_path_factory.mktemp("fuzz") / "server.log").start()
     yield s
     code = s.stop()
