@@ -34,7 +34,7 @@ def _rewrite_nullable(node):
 
 @functools.cache
 def spec() -> dict:
-    """The spec as parsed YAML, with `nullable` rewritten and the one fix-up below (cached:
+    """The spec as parsed YAML, with `nullable` rewritten and the fix-ups below (cached:
     parsing takes ~3 s)."""
     if not SPEC_PATH.is_file():
         raise FileNotFoundError(
@@ -43,10 +43,15 @@ def spec() -> dict:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     with open(SPEC_PATH, "rb") as f:
         document = _rewrite_nullable(yaml.load(f, Loader=loader))
-    # NOTE: with `echo` and `logprobs`, the first prompt token has no logprob: OpenAI's API (and
-    # vLLM) answer null there, in token_logprobs and top_logprobs, which the spec's items omit.
-    logprobs = document["components"]["schemas"]["CreateCompletionResponse"]["properties"][
-        "choices"]["items"]["properties"]["logprobs"]["anyOf"][0]["properties"]
+    # NOTE: two things OpenAI's API does (and vLLM) that the completion schema omits: the chunks
+    # of a stream carry finish_reason null until the last one (the schema says streamed chunks
+    # share the response's shape, whose finish_reason is a string; wire.py checks non-streamed
+    # bodies have one), and with `echo` and `logprobs` the first prompt token has no logprob
+    # (null in token_logprobs and top_logprobs).
+    choice = document["components"]["schemas"]["CreateCompletionResponse"]["properties"][
+        "choices"]["items"]["properties"]
+    choice["finish_reason"] = {"anyOf": [choice["finish_reason"], {"type": "null"}]}
+    logprobs = choice["logprobs"]["anyOf"][0]["properties"]
     logprobs["token_logprobs"]["items"] = {"anyOf": [logprobs["token_logprobs"]["items"],
                                                      {"type": "null"}]}
     logprobs["top_logprobs"]["items"] = {"anyOf": [logprobs["top_logprobs"]["items"],

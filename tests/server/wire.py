@@ -60,6 +60,8 @@ def check_response(path: str, status: int, content_type: str, body: bytes):
     parsed = json.loads(body)
     if schemas:
         openapi.validate(schemas[0], parsed)
+    if path == "/v1/completions":  # see openapi.py: only stream chunks may leave it null
+        assert all(c["finish_reason"] is not None for c in parsed["choices"]), parsed
     return parsed
 
 
