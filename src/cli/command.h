@@ -27,5 +27,6 @@ void AddTokenizeCommand(CLI::App& app);      // tokenize_command.cc
 void AddDetokenizeCommand(CLI::App& app);    // tokenize_command.cc
 void AddChatTemplateCommand(CLI::App& app);  // tokenize_command.cc
 void AddGenerateCommand(CLI::App& app);      // generate_command.cc
+void AddServeCommand(CLI::App& app);         // serve_command.cc
 
 }  // namespace kiln::cli

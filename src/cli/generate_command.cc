@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "cli/command.h"
-#include "core/units.h"
+#include "cli/engine_flags.h"
 #include "engine/llm.h"
 
 namespace kiln::cli {
@@ -17,26 +17,13 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 struct GenerateOptions {
-  std::string model;
+  EngineFlags engine;
   std::vector<std::string> prompts;
   std::string input;
   bool chat = false;
   std::string system;
   std::string output = "text";
   bool stats = false;
-  // Engine.
-  std::string device = "auto";
-  int32_t threads = 0;
-  std::string kv_cache_memory = "1GiB";
-  int32_t block_size = 16;
-  int32_t max_num_seqs = 256;
-  int32_t max_num_batched_tokens = 2048;
-  int32_t max_prefill_chunk_tokens = 0;
-  int32_t max_model_len = 0;
-  bool no_prefix_caching = false;
-  std::string scheduling_policy = "fcfs";
-  std::string capacity_policy = "max_utilization";
-  std::string chat_template;
   // Sampling.
   SamplingParams params;
   std::optional<float> temperature;
@@ -117,28 +104,9 @@ std::vector<Prompt> CollectPrompts(const GenerateOptions& o) {
 void Run(GenerateOptions o) {
   std::vector<Prompt> prompts = CollectPrompts(o);
 
-  LlmOptions options;
-  options.device = o.device;
-  options.num_threads = o.threads;
-  options.tokenizer.chat_template_file = o.chat_template;
-  EngineOptions& e = options.engine;
-  auto kv_bytes = ParseByteSize(o.kv_cache_memory);
-  if (!kv_bytes.ok()) Fail("generate", kv_bytes.status());
-  e.kv_cache_memory_bytes = *kv_bytes;
-  e.block_size = o.block_size;
-  e.max_model_len = o.max_model_len;
-  e.enable_prefix_caching = !o.no_prefix_caching;
-  e.scheduler.max_num_seqs = o.max_num_seqs;
-  e.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
-  e.scheduler.max_prefill_chunk_tokens = o.max_prefill_chunk_tokens;
-  auto sched = ParseSchedulingPolicy(o.scheduling_policy);
-  if (!sched.ok()) Fail("generate", sched.status());
-  e.scheduler.scheduling_policy = *sched;
-  auto capacity = ParseCapacityPolicy(o.capacity_policy);
-  if (!capacity.ok()) Fail("generate", capacity.status());
-  e.scheduler.capacity_policy = *capacity;
-
-  auto llm = LLM::Create(o.model, options);
+  auto options = ToLlmOptions(o.engine);
+  if (!options.ok()) Fail("generate", options.status());
+  auto llm = LLM::Create(o.engine.model, *options);
   if (!llm.ok()) Fail("generate", llm.status());
 
   SamplingParams params = o.params;
@@ -216,30 +184,15 @@ void Run(GenerateOptions o) {
 void AddGenerateCommand(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate text for prompts (offline, batched)");
-  cmd->add_option("model,--model", o->model, "HF checkpoint directory or .gguf file")->required();
+  AddEngineFlags(cmd, &o->engine);
   cmd->add_option("--prompt", o->prompts, "a prompt (repeatable)");
   cmd->add_option("--input", o->input,
                   "JSONL file: one {\"prompt\": ...} | {\"messages\": [...]} | "
                   "{\"prompt_token_ids\": [...]} per line");
   cmd->add_flag("--chat", o->chat, "wrap text prompts as a user message in the chat template");
   cmd->add_option("--system", o->system, "a system message for --chat");
-  cmd->add_option("--chat-template", o->chat_template, "a file that replaces the chat template");
   cmd->add_option("--output", o->output, "text or jsonl")->check(CLI::IsMember({"text", "jsonl"}));
   cmd->add_flag("--stats", o->stats, "print engine statistics to stderr");
-  // Engine.
-  cmd->add_option("--device", o->device, "cpu or auto");
-  cmd->add_option("--threads", o->threads, "CPU threads (0 = all cores)");
-  cmd->add_option("--kv-cache-memory", o->kv_cache_memory, "KV pool size, e.g. 1GiB");
-  cmd->add_option("--block-size", o->block_size, "tokens per KV block");
-  cmd->add_option("--max-num-seqs", o->max_num_seqs, "requests running at once");
-  cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "tokens per step");
-  cmd->add_option("--max-prefill-chunk-tokens", o->max_prefill_chunk_tokens,
-                  "prompt tokens one request computes per step (0 = no cap)");
-  cmd->add_option("--max-model-len", o->max_model_len, "longest sequence (0 = model's)");
-  cmd->add_flag("--no-prefix-caching", o->no_prefix_caching, "disable prefix caching");
-  cmd->add_option("--scheduling-policy", o->scheduling_policy, "fcfs or priority");
-  cmd->add_option("--capacity-policy", o->capacity_policy,
-                  "max_utilization or guaranteed_no_evict");
   // Sampling.
   SamplingParams& p = o->params;
   p.max_tokens = 256;

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   kiln::cli::AddDetokenizeCommand(app);
   kiln::cli::AddChatTemplateCommand(app);
   kiln::cli::AddGenerateCommand(app);
+  kiln::cli::AddServeCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -147,6 +147,7 @@ RequestOutput Engine::MakeOutput(Request* r) {
   out.id = r->id;
   out.num_prompt_tokens = r->num_prompt_tokens;
   out.num_cached_tokens = r->num_cached_tokens;
+  out.first_scheduled_time = r->first_scheduled_time;
   const auto output = r->output();
   out.new_token_ids.assign(output.begin() + r->num_reported_output_tokens, output.end());
   if (r->wants_logprobs) {

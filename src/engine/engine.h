@@ -13,6 +13,7 @@
 // in token ids only.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -56,6 +57,8 @@ struct RequestOutput {
   bool finished = false;
   std::optional<FinishReason> finish_reason;
   int32_t stop_token_id = -1;  // the eos / stop_token_ids entry that stopped it, else -1
+  // Request::first_scheduled_time (epoch when never scheduled, e.g. aborted while waiting).
+  std::chrono::steady_clock::time_point first_scheduled_time{};
 };
 
 // Timing and counts of one step (microseconds of wall time per phase).

@@ -13,6 +13,9 @@ void RequestStream::Push(RequestOutput output) {
 }
 
 TextDelta RequestStream::Convert(RequestOutput output) {
+  if (output.first_scheduled_time != std::chrono::steady_clock::time_point{}) {
+    first_scheduled_time_ = output.first_scheduled_time;
+  }
   TextDelta delta = text_.Process(output);
   if (delta.finished) done_ = true;
   if (delta.needs_abort) executor_->Abort(id_);
@@ -50,11 +53,13 @@ Executor::Executor(std::unique_ptr<Engine> engine, const Tokenizer* tokenizer)
 
 Executor::~Executor() { Shutdown(); }
 
-Result<std::shared_ptr<RequestStream>> Executor::Enqueue(EngineRequest request) {
+Result<std::shared_ptr<RequestStream>> Executor::Enqueue(EngineRequest request,
+                                                         OutputCallback on_output) {
   request.id = next_id_++;
   KILN_RETURN_IF_ERROR(engine_->ValidateRequest(request));
   std::shared_ptr<RequestStream> stream(
       new RequestStream(request.id, this, tokenizer_, request.params));
+  stream->on_output_ = std::move(on_output);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return Unavailable("the engine is shutting down");
@@ -76,7 +81,9 @@ void Executor::Abort(RequestId id) {
 
 ExecutorStats Executor::Stats() {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  ExecutorStats stats = stats_;
+  stats.num_waiting += static_cast<int32_t>(to_add_.size()) + num_in_transit_;
+  return stats;
 }
 
 void Executor::Shutdown() {
@@ -101,6 +108,7 @@ void Executor::Loop() {
       });
       to_add.swap(to_add_);
       to_abort.swap(to_abort_);
+      num_in_transit_ = static_cast<int32_t>(to_add.size());
       stopping = stopping_;
     }
     for (EngineRequest& r : to_add) {
@@ -116,17 +124,29 @@ void Executor::Loop() {
     }
     std::vector<RequestOutput> outputs;
     if (engine_->HasWork()) outputs = engine_->Step();
-    std::lock_guard<std::mutex> lock(mu_);
-    for (RequestOutput& out : outputs) {
-      auto it = streams_.find(out.id);
-      if (it == streams_.end()) continue;
-      const bool finished = out.finished;
-      it->second->Push(std::move(out));
-      if (finished) streams_.erase(it);
+    // NOTE: callbacks run after the lock is released: they may post work that calls back into
+    // the executor (Abort on a stop string) on another thread.
+    std::vector<std::shared_ptr<RequestStream>> to_notify;
+    bool done;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (RequestOutput& out : outputs) {
+        auto it = streams_.find(out.id);
+        if (it == streams_.end()) continue;
+        const bool finished = out.finished;
+        it->second->Push(std::move(out));
+        if (it->second->on_output_) to_notify.push_back(it->second);
+        if (finished) streams_.erase(it);
+      }
+      stats_.engine = engine_->stats();
+      stats_.num_active = static_cast<int32_t>(streams_.size());
+      stats_.num_running = stats_.engine.last_step.num_running;
+      stats_.num_waiting = stats_.engine.last_step.num_waiting;
+      num_in_transit_ = 0;
+      done = stopping && streams_.empty() && !engine_->HasWork();
     }
-    stats_.engine = engine_->stats();
-    stats_.num_active = static_cast<int32_t>(streams_.size());
-    if (stopping && streams_.empty() && !engine_->HasWork()) return;
+    for (const std::shared_ptr<RequestStream>& s : to_notify) s->on_output_();
+    if (done) return;
   }
 }
 

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "builder/synth_tokenizer.h"
@@ -138,6 +140,71 @@ TEST(ExecutorTest, AbortEndsTheStreamWithAbort) {
   Collected rest = Collect(**s);
   EXPECT_EQ(rest.reason, FinishReason::kAbort);
   EXPECT_FALSE((*s)->Next().has_value());
+}
+
+// The server's path: no blocking Next(); the callback says when TryNext() has something.
+TEST(ExecutorTest, OutputCallbackWakesANonBlockingConsumer) {
+  Harness h;
+  Collected alone = Collect(**h.executor->Enqueue(Req({1, 9, 10}, 12)));
+
+  std::mutex mu;
+  std::condition_variable cv;
+  int num_calls = 0;
+  auto s = h.executor->Enqueue(Req({1, 9, 10}, 12), [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    ++num_calls;
+    cv.notify_all();
+  });
+  ASSERT_TRUE(s.ok());
+  Collected c;
+  int seen_calls = 0;
+  while (!c.reason.has_value()) {
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      ASSERT_TRUE(
+          cv.wait_for(lock, std::chrono::seconds(10), [&] { return num_calls > seen_calls; }))
+          << "no callback after " << c.tokens.size() << " tokens";
+      seen_calls = num_calls;
+    }
+    while (std::optional<TextDelta> d = (*s)->TryNext()) {
+      c.text += d->text;
+      c.tokens.insert(c.tokens.end(), d->token_ids.begin(), d->token_ids.end());
+      if (d->finished) c.reason = d->finish_reason;
+    }
+  }
+  EXPECT_EQ(c.tokens, alone.tokens);
+  EXPECT_EQ(c.text, alone.text);
+  EXPECT_EQ(c.reason, FinishReason::kLength);
+  EXPECT_GE(num_calls, 1);
+  EXPECT_FALSE((*s)->TryNext().has_value());
+  // The first output carried the time the scheduler admitted it.
+  EXPECT_NE((*s)->first_scheduled_time(), std::chrono::steady_clock::time_point{});
+}
+
+TEST(ExecutorTest, StatsCountQueuedRequestsAsWaitingAtOnce) {
+  Harness h(/*step_delay_us=*/2000);
+  auto a = h.executor->Enqueue(Req({1, 3}, 100000 - 10));
+  auto b = h.executor->Enqueue(Req({1, 4}, 100000 - 10));
+  ASSERT_TRUE(a.ok() && b.ok());
+  ExecutorStats stats = h.executor->Stats();
+  EXPECT_EQ(stats.num_running + stats.num_waiting, 2);  // none lost between queue and step
+  for (int i = 0; i < 500 && h.executor->Stats().num_running < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  stats = h.executor->Stats();
+  EXPECT_EQ(stats.num_running, 2);
+  EXPECT_EQ(stats.num_waiting, 0);
+  h.executor->Abort((*a)->id());
+  h.executor->Abort((*b)->id());
+  EXPECT_EQ(Collect(**a).reason, FinishReason::kAbort);
+  EXPECT_EQ(Collect(**b).reason, FinishReason::kAbort);
+  for (int i = 0; i < 500 && h.executor->Stats().num_running > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  stats = h.executor->Stats();
+  EXPECT_EQ(stats.num_running, 0);
+  EXPECT_EQ(stats.num_active, 0);
+  EXPECT_EQ(stats.engine.num_free_kv_blocks, stats.engine.num_kv_blocks);
 }
 
 TEST(ExecutorTest, InvalidRequestsFailAtEnqueue) {

@@ -80,6 +80,11 @@ Result<std::unique_ptr<LLM>> LLM::Create(const std::string& model, const LlmOpti
 
 LLM::~LLM() = default;
 
+std::unique_ptr<Engine> LLM::TakeEngine() {
+  CHECK(engine_ != nullptr) << "TakeEngine twice";
+  return std::move(engine_);
+}
+
 Result<std::vector<int32_t>> LLM::Tokenize(const Prompt& prompt) const {
   std::vector<int32_t> ids;
   switch (prompt.kind) {

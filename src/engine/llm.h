@@ -84,6 +84,11 @@ class LLM {
   Result<std::vector<GenerateResult>> Generate(const std::vector<Prompt>& prompts,
                                                const SamplingParams& params);
 
+  // Hands the engine to another owner (an Executor, for `kiln serve`). The LLM must outlive it:
+  // the backend reads the weights this LLM's checkpoint maps. Afterwards only tokenizer(),
+  // model_name(), checkpoint() and Tokenize() may be called.
+  std::unique_ptr<Engine> TakeEngine();
+
   Engine& engine() { return *engine_; }
   const LoadedTokenizer& tokenizer() const { return tokenizer_; }
   const ModelConfig& model_config() const { return engine_->model_config(); }

@@ -9,6 +9,7 @@
 // request's tokens do not depend on whether it was preempted.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -76,6 +77,9 @@ struct Request {
   std::vector<ScoredToken> output_logprobs;  // per output token (when params.logprobs)
   std::vector<ScoredToken> prompt_logprobs;  // per prompt token after the first
   std::vector<std::pair<int32_t, float>> logit_bias;
+  // When the scheduler first admitted it (kept across preemptions); the server's queue-time
+  // metric is this minus its arrival. Unset (epoch) until then.
+  std::chrono::steady_clock::time_point first_scheduled_time{};
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

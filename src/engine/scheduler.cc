@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/check.h"
 
@@ -193,6 +194,9 @@ ScheduledBatch Scheduler::Schedule() {
     r->status = RequestStatus::kRunning;
     r->num_computed_tokens = hit.num_tokens;
     r->num_cached_tokens = hit.num_tokens;
+    if (r->first_scheduled_time == std::chrono::steady_clock::time_point{}) {
+      r->first_scheduled_time = std::chrono::steady_clock::now();
+    }
     running_.push_back(r);
     batch.seqs.push_back({r, r->num_computed_tokens, num_new, *table});
     batch.num_batched_tokens += num_new;

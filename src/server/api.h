@@ -6,7 +6,8 @@
 //   for (EngineRequest& r : job.requests) streams.push_back(executor.Enqueue(std::move(r)));
 //   ResponseWriter writer(job, model);
 //   on each TextDelta d of stream i:  send(writer.OnDelta(i, d));      // SSE frames when streaming
-//   when all finished:                send(writer.Finish());           // usage + [DONE], or the body
+//   when all finished:                send(writer.Finish());           // usage + [DONE], or the
+//   body
 //
 // Errors name the offending field in ApiError::param and start the message with it, the way
 // SamplingParams::Validate does.
@@ -34,26 +35,26 @@ struct ApiError {
   int status = 400;
   std::string message;
   std::string type = "invalid_request_error";  // or "authentication_error", "not_found_error",
-                                                // "rate_limit_error", "server_error", ...
-  std::string param;                            // "" -> null
-  std::string code;                             // "" -> null
+                                               // "rate_limit_error", "server_error", ...
+  std::string param;                           // "" -> null
+  std::string code;                            // "" -> null
 };
 nlohmann::json ErrorBody(const ApiError& error);
 
 // What the routes know about the served model. Owned by the server; outlives every request.
 struct ModelInfo {
-  std::string name;                     // the served model name (`model` must match it)
+  std::string name;  // the served model name (`model` must match it)
   const LoadedTokenizer* tokenizer = nullptr;
-  int32_t max_model_len = 0;            // prompt + max_tokens must fit
+  int32_t max_model_len = 0;  // prompt + max_tokens must fit
   int32_t vocab_size = 0;
-  int64_t created = 0;                  // unix seconds the server started
-  int32_t default_max_tokens = 16;      // completions; chat defaults to the room left in context
+  int64_t created = 0;              // unix seconds the server started
+  int32_t default_max_tokens = 16;  // completions; chat defaults to the room left in context
 };
 
 enum class ApiKind : uint8_t {
-  kCompletions,     // POST /v1/completions
-  kChat,            // POST /v1/chat/completions
-  kGenerate,        // POST /generate (prompt, max_tokens, ... -> text, tokens_generated, latency_ms)
+  kCompletions,  // POST /v1/completions
+  kChat,         // POST /v1/chat/completions
+  kGenerate,     // POST /generate (prompt, max_tokens, ... -> text, tokens_generated, latency_ms)
   kTritonGenerate,  // POST /v2/models/{name}/generate and /generate_stream
 };
 
@@ -99,8 +100,7 @@ class ResponseWriter {
 
 // POST /tokenize ({"prompt"} or {"messages", "add_generation_prompt"}, "add_special_tokens")
 // -> {"tokens", "count", "max_model_len"}; POST /detokenize ({"tokens"}) -> {"prompt"}.
-std::variant<nlohmann::json, ApiError> Tokenize(const nlohmann::json& body,
-                                                const ModelInfo& model);
+std::variant<nlohmann::json, ApiError> Tokenize(const nlohmann::json& body, const ModelInfo& model);
 std::variant<nlohmann::json, ApiError> Detokenize(const nlohmann::json& body,
                                                   const ModelInfo& model);
 // GET /v1/models.

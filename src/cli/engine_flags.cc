@@ -1,0 +1,45 @@
+#include "cli/engine_flags.h"
+
+#include "core/units.h"
+
+namespace kiln::cli {
+
+void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
+  cmd->add_option("model,--model", f->model, "HF checkpoint directory or .gguf file")->required();
+  cmd->add_option("--chat-template", f->chat_template, "a file that replaces the chat template");
+  cmd->add_option("--device", f->device, "cpu or auto");
+  cmd->add_option("--threads", f->threads, "CPU threads (0 = all cores)");
+  cmd->add_option("--kv-cache-memory", f->kv_cache_memory, "KV pool size, e.g. 1GiB");
+  cmd->add_option("--block-size", f->block_size, "tokens per KV block");
+  cmd->add_option("--max-num-seqs", f->max_num_seqs, "requests running at once");
+  cmd->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "tokens per step");
+  cmd->add_option("--max-prefill-chunk-tokens", f->max_prefill_chunk_tokens,
+                  "prompt tokens one request computes per step (0 = no cap)");
+  cmd->add_option("--max-model-len", f->max_model_len, "longest sequence (0 = model's)");
+  cmd->add_flag("--no-prefix-caching", f->no_prefix_caching, "disable prefix caching");
+  cmd->add_option("--scheduling-policy", f->scheduling_policy, "fcfs or priority");
+  cmd->add_option("--capacity-policy", f->capacity_policy,
+                  "max_utilization or guaranteed_no_evict");
+}
+
+Result<LlmOptions> ToLlmOptions(const EngineFlags& f) {
+  LlmOptions options;
+  options.device = f.device;
+  options.num_threads = f.threads;
+  options.tokenizer.chat_template_file = f.chat_template;
+  EngineOptions& e = options.engine;
+  auto kv_bytes = ParseByteSize(f.kv_cache_memory);
+  if (!kv_bytes.ok()) return kv_bytes.status().WithContext("--kv-cache-memory");
+  e.kv_cache_memory_bytes = *kv_bytes;
+  e.block_size = f.block_size;
+  e.max_model_len = f.max_model_len;
+  e.enable_prefix_caching = !f.no_prefix_caching;
+  e.scheduler.max_num_seqs = f.max_num_seqs;
+  e.scheduler.max_num_batched_tokens = f.max_num_batched_tokens;
+  e.scheduler.max_prefill_chunk_tokens = f.max_prefill_chunk_tokens;
+  KILN_ASSIGN_OR_RETURN(e.scheduler.scheduling_policy, ParseSchedulingPolicy(f.scheduling_policy));
+  KILN_ASSIGN_OR_RETURN(e.scheduler.capacity_policy, ParseCapacityPolicy(f.capacity_policy));
+  return options;
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,38 @@
+// The flags that load a model and size its engine, shared by the commands that run one
+// (`kiln generate`, `kiln serve`), so that both spell and check them the same way.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "engine/llm.h"
+
+namespace kiln::cli {
+
+struct EngineFlags {
+  std::string model;
+  std::string device = "auto";
+  int32_t threads = 0;
+  std::string kv_cache_memory = "1GiB";
+  int32_t block_size = 16;
+  int32_t max_num_seqs = 256;
+  int32_t max_num_batched_tokens = 2048;
+  int32_t max_prefill_chunk_tokens = 0;
+  int32_t max_model_len = 0;
+  bool no_prefix_caching = false;
+  std::string scheduling_policy = "fcfs";
+  std::string capacity_policy = "max_utilization";
+  std::string chat_template;
+};
+
+// Adds `model` (positional or --model, required) and the engine flags to `cmd`; `flags` must
+// outlive the parse.
+void AddEngineFlags(CLI::App* cmd, EngineFlags* flags);
+
+// The LlmOptions the flags describe. Errors: kInvalidArgument naming the flag (a bad size or
+// policy name).
+Result<LlmOptions> ToLlmOptions(const EngineFlags& flags);
+
+}  // namespace kiln::cli
