@@ -105,7 +105,7 @@ def test_completion_logprobs(client):
         assert all(v <= 0 for v in top.values())
 
 
-def test_completion_echo_with_logprobs(client, http):
+def test_completion_echo_with_logprobs(http):
     # Through plain httpx: the client's Logprobs type says list[float], but the first echoed
     # token's logprob is null in OpenAI's API (nothing precedes it), so strict validation would
     # refuse a correct answer. The body is still validated against the (fixed-up) spec.
@@ -125,7 +125,6 @@ def test_completion_echo_with_logprobs(client, http):
     _, plain = wire.post(http, "/v1/completions", payload)
     assert lp["token_logprobs"][len(prompt_ids):] == pytest.approx(
         plain["choices"][0]["logprobs"]["token_logprobs"], abs=1e-4)
-    assert client.models.list().data  # (the fixture wants one validated response)
 
 
 def test_completion_stream_with_usage(lenient_client):
