@@ -647,9 +647,9 @@ TEST_F(ApiTest, CompletionLogprobsAndEcho) {
   EXPECT_EQ(choice["text"], "hello hel");
   json want = {
       {"tokens", {"hello", " ", "he", "l"}},
-      {"token_logprobs", {0.0, -1.0, -2.0, -9999.0}},
+      {"token_logprobs", {nullptr, -1.0, -2.0, -9999.0}},
       {"top_logprobs",
-       {json::object(), {{" ", -1.0}}, {{"l", -0.5}, {"he", -2.0}}, {{"h", -0.1}, {"l", -9999.0}}}},
+       {nullptr, {{" ", -1.0}}, {{"l", -0.5}, {"he", -2.0}}, {{"h", -0.1}, {"l", -9999.0}}}},
       {"text_offset", {0, 5, 6, 8}}};
   EXPECT_EQ(choice["logprobs"], want) << choice["logprobs"].dump();
 

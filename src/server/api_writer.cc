@@ -39,12 +39,12 @@ class CompletionLogprobs {
   CompletionLogprobs(const Tokenizer& tokenizer, int32_t top_n, int64_t* text_offset)
       : tokenizer_(tokenizer), top_n_(top_n), text_offset_(text_offset) {}
 
-  // `scored` is null for the first prompt token, which nothing precedes: it gets 0.0 and an
-  // empty dict (vLLM sends null, which the OpenAI schema and client models reject).
+  // `scored` is null for the first prompt token, which nothing precedes: its logprob and its
+  // alternatives are null, as OpenAI and vLLM answer (0.0 would claim probability 1).
   void Add(int32_t token_id, const ScoredToken* scored) {
     int64_t length = 0;
     std::string token = SanitizeUtf8(TokenBytes(tokenizer_, token_id), &length);
-    json top = json::object();
+    json top = scored != nullptr ? json::object() : json(nullptr);
     if (scored != nullptr) {
       const size_t count = std::min<size_t>(scored->top_logprobs.size(), size_t(top_n_));
       for (size_t k = 0; k < count; ++k) {
@@ -55,7 +55,7 @@ class CompletionLogprobs {
       if (!top.contains(token)) top[token] = JsonLogprob(scored->logprob);
     }
     tokens_.push_back(token);
-    token_logprobs_.push_back(scored != nullptr ? JsonLogprob(scored->logprob) : 0.0);
+    token_logprobs_.push_back(scored != nullptr ? json(JsonLogprob(scored->logprob)) : json(nullptr));
     top_logprobs_.push_back(std::move(top));
     text_offsets_.push_back(*text_offset_);
     *text_offset_ += length;
