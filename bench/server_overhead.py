@@ -253,7 +253,9 @@ def main():
         server_args = ["--max-num-seqs", str(args.concurrency),
                        "--max-model-len", str(args.prompt_tokens + args.max_tokens + 16)]
         server_args += [a for arg in args.server_arg for a in arg.split("=", 1)]
-        server = kiln_server.KilnServer(args.model, server_args).start()
+        # --device in --server-arg picks the backend; the CPU otherwise.
+        cpu = not any(a.startswith("--device") for a in args.server_arg)
+        server = kiln_server.KilnServer(args.model, server_args, cpu=cpu).start()
         url = server.url
     else:
         url = args.url.rstrip("/")
