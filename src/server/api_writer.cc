@@ -55,7 +55,8 @@ class CompletionLogprobs {
       if (!top.contains(token)) top[token] = JsonLogprob(scored->logprob);
     }
     tokens_.push_back(token);
-    token_logprobs_.push_back(scored != nullptr ? json(JsonLogprob(scored->logprob)) : json(nullptr));
+    token_logprobs_.push_back(scored != nullptr ? json(JsonLogprob(scored->logprob))
+                                                : json(nullptr));
     top_logprobs_.push_back(std::move(top));
     text_offsets_.push_back(*text_offset_);
     *text_offset_ += length;

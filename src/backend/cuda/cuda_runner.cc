@@ -77,7 +77,7 @@ struct StepArrays {
   int32_t* cu_seqlens;
   int32_t* seq_lens;
   int32_t* logit_rows;
-  int32_t* block_tables;  // [seqs, max_blocks] (row stride fixed)
+  int32_t* block_tables;           // [seqs, max_blocks] (row stride fixed)
   kernels::SamplingRow* sampling;  // [seqs]
   int32_t* bias_ids;
   float* bias_values;
@@ -169,7 +169,7 @@ class CudaRunner final : public ModelRunner {
   // capacity (the step then samples on the host).
   bool StageSampling(const StepInputs& in, const std::vector<LogitRow>& rows, int32_t num_sampled,
                      int32_t padded_rows, SamplingCounts* counts);
-  Status EnqueueSampling(int32_t num_rows, const SamplingCounts& counts);
+  Status EnqueueSampling(int32_t num_rows);
   void SampleOnHost(const StepInputs& in, const std::vector<LogitRow>& rows, StepResult& result);
 
   ModelConfig config_;
@@ -413,8 +413,8 @@ Status CudaRunner::AllocateKvCache(int32_t num_blocks, int32_t block_size) {
   StepArrays::Place(sizing, cap);
   step_bytes_ = sizing.used();
   if (host_staging_ != nullptr) cudaFreeHost(host_staging_);
-  KILN_CUDA_RETURN_IF_ERROR(cudaHostAlloc(reinterpret_cast<void**>(&host_staging_), step_bytes_,
-                                          cudaHostAllocDefault));
+  KILN_CUDA_RETURN_IF_ERROR(
+      cudaHostAlloc(reinterpret_cast<void**>(&host_staging_), step_bytes_, cudaHostAllocDefault));
   KILN_ASSIGN_OR_RETURN(step_memory_, DeviceBuffer::Allocate(step_bytes_));
   KILN_CUDA_RETURN_IF_ERROR(cudaMemset(step_memory_.data(), 0, step_bytes_));
   Arena host_arena(host_staging_), dev_arena(static_cast<uint8_t*>(step_memory_.data()));
@@ -533,8 +533,7 @@ int32_t CudaRunner::GraphBatch(int32_t num_seqs) const {
   return it == graph_batches_.end() ? 0 : *it;
 }
 
-Status CudaRunner::EnqueueSampling(int32_t num_rows, const SamplingCounts& counts) {
-  (void)counts;
+Status CudaRunner::EnqueueSampling(int32_t num_rows) {
   kernels::SamplingInputs in;
   in.logits = logits_;
   in.logits_stride = config_.vocab_size;
@@ -564,23 +563,22 @@ Status CudaRunner::CaptureGraphs() {
   std::vector<int32_t> rows(limit);
   for (int32_t i = 0; i < limit; ++i) rows[i] = i;
   std::vector<kernels::SamplingRow> greedy(limit);
-  KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(dev_.slots, slots.data(), limit * sizeof(int64_t),
-                                       cudaMemcpyHostToDevice));
-  KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(dev_.logit_rows, rows.data(), limit * sizeof(int32_t),
-                                       cudaMemcpyHostToDevice));
-  KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(dev_.sampling, greedy.data(),
-                                       limit * sizeof(kernels::SamplingRow),
-                                       cudaMemcpyHostToDevice));
+  KILN_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(dev_.slots, slots.data(), limit * sizeof(int64_t), cudaMemcpyHostToDevice));
+  KILN_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(dev_.logit_rows, rows.data(), limit * sizeof(int32_t), cudaMemcpyHostToDevice));
+  KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(
+      dev_.sampling, greedy.data(), limit * sizeof(kernels::SamplingRow), cudaMemcpyHostToDevice));
   KILN_CUDA_RETURN_IF_ERROR(cudaMemset(dev_.seq_lens, 0, limit * sizeof(int32_t)));
   for (int32_t b : graph_batches_) {
     // A plain run first caches every GEMM plan (the heuristic query must not happen mid-capture).
     KILN_RETURN_IF_ERROR(EnqueueForward(b, b, b, 1, b));
-    KILN_RETURN_IF_ERROR(EnqueueSampling(b, {}));
+    KILN_RETURN_IF_ERROR(EnqueueSampling(b));
     KILN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     cudaGraph_t graph = nullptr;
     KILN_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     Status forward = EnqueueForward(b, b, b, 1, b);
-    if (forward.ok()) forward = EnqueueSampling(b, {});
+    if (forward.ok()) forward = EnqueueSampling(b);
     const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
     KILN_RETURN_IF_ERROR(forward);
     KILN_CUDA_RETURN_IF_ERROR(end);
@@ -655,15 +653,14 @@ void CudaRunner::SampleOnHost(const StepInputs& in, const std::vector<LogitRow>&
       const Status st = EnqueueLogits(n, begin);
       CHECK(st.ok()) << st.ToString();
     }
-    CHECK(cudaMemcpyAsync(host_logits_, logits_, n * vocab * sizeof(float),
-                          cudaMemcpyDeviceToHost, stream_) == cudaSuccess);
+    CHECK(cudaMemcpyAsync(host_logits_, logits_, n * vocab * sizeof(float), cudaMemcpyDeviceToHost,
+                          stream_) == cudaSuccess);
     CHECK(cudaStreamSynchronize(stream_) == cudaSuccess) << "CUDA step failed";
     for (int32_t r = 0; r < n; ++r) {
       const LogitRow& row = rows[begin + r];
       std::span<const float> logits(host_logits_ + r * vocab, vocab);
       if (row.target >= 0) {
-        result.seqs[row.seq].prompt_logprobs.push_back(
-            cpu::Score(logits, row.target, row.num_top));
+        result.seqs[row.seq].prompt_logprobs.push_back(cpu::Score(logits, row.target, row.num_top));
       } else {
         result.seqs[row.seq].sampled = cpu::Sample(logits, in.seqs[row.seq].sampling);
       }
@@ -696,8 +693,8 @@ StepResult CudaRunner::Execute(const StepInputs& in) {
   for (int32_t s = 0; s < num_seqs; ++s) {
     const StepSequence& seq = in.seqs[s];
     for (size_t i = 0; i < seq.prompt_logprob_targets.size(); ++i) {
-      rows.push_back({s, in.cu_seqlens[s] + static_cast<int32_t>(i),
-                      seq.prompt_logprob_targets[i], seq.num_prompt_top_logprobs});
+      rows.push_back({s, in.cu_seqlens[s] + static_cast<int32_t>(i), seq.prompt_logprob_targets[i],
+                      seq.num_prompt_top_logprobs});
       max_prompt_top = std::max(max_prompt_top, seq.num_prompt_top_logprobs);
     }
   }
@@ -773,7 +770,7 @@ StepResult CudaRunner::Execute(const StepInputs& in) {
 
   // Sampled rows (all in the first logits chunk), then prompt-logprob rows chunk by chunk.
   if (graph_batch == 0 && num_sampled > 0) {
-    const Status st = EnqueueSampling(num_sampled, counts);
+    const Status st = EnqueueSampling(num_sampled);
     CHECK(st.ok()) << st.ToString();
   }
   const int64_t vocab = config_.vocab_size;
@@ -788,9 +785,9 @@ StepResult CudaRunner::Execute(const StepInputs& in) {
     const int32_t chunk_end =
         std::min<int32_t>(chunk_start + logit_chunk_, static_cast<int32_t>(rows.size()));
     const int32_t n = chunk_end - begin;
-    CHECK(kernels::ScoreRows(logits_ + (begin - chunk_start) * vocab, vocab, n,
-                             config_.vocab_size, dev_.targets + begin, max_prompt_top,
-                             dev_.sampled + begin, stream_) == cudaSuccess);
+    CHECK(kernels::ScoreRows(logits_ + (begin - chunk_start) * vocab, vocab, n, config_.vocab_size,
+                             dev_.targets + begin, max_prompt_top, dev_.sampled + begin,
+                             stream_) == cudaSuccess);
     begin = chunk_end;
   }
   const int32_t copied = static_cast<int32_t>(rows.size());
