@@ -13,7 +13,9 @@
 //   6. start-up to ready, with its breakdown (open + tokenizer, weight upload, graph capture).
 // (Figure 5, HF transformers on the same GPU, is bench/cuda_hf_baseline.py.)
 //
-//   build/bench/cuda_bench --model DIR [--json F] [--skip-offline] [--offline-requests N]
+//   build/bench/cuda_bench --model DIR [--json F] [--skip-offline] [--sections 1235]
+//                          [--profile-ops]  (per-op device time of the decode steps; no graphs)
+//                          [--offline-requests N] [--offline-in N] [--offline-out N]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,6 +31,7 @@
 #include "backend/cuda/cuda_runner.h"
 #include "backend/cuda/gemm.h"
 #include "core/buffer.h"
+#include "cuda_yardstick.h"
 #include "engine/llm.h"
 
 namespace kiln {
@@ -49,34 +52,7 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
     }                                                                              \
   } while (0)
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Read + write bytes per second of a 2 GiB device-to-device copy (median of 10).
-double CopyBandwidth() {
-  const size_t n = size_t{2} << 30;
-  void *a = nullptr, *b = nullptr;
-  BENCH_CHECK(cudaMalloc(&a, n) == cudaSuccess && cudaMalloc(&b, n) == cudaSuccess);
-  BENCH_CHECK(cudaMemset(a, 1, n) == cudaSuccess);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<double> times;
-  for (int i = 0; i < 13; ++i) {
-    cudaEventRecord(e0);
-    cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (i >= 3) times.push_back(ms / 1e3);
-  }
-  cudaFree(a);
-  cudaFree(b);
-  return 2.0 * n / Median(times);
-}
+double Median(const std::vector<double>& v) { return bench::MedianOf(v); }
 
 // cuBLASLt bf16 GEMM at 8192^3 through kiln's Gemm (tuned), FLOP/s (median of 20).
 double GemmPeak() {
@@ -124,7 +100,10 @@ struct Timeline {
   std::map<RequestId, double> first_token;  // seconds since start
   std::map<RequestId, double> finish;
   int64_t generated = 0;
-  std::vector<double> decode_step_seconds;  // steps in which every sequence decoded
+  std::vector<double> decode_step_seconds;          // steps in which every sequence decoded
+  std::vector<double> decode_step_gpu_seconds;      // their device time (CUDA events)
+  std::vector<double> decode_step_bookkeeping_us;   // their schedule + build + update
+  std::map<std::string, double> decode_op_seconds;  // their device time per op (--profile-ops)
   double total_seconds = 0;
 };
 
@@ -147,14 +126,29 @@ Timeline RunEngine(Engine& engine, const std::vector<std::vector<int32_t>>& prom
   }
   Timeline t;
   const auto start = Clock::now();
+  auto gpu_seconds = [&] {
+    auto report = GetCudaMemoryReport(engine.runner());
+    return report.ok() ? report->gpu_step_seconds : 0.0;
+  };
+  auto op_seconds = [&] {
+    auto report = GetCudaMemoryReport(engine.runner());
+    return report.ok() ? report->op_seconds : std::map<std::string, double>();
+  };
   while (engine.HasWork()) {
     const auto s0 = Clock::now();
+    const double gpu0 = gpu_seconds();
+    const std::map<std::string, double> ops0 = op_seconds();
     std::vector<RequestOutput> outputs = engine.Step();
     const double now = Seconds(start, Clock::now());
     const StepStats& step = engine.stats().last_step;
     if (step.num_seqs == static_cast<int32_t>(prompts.size()) &&
         step.num_decode_seqs == step.num_seqs) {
       t.decode_step_seconds.push_back(Seconds(s0, Clock::now()));
+      t.decode_step_gpu_seconds.push_back(gpu_seconds() - gpu0);
+      t.decode_step_bookkeeping_us.push_back(step.bookkeeping_us());
+      for (const auto& [op, seconds] : op_seconds()) {
+        t.decode_op_seconds[op] += seconds - (ops0.contains(op) ? ops0.at(op) : 0.0);
+      }
     }
     for (const RequestOutput& o : outputs) {
       if (!o.new_token_ids.empty() && !t.first_token.contains(o.id)) t.first_token[o.id] = now;
@@ -166,6 +160,22 @@ Timeline RunEngine(Engine& engine, const std::vector<std::vector<int32_t>>& prom
   return t;
 }
 
+// Per-op device time of the decode steps of `t` (--profile-ops), as ms per step.
+Json OpBreakdown(const Timeline& t, const char* label) {
+  Json ops;
+  if (t.decode_op_seconds.empty() || t.decode_step_seconds.empty()) return ops;
+  const double steps = static_cast<double>(t.decode_step_seconds.size());
+  double total = 0;
+  for (const auto& [op, seconds] : t.decode_op_seconds) total += seconds;
+  std::printf("   %s, device ms per decode step by op (kernels launched one by one):\n", label);
+  for (const auto& [op, seconds] : t.decode_op_seconds) {
+    ops[op] = seconds / steps * 1e3;
+    std::printf("     %-20s %8.3f ms  %5.1f %%\n", op.c_str(), seconds / steps * 1e3,
+                100 * seconds / total);
+  }
+  return ops;
+}
+
 }  // namespace
 }  // namespace kiln
 
@@ -173,6 +183,8 @@ int main(int argc, char** argv) {
   using namespace kiln;
   std::string model, json_path;
   bool skip_offline = false;
+  std::string sections = "123456";
+  bool profile_ops = false;  // which figures to measure (start-up is always measured)
   int offline_requests = 1000, offline_in = 1000, offline_out = 1000;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -187,6 +199,10 @@ int main(int argc, char** argv) {
       model = next();
     } else if (a == "--json") {
       json_path = next();
+    } else if (a == "--profile-ops") {
+      profile_ops = true;
+    } else if (a == "--sections") {
+      sections = next();
     } else if (a == "--skip-offline") {
       skip_offline = true;
     } else if (a == "--offline-requests") {
@@ -207,7 +223,7 @@ int main(int argc, char** argv) {
   Json out;
   auto info = GetCudaDeviceInfo(0);
   out["device"] = info.ok() ? info->name : "?";
-  const double copy_bw = CopyBandwidth();
+  const double copy_bw = bench::DeviceCopyBandwidth();
   const double gemm_peak = GemmPeak();
   out["copy_bandwidth_gb_s"] = copy_bw / 1e9;
   out["gemm_bf16_8192_tflops"] = gemm_peak / 1e12;
@@ -217,6 +233,7 @@ int main(int argc, char** argv) {
   // 6. Start-up.
   LlmOptions options;
   options.device = "cuda";
+  options.profile_cuda_ops = profile_ops;
   options.engine.scheduler.max_num_seqs = 256;
   options.engine.scheduler.max_num_batched_tokens = 8192;
   options.engine.max_model_len = 8192;
@@ -235,6 +252,7 @@ int main(int argc, char** argv) {
   out["startup"] = {{"seconds", startup},
                     {"upload_seconds", memory->upload_seconds},
                     {"graph_capture_seconds", memory->graph_capture_seconds},
+                    {"gemm_tune_seconds", memory->gemm_tune_seconds},
                     {"weight_bytes", memory->weight_bytes},
                     {"kv_cache_bytes", memory->kv_cache_bytes}};
   std::printf("start-up %.2f s (upload %.2f s, graph capture %.2f s); weights %.2f GB\n", startup,
@@ -247,23 +265,35 @@ int main(int argc, char** argv) {
   std::mt19937 rng(7);
   RequestId next_id = 1;
 
+  auto want = [&](char section) { return sections.find(section) != std::string::npos; };
+  if (skip_offline)
+    sections.erase(std::remove(sections.begin(), sections.end(), '4'), sections.end());
   // 1. Batch-1 decode.
-  {
+  if (want('1')) {
     auto t = RunEngine(engine, {RandomPrompt(rng, 128, c.vocab_size)}, 256, next_id++);
     const double decode_s = t.finish.begin()->second - t.first_token.begin()->second;
     const double tok_s = 255 / decode_s;
     const double bytes = weight_bytes_read + kv_bytes_per_token * (128 + 128);
     const double roofline = copy_bw / bytes;
+    const double gpu = Median(t.decode_step_gpu_seconds);
     out["decode_batch1"] = {{"tok_s", tok_s},
+                            {"step_ms", Median(t.decode_step_seconds) * 1e3},
+                            {"gpu_ms", gpu * 1e3},
+                            {"gpu_fraction", 1 / (gpu * roofline)},
+                            {"bookkeeping_us", Median(t.decode_step_bookkeeping_us)},
                             {"roofline_tok_s", roofline},
                             {"fraction", tok_s / roofline},
                             {"ttft_s", t.first_token.begin()->second},
                             {"end_to_end_tok_s", 256 / t.total_seconds}};
-    std::printf("1. batch-1 decode: %.1f tok/s, roofline %.1f tok/s (%.1f %%)\n", tok_s, roofline,
-                100 * tok_s / roofline);
+    std::printf(
+        "1. batch-1 decode: %.1f tok/s, roofline %.1f tok/s (%.1f %%); device %.3f ms per "
+        "token (%.1f %%), engine bookkeeping %.0f us\n",
+        tok_s, roofline, 100 * tok_s / roofline, gpu * 1e3, 100 / (gpu * roofline),
+        Median(t.decode_step_bookkeeping_us));
+    if (profile_ops) out["decode_batch1"]["op_ms"] = OpBreakdown(t, "batch 1");
   }
   // 2. Prefill 4,096.
-  {
+  if (want('2')) {
     std::vector<double> ttfts;
     for (int rep = 0; rep < 3; ++rep) {
       auto t = RunEngine(engine, {RandomPrompt(rng, 4096, c.vocab_size)}, 1, next_id++);
@@ -281,6 +311,7 @@ int main(int argc, char** argv) {
   }
   // 3. Decode steps at batch 64 / 256, 1,024-token contexts.
   for (int batch : {64, 256}) {
+    if (!want('3')) break;
     std::vector<std::vector<int32_t>> prompts;
     for (int i = 0; i < batch; ++i) prompts.push_back(RandomPrompt(rng, 1016, c.vocab_size));
     // Enough new tokens that the first prompts are still decoding when the last finishes its
@@ -293,16 +324,27 @@ int main(int argc, char** argv) {
     }
     const double step = Median(t.decode_step_seconds);
     const double bytes = weight_bytes_read + kv_bytes_per_token * batch * 1024.0;
-    out["decode_batch" + std::to_string(batch)] = {{"step_ms", step * 1e3},
-                                                   {"tok_s", batch / step},
-                                                   {"bandwidth_gb_s", bytes / step / 1e9},
-                                                   {"fraction_of_copy", bytes / step / copy_bw}};
+    const double gpu = Median(t.decode_step_gpu_seconds);
+    out["decode_batch" + std::to_string(batch)] = {
+        {"step_ms", step * 1e3},
+        {"tok_s", batch / step},
+        {"bandwidth_gb_s", bytes / step / 1e9},
+        {"fraction_of_copy", bytes / step / copy_bw},
+        {"gpu_ms", gpu * 1e3},
+        {"gpu_fraction_of_copy", bytes / gpu / copy_bw},
+        {"bookkeeping_us", Median(t.decode_step_bookkeeping_us)}};
     std::printf(
-        "3. decode batch %d ctx 1024: step %.2f ms, %.0f tok/s, %.0f GB/s (%.1f %% of copy)\n",
-        batch, step * 1e3, batch / step, bytes / step / 1e9, 100 * bytes / step / copy_bw);
+        "3. decode batch %d ctx 1024: step %.2f ms, %.0f tok/s, %.0f GB/s (%.1f %% of copy); "
+        "device %.2f ms (%.1f %%), engine bookkeeping %.0f us\n",
+        batch, step * 1e3, batch / step, bytes / step / 1e9, 100 * bytes / step / copy_bw,
+        gpu * 1e3, 100 * bytes / gpu / copy_bw, Median(t.decode_step_bookkeeping_us));
+    if (profile_ops) {
+      out["decode_batch" + std::to_string(batch)]["op_ms"] =
+          OpBreakdown(t, ("batch " + std::to_string(batch)).c_str());
+    }
   }
   // 5 (kiln's side). Batch 64, 1,024-token prompts, 256 new tokens, end to end as HF generate.
-  {
+  if (want('5')) {
     std::vector<std::vector<int32_t>> prompts;
     for (int i = 0; i < 64; ++i) prompts.push_back(RandomPrompt(rng, 1024, c.vocab_size));
     auto t = RunEngine(engine, prompts, 256, next_id);
@@ -313,7 +355,7 @@ int main(int argc, char** argv) {
                 t.generated / t.total_seconds);
   }
   // 4. Offline throughput.
-  if (!skip_offline) {
+  if (want('4')) {
     std::vector<std::vector<int32_t>> prompts;
     for (int i = 0; i < offline_requests; ++i) {
       prompts.push_back(RandomPrompt(rng, offline_in, c.vocab_size));

@@ -101,7 +101,8 @@ Result<std::unique_ptr<ModelRunner>> CreateRunner(const Checkpoint& checkpoint,
     cuda.max_num_seqs = sched.max_num_seqs;
     cuda.max_num_tokens = sched.max_num_batched_tokens;
     cuda.max_model_len = options.engine.max_model_len;
-    cuda.enable_cuda_graphs = options.enable_cuda_graphs;
+    cuda.enable_cuda_graphs = options.enable_cuda_graphs && !options.profile_cuda_ops;
+    cuda.profile_ops = options.profile_cuda_ops;
     return CreateCudaRunner(checkpoint, cuda);
 #else
     return Unavailable("device: this kiln was built without CUDA; use --device cpu");

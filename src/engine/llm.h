@@ -37,6 +37,8 @@ struct LlmOptions {
   // engine.kv_cache_memory_bytes is 0 (automatic) and engine.num_kv_blocks is 0.
   float gpu_memory_utilization = 0.9f;
   bool enable_cuda_graphs = true;  // CUDA: replay captured graphs for decode steps
+  // CUDA: device time per op for benchmarks (CudaMemoryReport::op_seconds); no graphs.
+  bool profile_cuda_ops = false;
   TokenizerLoadOptions tokenizer;
 };
 

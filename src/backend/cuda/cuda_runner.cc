@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -137,6 +138,9 @@ class CudaRunner final : public ModelRunner {
       : config_(config), options_(options) {}
   ~CudaRunner() override {
     for (auto& [batch, exec] : graphs_) cudaGraphExecDestroy(exec);
+    for (cudaEvent_t e : mark_events_) cudaEventDestroy(e);
+    if (step_start_ != nullptr) cudaEventDestroy(step_start_);
+    if (step_end_ != nullptr) cudaEventDestroy(step_end_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
     if (host_staging_ != nullptr) cudaFreeHost(host_staging_);
     if (host_logits_ != nullptr) cudaFreeHost(host_logits_);
@@ -164,6 +168,14 @@ class CudaRunner final : public ModelRunner {
                         int32_t num_rows);
   Status EnqueueLogits(int32_t num_rows, int32_t row_offset);
   Status CaptureGraphs();
+  // With options_.profile_ops: an event after the op that just ended (`op`), or the step's
+  // first mark (op == nullptr). CollectMarks adds the device time between marks to op_seconds_
+  // once the stream has synchronized.
+  void Mark(const char* op);
+  void CollectMarks();
+  // Tune() of every linear layer shape a decode graph of `batch` rows runs (cuBLASLt shapes
+  // only), cycling through the layers' own weights.
+  Status TuneDecodeGemms(int32_t batch);
   int32_t GraphBatch(int32_t num_seqs) const;
   // Packs the sampler inputs of the sampled rows into host_; false when they exceed the
   // capacity (the step then samples on the host).
@@ -209,12 +221,90 @@ class CudaRunner final : public ModelRunner {
   DeviceBuffer sampling_workspace_;
   int32_t graph_sampled_rows_ = 0;  // rows the captured graphs sample (their batch size)
 
-  double upload_seconds_ = 0, graph_capture_seconds_ = 0;
+  double upload_seconds_ = 0, graph_capture_seconds_ = 0, gemm_tune_seconds_ = 0;
+  cudaEvent_t step_start_ = nullptr, step_end_ = nullptr;
+  int64_t timed_steps_ = 0;
+  std::vector<cudaEvent_t> mark_events_;
+  std::vector<const char*> mark_ops_;  // per recorded mark
+  std::map<std::string, double> op_seconds_;
+  double gpu_step_seconds_ = 0;
   std::vector<int32_t> graph_batches_;
   std::map<int32_t, cudaGraphExec_t> graphs_;
 };
 
 // ---- Weights ------------------------------------------------------------------------------
+
+// Streams host bytes into device memory through two pinned buffers: copying one chunk into
+// pinned memory (split over threads: one thread cannot read the page cache at PCIe speed)
+// overlaps the DMA of the previous chunk. Plain cudaMemcpy from pageable memory stages
+// through a small driver buffer and serializes both halves.
+class Uploader {
+ public:
+  static constexpr size_t kChunk = size_t{64} << 20;
+  static constexpr int kThreads = 4;
+
+  explicit Uploader(cudaStream_t stream) : stream_(stream) {}
+  ~Uploader() {
+    for (int b = 0; b < 2; ++b) {
+      if (done_[b] != nullptr) {
+        cudaEventSynchronize(done_[b]);
+        cudaEventDestroy(done_[b]);
+      }
+      if (pinned_[b] != nullptr) cudaFreeHost(pinned_[b]);
+    }
+  }
+
+  Status Init() {
+    for (int b = 0; b < 2; ++b) {
+      KILN_CUDA_RETURN_IF_ERROR(
+          cudaHostAlloc(reinterpret_cast<void**>(&pinned_[b]), kChunk, cudaHostAllocDefault));
+      KILN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&done_[b], cudaEventDisableTiming));
+    }
+    return Status::Ok();
+  }
+
+  Status Upload(const void* src, size_t bytes, void* dst) {
+    const auto* from = static_cast<const uint8_t*>(src);
+    auto* to = static_cast<uint8_t*>(dst);
+    for (size_t at = 0; at < bytes; at += kChunk) {
+      const size_t n = std::min(kChunk, bytes - at);
+      uint8_t* buffer = pinned_[next_];
+      KILN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(done_[next_]));  // its last DMA is over
+      ParallelCopy(buffer, from + at, n);
+      KILN_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(to + at, buffer, n, cudaMemcpyHostToDevice, stream_));
+      KILN_CUDA_RETURN_IF_ERROR(cudaEventRecord(done_[next_], stream_));
+      next_ ^= 1;
+    }
+    return Status::Ok();
+  }
+
+  Status Finish() {
+    KILN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return Status::Ok();
+  }
+
+ private:
+  static void ParallelCopy(uint8_t* dst, const uint8_t* src, size_t n) {
+    if (n < (size_t{4} << 20)) {
+      std::memcpy(dst, src, n);
+      return;
+    }
+    const size_t part = (n + kThreads - 1) / kThreads;
+    std::vector<std::thread> threads;
+    for (int t = 1; t < kThreads; ++t) {
+      const size_t begin = std::min(n, t * part), end = std::min(n, begin + part);
+      threads.emplace_back([=] { std::memcpy(dst + begin, src + begin, end - begin); });
+    }
+    std::memcpy(dst, src, std::min(n, part));
+    for (std::thread& th : threads) th.join();
+  }
+
+  cudaStream_t stream_;
+  uint8_t* pinned_[2] = {nullptr, nullptr};
+  cudaEvent_t done_[2] = {nullptr, nullptr};
+  int next_ = 0;
+};
 
 // The stored weight as bf16 values.
 Status ToBf16(const Weight& w, std::vector<uint16_t>& out) {
@@ -238,6 +328,8 @@ Status CudaRunner::Init(const Checkpoint& ckpt) {
   KILN_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   KILN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   KILN_ASSIGN_OR_RETURN(gemm_, cuda::Gemm::Create());
+  KILN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&step_start_));
+  KILN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&step_end_));
   if (options_.max_model_len <= 0) {
     options_.max_model_len = static_cast<int32_t>(config_.max_position_embeddings);
   }
@@ -284,14 +376,17 @@ Status CudaRunner::UploadWeights(const Checkpoint& ckpt) {
   Arena arena(static_cast<uint8_t*>(weight_memory_.data()));
   place(arena);
 
+  Uploader uploader(stream_);
+  KILN_RETURN_IF_ERROR(uploader.Init());
   std::vector<uint16_t> values;
   auto upload = [&](const std::string& name, bf16* dst) -> Status {
     const Weight* w = ckpt.Find(name);
     if (w == nullptr) return NotFound(ckpt.path() + ": missing tensor " + name);
+    if (w->dtype == DType::kBF16) {  // straight from the mapped file
+      return uploader.Upload(w->data, w->shape.numel() * sizeof(uint16_t), dst);
+    }
     KILN_RETURN_IF_ERROR(ToBf16(*w, values));
-    KILN_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(dst, values.data(), values.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
-    return Status::Ok();
+    return uploader.Upload(values.data(), values.size() * sizeof(uint16_t), dst);
   };
   KILN_RETURN_IF_ERROR(upload("model.embed_tokens.weight", embedding_));
   for (int i = 0; i < c.num_layers; ++i) {
@@ -322,9 +417,9 @@ Status CudaRunner::UploadWeights(const Checkpoint& ckpt) {
   if (!c.tie_word_embeddings) KILN_RETURN_IF_ERROR(upload("lm_head.weight", lm_head_));
   KILN_ASSIGN_OR_RETURN(std::vector<float> inv_freq,
                         cpu::RopeInvFreq(c.head_dim, c.rope_theta, c.rope_scaling));
-  KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(inv_freq_, inv_freq.data(), inv_freq.size() * sizeof(float),
-                                       cudaMemcpyHostToDevice));
-  return Status::Ok();
+  KILN_RETURN_IF_ERROR(
+      uploader.Upload(inv_freq.data(), inv_freq.size() * sizeof(float), inv_freq_));
+  return uploader.Finish();
 }
 
 Status CudaRunner::AllocateWorkspace() {
@@ -440,6 +535,10 @@ CudaMemoryReport CudaRunner::MemoryReport() const {
   r.kv_cache_bytes = static_cast<int64_t>(kv_memory_.size());
   r.upload_seconds = upload_seconds_;
   r.graph_capture_seconds = graph_capture_seconds_;
+  r.gemm_tune_seconds = gemm_tune_seconds_;
+  r.timed_steps = timed_steps_;
+  r.gpu_step_seconds = gpu_step_seconds_;
+  r.op_seconds = op_seconds_;
   size_t free_bytes = 0, total_bytes = 0;
   if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
     r.device_total_bytes = static_cast<int64_t>(total_bytes);
@@ -461,15 +560,19 @@ Status CudaRunner::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32_t 
   kernels::AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim,
                               1.0f / std::sqrt(static_cast<float>(c.head_dim))};
 
+  Mark(nullptr);
   KILN_LAUNCH(
       kernels::EmbeddingLookup(dev_.token_ids, num_tokens, embedding_, c.hidden_size, h_, stream_));
+  Mark("embedding");
   for (int i = 0; i < c.num_layers; ++i) {
     const LayerWeights& l = layers_[i];
     // Layer 0 normalizes the embeddings; later layers first add the previous MLP output.
     KILN_LAUNCH(kernels::RmsNorm(i == 0 ? h_ : delta_, h, i == 0 ? nullptr : h_, nullptr,
                                  num_tokens, c.hidden_size, l.input_norm, eps, x_, h, stream_));
+    Mark("rms_norm");
     KILN_RETURN_IF_ERROR(gemm_->Linear(x_, h, num_tokens, l.qkv, qkv_rows, h, l.qkv_bias, qkv_,
                                        qkv_rows, false, stream_));
+    Mark("qkv");
     kernels::RopeKvArgs rope;
     rope.qkv = qkv_;
     rope.ld = qkv_rows;
@@ -485,6 +588,7 @@ Status CudaRunner::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32_t 
     rope.v_cache = v_cache_[i];
     rope.block_size = block_size_;
     KILN_LAUNCH(kernels::RopeStoreKv(rope, stream_));
+    Mark("rope_kv_write");
 
     kernels::PagedKvCache cache;
     cache.k = k_cache_[i];
@@ -504,18 +608,26 @@ Status CudaRunner::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32_t 
           qkv_, qkv_rows, cache, dev_.cu_seqlens + num_decode, dev_.seq_lens + num_decode,
           num_seqs - num_decode, max_q_len, dims, attn_, q, stream_));
     }
+    Mark("attention");
     KILN_RETURN_IF_ERROR(
         gemm_->Linear(attn_, q, num_tokens, l.o, h, q, l.o_bias, delta_, h, false, stream_));
+    Mark("o");
     KILN_LAUNCH(kernels::RmsNorm(delta_, h, h_, nullptr, num_tokens, c.hidden_size, l.post_norm,
                                  eps, x_, h, stream_));
+    Mark("rms_norm");
     KILN_RETURN_IF_ERROR(gemm_->Linear(x_, h, num_tokens, l.gate_up, 2 * inter, h, l.gate_up_bias,
                                        gate_up_, 2 * inter, false, stream_));
+    Mark("gate_up");
     KILN_LAUNCH(kernels::SiluMul(gate_up_, 2 * inter, num_tokens, c.intermediate_size, act_, inter,
                                  stream_));
+    Mark("silu_mul");
     KILN_RETURN_IF_ERROR(gemm_->Linear(act_, inter, num_tokens, l.down, h, inter, l.down_bias,
                                        delta_, h, false, stream_));
+    Mark("down");
   }
-  return EnqueueLogits(std::min(num_rows, logit_chunk_), 0);
+  KILN_RETURN_IF_ERROR(EnqueueLogits(std::min(num_rows, logit_chunk_), 0));
+  Mark("final_norm_lm_head");
+  return Status::Ok();
 }
 
 // Logits of rows [row_offset, row_offset + num_rows) of the step's logit_rows into logits_.
@@ -546,6 +658,7 @@ Status CudaRunner::EnqueueSampling(int32_t num_rows) {
   in.token_ids = dev_.penalty_tokens;
   KILN_LAUNCH(kernels::SampleRows(in, sampling_workspace_.data(), sampling_workspace_.size(),
                                   dev_.sampled, stream_));
+  Mark("sampling");
   return Status::Ok();
 }
 
@@ -570,6 +683,12 @@ Status CudaRunner::CaptureGraphs() {
   KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(
       dev_.sampling, greedy.data(), limit * sizeof(kernels::SamplingRow), cudaMemcpyHostToDevice));
   KILN_CUDA_RETURN_IF_ERROR(cudaMemset(dev_.seq_lens, 0, limit * sizeof(int32_t)));
+  if (options_.tune_gemms) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int32_t b : graph_batches_) KILN_RETURN_IF_ERROR(TuneDecodeGemms(b));
+    gemm_tune_seconds_ =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
   for (int32_t b : graph_batches_) {
     // A plain run first caches every GEMM plan (the heuristic query must not happen mid-capture).
     KILN_RETURN_IF_ERROR(EnqueueForward(b, b, b, 1, b));
@@ -589,6 +708,56 @@ Status CudaRunner::CaptureGraphs() {
     graphs_[b] = exec;
   }
   return Status::Ok();
+}
+
+void CudaRunner::Mark(const char* op) {
+  if (!options_.profile_ops) return;
+  if (op == nullptr) mark_ops_.clear();
+  if (mark_ops_.size() == mark_events_.size()) {
+    cudaEvent_t e = nullptr;
+    CHECK(cudaEventCreate(&e) == cudaSuccess);
+    mark_events_.push_back(e);
+  }
+  CHECK(cudaEventRecord(mark_events_[mark_ops_.size()], stream_) == cudaSuccess);
+  mark_ops_.push_back(op);
+}
+
+void CudaRunner::CollectMarks() {
+  for (size_t i = 1; i < mark_ops_.size(); ++i) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, mark_events_[i - 1], mark_events_[i]) == cudaSuccess) {
+      op_seconds_[mark_ops_[i]] += ms / 1e3;
+    }
+  }
+  mark_ops_.clear();
+}
+
+Status CudaRunner::TuneDecodeGemms(int32_t batch) {
+  if (batch <= gemm_->gemv_max_rows()) return Status::Ok();
+  const ModelConfig& c = config_;
+  const int64_t h = c.hidden_size, inter = c.intermediate_size, q = c.q_size();
+  const int64_t qkv_rows = q + 2 * c.kv_size();
+  std::vector<const bf16*> qkv, o, gate_up, down;
+  for (const LayerWeights& l : layers_) {
+    qkv.push_back(l.qkv);
+    o.push_back(l.o);
+    gate_up.push_back(l.gate_up);
+    down.push_back(l.down);
+  }
+  // The shapes EnqueueForward and EnqueueLogits pass to Gemm::Linear.
+  constexpr int kCandidates = 6;
+  using Shape = cuda::GemmShape;
+  KILN_RETURN_IF_ERROR(gemm_->Tune(Shape{batch, qkv_rows, h, h, qkv_rows, false, c.qkv_bias},
+                                   kCandidates, stream_, qkv));
+  KILN_RETURN_IF_ERROR(
+      gemm_->Tune(Shape{batch, h, q, q, h, false, c.o_bias}, kCandidates, stream_, o));
+  KILN_RETURN_IF_ERROR(gemm_->Tune(Shape{batch, 2 * inter, h, h, 2 * inter, false, c.mlp_bias},
+                                   kCandidates, stream_, gate_up));
+  KILN_RETURN_IF_ERROR(
+      gemm_->Tune(Shape{batch, h, inter, inter, h, false, c.mlp_bias}, kCandidates, stream_, down));
+  const bf16* lm_head[] = {lm_head_};
+  return gemm_->Tune(Shape{batch, c.vocab_size, h, h, c.vocab_size, true, false}, kCandidates,
+                     stream_, lm_head);
 }
 
 bool CudaRunner::StageSampling(const StepInputs& in, const std::vector<LogitRow>& rows,
@@ -725,6 +894,7 @@ StepResult CudaRunner::Execute(const StepInputs& in) {
     host_.logit_rows[r] = real ? rows[r].token : r;
     host_.targets[r] = real && rows[r].target >= 0 ? rows[r].target : 0;
   }
+  CHECK(cudaEventRecord(step_start_, stream_) == cudaSuccess);
   auto copy = [&](void* dst, const void* src, size_t bytes) {
     if (bytes > 0) {
       CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_) == cudaSuccess);
@@ -795,7 +965,14 @@ StepResult CudaRunner::Execute(const StepInputs& in) {
     CHECK(cudaMemcpyAsync(host_.sampled, dev_.sampled, copied * sizeof(kernels::SampledToken),
                           cudaMemcpyDeviceToHost, stream_) == cudaSuccess);
   }
+  CHECK(cudaEventRecord(step_end_, stream_) == cudaSuccess);
   CHECK(cudaStreamSynchronize(stream_) == cudaSuccess) << "CUDA step failed";
+  CollectMarks();
+  float gpu_ms = 0;
+  if (cudaEventElapsedTime(&gpu_ms, step_start_, step_end_) == cudaSuccess) {
+    ++timed_steps_;
+    gpu_step_seconds_ += gpu_ms / 1e3;
+  }
   for (int32_t r = 0; r < copied; ++r) {
     const LogitRow& row = rows[r];
     if (row.target >= 0) {

@@ -3,7 +3,8 @@
 //
 //   h = embed(token_ids)                                            kernels::EmbeddingLookup
 //   per layer:  x = rms_norm(h (+= previous delta))                 kernels::RmsNorm (fused add)
-//               qkv = x Wqkv^T (+ b)                                Gemm (cuBLASLt)
+//               qkv = x Wqkv^T (+ b)                                Gemm (cuBLASLt, or Gemv
+//                                                                    for a few rows)
 //               rope(q, k); k, v -> paged cache                     kernels::RopeStoreKv
 //               a = attention: decode rows / prefill rows            kernels::PagedDecodeAttention
 //               /
@@ -26,7 +27,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "backend/model_runner.h"
 #include "model/checkpoint.h"
@@ -42,6 +45,13 @@ struct CudaRunnerOptions {
   int32_t max_model_len = 0;   // 0 = the model's max_position_embeddings
   bool enable_cuda_graphs = true;
   int32_t max_graph_batch = 256;  // decode steps of up to this many sequences replay graphs
+  // Time cuBLASLt's candidate algorithms for the decode graphs' linear layers at start-up (on
+  // the model's own weights) instead of taking the heuristic's first pick.
+  bool tune_gemms = true;
+  // Record CUDA events between the ops of every step and add up device time per op
+  // (CudaMemoryReport::op_seconds), for benchmarks. Steps then launch kernels one by one (no
+  // graphs), so the figures describe kernels, not the graph replay.
+  bool profile_ops = false;
 };
 
 struct CudaMemoryReport {
@@ -52,6 +62,15 @@ struct CudaMemoryReport {
   int64_t device_free_bytes = 0;     // after the allocations above
   double upload_seconds = 0;         // reading, converting and uploading the weights
   double graph_capture_seconds = 0;  // capturing the decode graphs (at AllocateKvCache)
+  double gemm_tune_seconds = 0;      // part of graph_capture_seconds: timing GEMM algorithms
+  // Device time of the steps so far that sampled on the device (first copy in to last copy
+  // back, CUDA events), to set against their wall time: the difference is host work the GPU
+  // waited for.
+  int64_t timed_steps = 0;
+  double gpu_step_seconds = 0;
+  // With CudaRunnerOptions::profile_ops: device seconds per op ("qkv", "attention", ...) over
+  // the steps so far.
+  std::map<std::string, double> op_seconds;
 };
 
 // Builds a runner on `options.device`: uploads every weight of `ckpt` as bf16 (other dtypes,

@@ -1,0 +1,155 @@
+// gemv_bench: the decode linear layers of a Llama-3.1-8B shape on their own, each next to the
+// copy bandwidth measured in the same run.
+//   - few rows (m = 1, 2, 4, 8): kernels::Gemv against cuBLASLt's heuristic pick: which one
+//     cuda::Gemm should use up to which m (its gemv_max_rows);
+//   - decode batches (m = 16, 64, 256): cuBLASLt's heuristic pick against Gemm::Tune's choice.
+// Achieved bandwidth = (weight + activation bytes) / time; every run reads another copy of the
+// weights (16 or more copies, as the 32 layers of a forward pass do), so none comes from L2.
+//
+//   build/bench/gemv_bench [--json F]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/gemm.h"
+#include "core/buffer.h"
+#include "cuda_yardstick.h"
+
+namespace kiln {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using bf16 = __nv_bfloat16;
+
+#define BENCH_CHECK(expr)                                                          \
+  do {                                                                             \
+    if (!(expr)) {                                                                 \
+      std::fprintf(stderr, "gemv_bench: %s failed at line %d\n", #expr, __LINE__); \
+      std::exit(1);                                                                \
+    }                                                                              \
+  } while (0)
+
+struct Layer {
+  const char* name;
+  int64_t n, k;
+  bool out_f32;
+};
+
+// Seconds per call (median of 5 rounds over every weight copy).
+double TimeLinear(cuda::Gemm& gemm, const std::vector<const bf16*>& weights, const bf16* x,
+                  int64_t m, const Layer& l, void* out) {
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  auto run = [&](const bf16* w) {
+    BENCH_CHECK(gemm.Linear(x, l.k, m, w, l.n, l.k, nullptr, out, l.n, l.out_f32, nullptr).ok());
+  };
+  for (const bf16* w : weights) run(w);  // warm-up (and the heuristic query)
+  std::vector<double> times;
+  for (int round = 0; round < 5; ++round) {
+    cudaEventRecord(e0);
+    for (const bf16* w : weights) run(w);
+    cudaEventRecord(e1);
+    BENCH_CHECK(cudaEventSynchronize(e1) == cudaSuccess);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    times.push_back(ms / 1e3 / weights.size());
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return bench::MedianOf(times);
+}
+
+}  // namespace
+}  // namespace kiln
+
+int main(int argc, char** argv) {
+  using namespace kiln;
+  std::string json_path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--json" && i + 1 < argc) {
+      json_path = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: gemv_bench [--json F]\n");
+      return 2;
+    }
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::fprintf(stderr, "gemv_bench: needs a CUDA device\n");
+    return 2;
+  }
+  const double copy_bw = bench::DeviceCopyBandwidth();
+  std::printf("copy bandwidth %.0f GB/s\n", copy_bw / 1e9);
+  Json out;
+  out["copy_bandwidth_gb_s"] = copy_bw / 1e9;
+
+  // Llama-3.1-8B: hidden 4096, 32 q / 8 kv heads of 128, intermediate 14336, vocab 128256.
+  const Layer layers[] = {{"qkv", 6144, 4096, false},
+                          {"o", 4096, 4096, false},
+                          {"gate_up", 28672, 4096, false},
+                          {"down", 4096, 14336, false},
+                          {"lm_head", 128256, 4096, true}};
+  constexpr int64_t kMaxRows = 256;
+  DeviceBuffer x = DeviceBuffer::Allocate(kMaxRows * 14336 * 2).value();
+  DeviceBuffer result = DeviceBuffer::Allocate(kMaxRows * 128256 * 4).value();
+  std::vector<uint16_t> host(kMaxRows * 14336);
+  std::mt19937 rng(1);
+  for (uint16_t& v : host) v = static_cast<uint16_t>(0x3c00 + (rng() & 0x3ff));  // ~[0.0078, 0.016)
+  BENCH_CHECK(x.CopyFromHost(host.data(), host.size() * 2).ok());
+
+  auto gemm = cuda::Gemm::Create();
+  auto tuned = cuda::Gemm::Create();
+  BENCH_CHECK(gemm.ok() && tuned.ok());
+  std::printf("%-8s %5s %12s %12s %12s %12s\n", "layer", "m", "gemv GB/s", "cuBLASLt", "tuned",
+              "gemv/cublas");
+  for (const Layer& l : layers) {
+    const int64_t bytes = l.n * l.k * 2;
+    const int copies = static_cast<int>(std::clamp<int64_t>((int64_t{4} << 30) / bytes, 1, 16));
+    DeviceBuffer w = DeviceBuffer::Allocate(bytes * copies).value();
+    BENCH_CHECK(cudaMemset(w.data(), 0x3c, w.size()) == cudaSuccess);
+    std::vector<const bf16*> weights;
+    for (int i = 0; i < copies; ++i) {
+      weights.push_back(static_cast<const bf16*>(w.data()) + i * l.n * l.k);
+    }
+    const auto* xp = static_cast<const bf16*>(x.data());
+    for (int64_t m : {1, 2, 3, 4, 8, 16, 64, 256}) {
+      const double moved = bytes + m * l.k * 2.0 + m * l.n * (l.out_f32 ? 4.0 : 2.0);
+      Json row = {{"layer", l.name}, {"m", m}, {"n", l.n}, {"k", l.k}};
+      (*gemm)->set_gemv_max_rows(0);
+      const double cublas = TimeLinear(**gemm, weights, xp, m, l, result.data());
+      row["cublaslt_us"] = cublas * 1e6;
+      row["cublaslt_fraction_of_copy"] = moved / cublas / copy_bw;
+      double gemv = 0, tune = 0;
+      if (m <= 8) {
+        (*gemm)->set_gemv_max_rows(8);
+        gemv = TimeLinear(**gemm, weights, xp, m, l, result.data());
+        row["gemv_us"] = gemv * 1e6;
+        row["gemv_fraction_of_copy"] = moved / gemv / copy_bw;
+      } else {
+        (*tuned)->set_gemv_max_rows(0);
+        const cuda::GemmShape shape{m, l.n, l.k, l.k, l.n, l.out_f32, false};
+        BENCH_CHECK((*tuned)->Tune(shape, 8, nullptr, weights).ok());
+        tune = TimeLinear(**tuned, weights, xp, m, l, result.data());
+        row["tuned_us"] = tune * 1e6;
+        row["tuned_fraction_of_copy"] = moved / tune / copy_bw;
+      }
+      std::printf("%-8s %5ld %12s %12.0f %12s %12s\n", l.name, static_cast<long>(m),
+                  gemv > 0 ? std::to_string(static_cast<int>(moved / gemv / 1e9)).c_str() : "-",
+                  moved / cublas / 1e9,
+                  tune > 0 ? std::to_string(static_cast<int>(moved / tune / 1e9)).c_str() : "-",
+                  gemv > 0 ? std::to_string(cublas / gemv).substr(0, 4).c_str() : "-");
+      out["shapes"].push_back(row);
+    }
+  }
+  if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
+  return 0;
+}
