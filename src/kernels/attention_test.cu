@@ -24,19 +24,13 @@
 #include "backend/cpu/cpu_ops.h"
 #include "core/buffer.h"
 #include "kernels/attention.h"
+#include "kernels/test_util.cuh"
 
 namespace kiln::kernels {
 namespace {
 
 constexpr double kRelTol = 1e-2;
 constexpr double kAbsTol = 1.2e-2;
-constexpr uint16_t kPoison = 0xffff;  // a bf16 NaN
-
-#define CUDA_OK(expr)                                                      \
-  do {                                                                     \
-    cudaError_t e_ = (expr);                                               \
-    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_); \
-  } while (0)
 
 uint16_t ToBf16Bits(float f) {
   uint32_t u;
@@ -50,26 +44,6 @@ float FromBf16Bits(uint16_t b) {
   std::memcpy(&f, &u, 4);
   return f;
 }
-
-// A device array freed on scope exit.
-template <typename T>
-struct Dev {
-  T* ptr = nullptr;
-  explicit Dev(size_t n) {
-    EXPECT_EQ(cudaMalloc(&ptr, std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess);
-  }
-  ~Dev() { cudaFree(ptr); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  void Upload(const std::vector<T>& h) {
-    EXPECT_EQ(cudaMemcpy(ptr, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  std::vector<T> Download(size_t n) const {
-    std::vector<T> h(n);
-    EXPECT_EQ(cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-};
 
 struct Shape {
   int num_heads, num_kv_heads, head_dim, block_size;
@@ -255,10 +229,6 @@ void RunPrefill(const Shape& s, const std::vector<int>& q_lens, const std::vecto
   CUDA_OK(cudaDeviceSynchronize());
   ExpectClose(s, dout.Download(out_elems), CpuReference(c, q_ref, q_lens), num_tokens, what);
 }
-
-constexpr const char* kNoGpu = "no CUDA device visible (this test runs on the GPU machine)";
-#define REQUIRE_GPU() \
-  if (!HasCudaDevice()) GTEST_SKIP() << kNoGpu
 
 const Shape kSmol{9, 3, 64, 16};       // SmolLM2-135M
 const Shape kLlama8b{32, 8, 128, 16};  // Llama-3.1-8B

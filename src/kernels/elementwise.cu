@@ -48,13 +48,15 @@ __global__ void EmbeddingKernel(const int32_t* ids, const bf16* table, int32_t h
 }
 
 // One block per row; the row (after the residual add) waits in shared memory between the two
-// passes, so global memory is read once.
+// passes, so global memory is read once. It waits as bf16: every value is one (x, or the sum
+// rounded to bf16), and fp32 would take 48 KiB at the largest dim, over the 48 KiB a launch gets
+// without an opt-in once BlockSum's static shared memory is added.
 constexpr int kNormThreads = 256;
-constexpr int kNormMaxDim = 12288;  // 48 KiB of fp32 shared memory
+constexpr int kNormMaxDim = 12288;  // 24 KiB of bf16 shared memory
 
 __global__ void RmsNormKernel(const bf16* x, int64_t ldx, bf16* residual, const int32_t* row_ids,
                               int32_t dim, const bf16* weight, float eps, bf16* out, int64_t ldo) {
-  extern __shared__ float row_values[];
+  extern __shared__ bf16 row_values[];
   const int64_t row = row_ids != nullptr ? row_ids[blockIdx.x] : blockIdx.x;
   const bf16* xr = x + row * ldx;
   bf16* rr = residual != nullptr ? residual + row * ldx : nullptr;
@@ -67,14 +69,14 @@ __global__ void RmsNormKernel(const bf16* x, int64_t ldx, bf16* residual, const 
       if (row_ids == nullptr) rr[i] = sum;
       v = __bfloat162float(sum);
     }
-    row_values[i] = v;
+    row_values[i] = __float2bfloat16(v);  // exact: v is a bf16 value
     sum_sq += v * v;
   }
   const float inv = rsqrtf(BlockSum(sum_sq) / static_cast<float>(dim) + eps);
   bf16* o = out + int64_t{blockIdx.x} * ldo;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) {
     // HF: the normalized row is cast back to bf16, then multiplied by the weight.
-    const float normed = __bfloat162float(__float2bfloat16(row_values[i] * inv));
+    const float normed = __bfloat162float(__float2bfloat16(__bfloat162float(row_values[i]) * inv));
     o[i] = __float2bfloat16(normed * __bfloat162float(weight[i]));
   }
 }
@@ -184,12 +186,13 @@ __global__ void RopeStoreKvKernel(RopeKvArgs a) {
   }
 }
 
+// Rows on the grid's x (up to 2^31 - 1; y stops at 65535), column blocks on y.
 __global__ void SiluMulKernel(const bf16* gate_up, int64_t ld, int32_t dim, bf16* out,
                               int64_t ldo) {
-  const bf16* g = gate_up + int64_t{blockIdx.y} * ld;
+  const bf16* g = gate_up + int64_t{blockIdx.x} * ld;
   const bf16* u = g + dim;
-  bf16* o = out + int64_t{blockIdx.y} * ldo;
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < dim; i += gridDim.x * blockDim.x) {
+  bf16* o = out + int64_t{blockIdx.x} * ldo;
+  for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < dim; i += gridDim.y * blockDim.x) {
     const float gv = __bfloat162float(g[i]);
     // HF: act_fn(gate) is rounded to bf16 before the product with up.
     const float silu = __bfloat162float(__float2bfloat16(gv / (1.0f + __expf(-gv))));
@@ -222,7 +225,7 @@ cudaError_t RmsNorm(const bf16* x, int64_t ldx, bf16* residual, const int32_t* r
   const bool vec = dim % 8 == 0 && ldx % 8 == 0 && ldo % 8 == 0 && aligned(x) && aligned(out) &&
                    aligned(weight) && (residual == nullptr || aligned(residual));
   if (!vec) {
-    RmsNormKernel<<<num_rows, kNormThreads, dim * sizeof(float), stream>>>(
+    RmsNormKernel<<<num_rows, kNormThreads, dim * sizeof(bf16), stream>>>(
         x, ldx, residual, row_ids, dim, weight, eps, out, ldo);
     return cudaGetLastError();
   }
@@ -265,7 +268,7 @@ cudaError_t SiluMul(const bf16* gate_up, int64_t ld, int32_t num_rows, int32_t d
                     int64_t ldo, cudaStream_t stream) {
   if (num_rows == 0) return cudaSuccess;
   const int threads = 256;
-  const dim3 grid((dim + threads - 1) / threads, num_rows);
+  const dim3 grid(num_rows, (dim + threads - 1) / threads);
   SiluMulKernel<<<grid, threads, 0, stream>>>(gate_up, ld, dim, out, ldo);
   return cudaGetLastError();
 }

@@ -1,0 +1,763 @@
+// The elementwise kernels (kernels/elementwise.h) against their CPU twins (label gpu).
+//
+// Inputs are fresh random bf16 values; the references run the CPU backend's f32 ops
+// (backend/cpu/cpu_ops.h) on exactly those values, and apply on the host the bf16 roundings the
+// kernels make after HF's bf16 modules (elementwise.h), with kiln::F32ToBF16: round to nearest
+// even, as __float2bfloat16. Outputs are poisoned (bf16 NaN) before each launch, so an element
+// never written fails; stride padding, the q/k/v columns RoPE leaves alone and every KV-cache
+// entry no token of the step owns must keep their bits.
+//
+// Tolerances, per kernel:
+//   - EmbeddingLookup (cpu::DecodeRows of a bf16 table), FloatToBf16 (kiln::F32ToBF16; NaN in,
+//     any NaN out), RmsNorm's residual sum bf16(residual + x), RoPE's V heads: bitwise. Each is a
+//     copy, or one f32 operation rounded once the same way on both sides.
+//   - RopeStoreKv q and k heads: the output must be the bf16 rounding of a value within
+//     kRopeErr * (|y0| + |y1|) of the twin's f32 result for the pair (y0, y1). Both sides
+//     compute the same f32 angle; cosf/sinf differ by at most 2.5 f32 ulps (CUDA's sincosf is
+//     within 2 ulps, cpu::RopeCosSin rounds the double result once), and the products and the sum
+//     round differently (the kernel may fuse them): at most ~6e-7 (|x0| + |x1|), and a rotation
+//     keeps |x0| + |x1| <= sqrt(2) (|y0| + |y1|). So the output is bf16(y), except where y lies
+//     that close to a rounding tie: there the neighbour (1 bf16 ulp) passes too; near a
+//     cancellation (|y| << |x|) a few ulps of y, which is the same absolute error.
+//   - RmsNorm and SiluMul round twice: the normalized value x * rsqrt(mean(x^2) + eps), resp.
+//     silu(gate), is rounded to bf16 and then multiplied by the weight, resp. up (an exact f32
+//     product of two bf16), and rounded again. The first value comes from cpu::RmsNorm (weight 1)
+//     resp. cpu::SiluMul (up 1) in f32, and the kernel's f32 value differs from it by the
+//     reduction order of the sum of squares and rsqrtf's 2 ulps (RmsNorm; typically ~1e-7
+//     relative, kNormRel = 1e-5 allowed), resp. by __expf's documented 2 + 1.16|g| ulps plus two
+//     roundings (SiluMul; kSiluUlps doubles that bound). The output must lie between the second
+//     roundings of the bf16 roundings of ref * (1 -/+ rel): bitwise bf16(bf16(ref) * w) except
+//     where ref sits that close to a bf16 tie, where the first rounding may go the other way and
+//     the output may then differ by up to 2 ulps (1 ulp of the first value, scaled by w, whose
+//     product can land a binade lower).
+// Each run prints how many elements were not bitwise the nominal value and the largest distance
+// in bf16 ulps.
+//
+// Sanitizers: --gtest_filter='*SmallShapes*' runs every kernel and path at small sizes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <iterator>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "core/dtype.h"
+#include "kernels/elementwise.h"
+#include "kernels/test_util.cuh"
+#include "model/config.h"
+
+namespace kiln::kernels {
+namespace {
+
+constexpr float kNormRel = 1e-5f;
+constexpr float kRopeErr = 2e-6f;
+constexpr float kSiluUlps = 2.0f;  // times __expf's bound (2 + 1.16|g| ulps) plus 2 roundings
+
+using Bits = std::vector<uint16_t>;
+
+int CpuThreads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+
+float Bf(uint16_t b) { return BF16ToF32(b); }
+uint16_t Round(float f) { return F32ToBF16(f); }
+
+// Random bf16 values uniform in [-scale, scale].
+Bits RandomBf16(size_t n, float scale, std::mt19937& rng) {
+  std::uniform_real_distribution<float> uni(-scale, scale);
+  Bits out(n);
+  for (uint16_t& b : out) b = Round(uni(rng));
+  return out;
+}
+
+// Where a bf16 value sits on the line on which neighbouring values differ by 1.
+int32_t Ordinal(uint16_t b) {
+  return (b & 0x8000u) != 0 ? -static_cast<int32_t>(b & 0x7fffu) : static_cast<int32_t>(b);
+}
+
+struct Window {
+  float lo, hi;
+};
+
+// Every bf16 value that rounding once an f32 value within err of ref can give.
+Window RoundedNear(float ref, float err) { return {Bf(Round(ref - err)), Bf(Round(ref + err))}; }
+
+// Every bf16 value that rounding a value within rel (relative) of ref to bf16, multiplying it by
+// the bf16 value m (exact in f32) and rounding again can give.
+Window RoundedProduct(float ref, float rel, float m) {
+  const Window first = RoundedNear(ref, std::fabs(ref) * rel);
+  const float a = Bf(Round(first.lo * m)), b = Bf(Round(first.hi * m));
+  return {std::min(a, b), std::max(a, b)};
+}
+
+// Counts one comparison's outcome: elements outside the tolerance (the first few reported),
+// elements not bitwise the nominal result, and the largest distance from it in bf16 ulps.
+class Tally {
+ public:
+  explicit Tally(std::string what) : what_(std::move(what)) {}
+  Tally(const Tally&) = delete;
+  Tally& operator=(const Tally&) = delete;
+
+  // got must lie in w; nominal is the twin's value rounded at the kernel's rounding points.
+  void Near(uint16_t got, Window w, uint16_t nominal, int64_t row, int64_t col) {
+    const float g = Bf(got);
+    Count(g >= w.lo && g <= w.hi, got, nominal, row, col, w);  // NaN (poison) fails
+  }
+  void Exact(uint16_t got, uint16_t want, int64_t row, int64_t col) {
+    Count(got == want, got, want, row, col, {Bf(want), Bf(want)});
+  }
+  // An element the kernel must not write (stride padding, cache entries of other tokens).
+  void Kept(uint16_t got, uint16_t before, int64_t row, int64_t col) {
+    ++checked_;
+    if (got != before && overwritten_++ < 5) {
+      ADD_FAILURE() << what_ << " [" << row << ", " << col << "]: overwrote 0x" << std::hex
+                    << before << " with 0x" << got;
+    }
+  }
+  ~Tally() {
+    EXPECT_EQ(failed_, 0) << what_ << ": elements outside the tolerance";
+    EXPECT_EQ(overwritten_, 0) << what_ << ": elements written that must be kept";
+    std::printf("  %-58s %11lld checked, %8lld inexact, max %d ulp\n", what_.c_str(),
+                static_cast<long long>(checked_), static_cast<long long>(inexact_), max_ulps_);
+  }
+
+ private:
+  void Count(bool ok, uint16_t got, uint16_t nominal, int64_t row, int64_t col, Window w) {
+    ++checked_;
+    if (got != nominal) {
+      ++inexact_;
+      if (ok) max_ulps_ = std::max(max_ulps_, std::abs(Ordinal(got) - Ordinal(nominal)));
+    }
+    if (!ok && failed_++ < 5) {
+      ADD_FAILURE() << what_ << " [" << row << ", " << col << "]: got " << Bf(got) << " (0x"
+                    << std::hex << got << std::dec << "), want " << Bf(nominal) << " in [" << w.lo
+                    << ", " << w.hi << "]";
+    }
+  }
+
+  std::string what_;
+  int64_t checked_ = 0, failed_ = 0, inexact_ = 0, overwritten_ = 0;
+  int32_t max_ulps_ = 0;
+};
+
+// ---- EmbeddingLookup ---------------------------------------------------------------------------
+
+void RunEmbedding(int num_tokens, int hidden, int vocab, uint32_t seed, const std::string& what) {
+  std::mt19937 rng(seed);
+  const Bits table = RandomBf16(size_t(vocab) * hidden, 3.0f, rng);
+  std::vector<int32_t> ids(num_tokens);
+  for (int32_t& id : ids) id = static_cast<int32_t>(rng() % vocab);
+  ids[0] = vocab - 1;  // the last row, and repeats below
+  if (num_tokens > 2) ids[num_tokens - 1] = ids[1] = 0;
+
+  // One poisoned guard row after the output.
+  const size_t out_elems = size_t(num_tokens + 1) * hidden;
+  Dev<uint16_t> dtable(table.size()), dout(out_elems);
+  Dev<int32_t> dids(ids.size());
+  dtable.Upload(table);
+  dids.Upload(ids);
+  dout.Upload(Bits(out_elems, kPoison));
+  CUDA_OK(
+      EmbeddingLookup(dids.ptr, num_tokens, AsBf16(dtable.ptr), hidden, AsBf16(dout.ptr), nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  const Bits out = dout.Download(out_elems);
+
+  const cpu::WeightView view{cpu::WeightFormat::kBF16, vocab, hidden,
+                             reinterpret_cast<const uint8_t*>(table.data())};
+  std::vector<float> row(hidden);
+  Tally tally(what);
+  for (int t = 0; t < num_tokens; ++t) {
+    cpu::DecodeRows(view, ids[t], 1, row.data());
+    for (int i = 0; i < hidden; ++i) tally.Exact(out[size_t(t) * hidden + i], Round(row[i]), t, i);
+  }
+  for (int i = 0; i < hidden; ++i) tally.Kept(out[size_t(num_tokens) * hidden + i], kPoison, -1, i);
+}
+
+// ---- RmsNorm -----------------------------------------------------------------------------------
+
+struct NormCase {
+  int num_rows = 0;  // output rows
+  int dim = 0;
+  int ldx_pad = 0;  // x and residual rows: stride dim + ldx_pad
+  int ldo_pad = 0;
+  bool residual = false;
+  int num_input_rows = 0;  // > 0: out row i normalizes a random row_ids[i] < num_input_rows
+  float eps = 1e-5f;
+};
+
+void RunRmsNorm(const NormCase& c, uint32_t seed, const std::string& what) {
+  std::mt19937 rng(seed);
+  const bool pick = c.num_input_rows > 0;
+  const int in_rows = pick ? c.num_input_rows : c.num_rows;
+  const int dim = c.dim;
+  const int64_t ldx = dim + c.ldx_pad, ldo = dim + c.ldo_pad;
+
+  // Rows at different magnitudes: on the small ones eps weighs as much as mean(x^2); zero rows
+  // normalize to zero. Stride padding is NaN, so reading it would show in the output.
+  const float scales[] = {0.0f, 1e-3f, 0.05f, 1.0f, 20.0f};
+  Bits x(size_t(in_rows) * ldx, kPoison), res(size_t(in_rows) * ldx, kPoison);
+  for (int r = 0; r < in_rows; ++r) {
+    const float scale = scales[r % 5 == 0 ? rng() % 5 : 3];
+    const Bits xr = RandomBf16(dim, scale, rng), rr = RandomBf16(dim, 2.0f * scale, rng);
+    std::copy(xr.begin(), xr.end(), x.begin() + r * ldx);
+    std::copy(rr.begin(), rr.end(), res.begin() + r * ldx);
+  }
+  const Bits w = RandomBf16(dim, 2.0f, rng);
+  std::vector<int32_t> row_ids;
+  if (pick) {  // a scattered subset in shuffled order
+    row_ids.resize(in_rows);
+    std::iota(row_ids.begin(), row_ids.end(), 0);
+    std::shuffle(row_ids.begin(), row_ids.end(), rng);
+    row_ids.resize(c.num_rows);
+  }
+
+  // The rows the kernel normalizes: x, or HF's bf16(residual + x).
+  std::vector<float> h(size_t(c.num_rows) * dim);
+  Bits sum(res.size());  // residual + x rounded, where the kernel stores it
+  for (int i = 0; i < c.num_rows; ++i) {
+    const int64_t r = pick ? row_ids[i] : i;
+    for (int d = 0; d < dim; ++d) {
+      float v = Bf(x[r * ldx + d]);
+      if (c.residual) {
+        sum[r * ldx + d] = Round(Bf(res[r * ldx + d]) + v);
+        v = Bf(sum[r * ldx + d]);
+      }
+      h[size_t(i) * dim + d] = v;
+    }
+  }
+  // The twin with weight 1 gives the normalized row in f32; the weight is applied below at the
+  // kernel's rounding point.
+  std::vector<float> ones(dim, 1.0f), normed(h.size());
+  cpu::RmsNorm(h.data(), dim, ones.data(), c.num_rows, dim, c.eps, normed.data(), dim,
+               CpuThreads());
+
+  const size_t out_elems = size_t(c.num_rows) * ldo;
+  Dev<uint16_t> dx(x.size()), dres(res.size()), dw(w.size()), dout(out_elems);
+  Dev<int32_t> dids(row_ids.size());
+  dx.Upload(x);
+  dres.Upload(res);
+  dw.Upload(w);
+  dids.Upload(row_ids);
+  dout.Upload(Bits(out_elems, kPoison));
+  CUDA_OK(RmsNorm(AsBf16(dx.ptr), ldx, c.residual ? AsBf16(dres.ptr) : nullptr,
+                  pick ? dids.ptr : nullptr, c.num_rows, dim, AsBf16(dw.ptr), c.eps,
+                  AsBf16(dout.ptr), ldo, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  const Bits out = dout.Download(out_elems), res_after = dres.Download(res.size());
+
+  {
+    Tally tally(what);
+    for (int i = 0; i < c.num_rows; ++i) {
+      for (int d = 0; d < dim; ++d) {
+        const float n = normed[size_t(i) * dim + d], wd = Bf(w[d]);
+        tally.Near(out[i * ldo + d], RoundedProduct(n, kNormRel, wd), Round(Bf(Round(n)) * wd), i,
+                   d);
+      }
+      for (int64_t d = dim; d < ldo; ++d) tally.Kept(out[i * ldo + d], kPoison, i, d);
+    }
+  }
+  if (!c.residual) return;
+  // The sum goes back into residual, except with row_ids (the logits rows), where it is kept.
+  Tally tally(what + " residual");
+  std::vector<bool> stored(in_rows, !pick);
+  for (int r = 0; r < in_rows; ++r) {
+    for (int64_t d = 0; d < ldx; ++d) {
+      const size_t k = r * ldx + d;
+      if (stored[r] && d < dim) {
+        tally.Exact(res_after[k], sum[k], r, d);
+      } else {
+        tally.Kept(res_after[k], res[k], r, d);
+      }
+    }
+  }
+}
+
+// ---- RopeStoreKv -------------------------------------------------------------------------------
+
+struct RopeCase {
+  int num_heads, num_kv_heads, head_dim, block_size;
+  int ld_pad = 0;  // qkv rows inside a wider buffer
+  bool interleaved = false;
+  double theta = 10000.0;
+  RopeScaling scaling;
+};
+
+const RopeScaling kLinear4{.type = RopeScaling::Type::kLinear, .factor = 4.0};
+// Llama-3.1's.
+const RopeScaling kLlama3{.type = RopeScaling::Type::kLlama3,
+                          .factor = 8.0,
+                          .low_freq_factor = 1.0,
+                          .high_freq_factor = 4.0,
+                          .original_max_position_embeddings = 8192};
+
+// The partner of element d in its rotation pair.
+int Partner(int d, int head_dim, bool interleaved) {
+  const int half = head_dim / 2;
+  return interleaved ? d ^ 1 : (d < half ? d + half : d - half);
+}
+
+void RunRope(const RopeCase& c, int num_tokens, uint32_t seed, const std::string& what) {
+  std::mt19937 rng(seed);
+  const int nh = c.num_heads, kvh = c.num_kv_heads, hd = c.head_dim, bs = c.block_size;
+  const int half = hd / 2, kv_width = kvh * hd;
+  const int width = (nh + 2 * kvh) * hd;
+  const int64_t ld = width + c.ld_pad;
+
+  // The step's tokens: runs of consecutive positions (sequences, some starting deep into their
+  // context, up to Llama-3.1's 128K), with padding rows (slot -1) among them and at the end.
+  struct Run {
+    int first_token, len, start;
+  };
+  std::vector<Run> runs;
+  std::vector<int32_t> positions(num_tokens, 0);
+  std::vector<int64_t> slots(num_tokens, -1);
+  int num_blocks_used = 0;
+  for (int t = 0; t < num_tokens;) {
+    if (num_tokens > 1 && (rng() % 16 == 0 || t == num_tokens - 1)) {
+      positions[t++] = static_cast<int32_t>(rng() % 4096);
+      continue;
+    }
+    const int len =
+        std::min(num_tokens - t, rng() % 4 == 0 ? 1 : 1 + static_cast<int>(rng() % num_tokens));
+    const int start = rng() % 3 == 0 ? 0 : static_cast<int>(rng() % 131000);
+    runs.push_back({t, len, start});
+    num_blocks_used += (start + len - 1) / bs - start / bs + 1;
+    for (int j = 0; j < len; ++j) positions[t + j] = start + j;
+    t += len;
+  }
+  // Each run's blocks come from a shuffled pool with spare blocks: non-contiguous, and blocks
+  // nobody writes this step stay as they were.
+  const int num_blocks = num_blocks_used + num_blocks_used / 3 + 2;
+  std::vector<int64_t> pool(num_blocks);
+  std::iota(pool.begin(), pool.end(), 0);
+  std::shuffle(pool.begin(), pool.end(), rng);
+  int next = 0;
+  for (const Run& r : runs) {
+    int64_t block = -1;
+    for (int j = 0; j < r.len; ++j) {
+      const int p = r.start + j;
+      if (j == 0 || p % bs == 0) block = pool[next++];
+      slots[r.first_token + j] = block * bs + p % bs;
+    }
+  }
+
+  // qkv rows random, stride padding NaN; the cache holds other tokens' random entries, and NaN in
+  // the slots this step writes.
+  Bits qkv(size_t(num_tokens) * ld, kPoison);
+  for (int t = 0; t < num_tokens; ++t) {
+    const Bits row = RandomBf16(width, 2.0f, rng);
+    std::copy(row.begin(), row.end(), qkv.begin() + t * ld);
+  }
+  const size_t cache_elems = size_t(num_blocks) * kvh * bs * hd;
+  Bits k_cache = RandomBf16(cache_elems, 1.0f, rng), v_cache = RandomBf16(cache_elems, 1.0f, rng);
+  auto cache_index = [&](int64_t slot, int head, int d) {
+    return ((slot / bs * kvh + head) * bs + slot % bs) * hd + d;
+  };
+  for (int64_t slot : slots) {
+    if (slot < 0) continue;
+    for (int head = 0; head < kvh; ++head) {
+      for (int d = 0; d < hd; ++d) {
+        k_cache[cache_index(slot, head, d)] = v_cache[cache_index(slot, head, d)] = kPoison;
+      }
+    }
+  }
+
+  // The twin: rotate the q and k heads (adjacent in a row) in f32. cpu::ApplyRope pairs elements
+  // half a head apart; the interleaved layout pairs 2i with 2i + 1 at the same frequency, so its
+  // heads are permuted to halves first and back after.
+  Result<std::vector<float>> inv_freq = cpu::RopeInvFreq(hd, c.theta, c.scaling);
+  ASSERT_TRUE(inv_freq.ok()) << inv_freq.status().ToString();
+  std::vector<float> cos(size_t(num_tokens) * half), sin(cos.size());
+  cpu::RopeCosSin(positions.data(), num_tokens, inv_freq->data(), half, cos.data(), sin.data());
+  std::vector<float> ref(qkv.size());
+  for (size_t i = 0; i < qkv.size(); ++i) ref[i] = Bf(qkv[i]);
+  auto permute = [&](bool to_halves) {
+    std::vector<float> tmp(hd);
+    for (int t = 0; t < num_tokens; ++t) {
+      for (int head = 0; head < nh + kvh; ++head) {
+        float* v = ref.data() + t * ld + head * hd;
+        for (int i = 0; i < half; ++i) {
+          if (to_halves) {
+            tmp[i] = v[2 * i];
+            tmp[i + half] = v[2 * i + 1];
+          } else {
+            tmp[2 * i] = v[i];
+            tmp[2 * i + 1] = v[i + half];
+          }
+        }
+        std::copy(tmp.begin(), tmp.end(), v);
+      }
+    }
+  };
+  if (c.interleaved) permute(true);
+  cpu::ApplyRope(ref.data(), ld, num_tokens, nh + kvh, hd, cos.data(), sin.data());
+  if (c.interleaved) permute(false);
+  // The cache twin, [num_slots, kv_width] (NaN: not written this step), from the live tokens.
+  std::vector<float> k_live, v_live;
+  std::vector<int64_t> live_slots;
+  for (int t = 0; t < num_tokens; ++t) {
+    if (slots[t] < 0) continue;
+    live_slots.push_back(slots[t]);
+    const float* row = ref.data() + t * ld;
+    k_live.insert(k_live.end(), row + nh * hd, row + (nh + kvh) * hd);
+    v_live.insert(v_live.end(), row + (nh + kvh) * hd, row + width);
+  }
+  std::vector<float> k_ref(size_t(num_blocks) * bs * kv_width, NAN), v_ref(k_ref.size(), NAN);
+  cpu::StoreKv(k_live.data(), kv_width, v_live.data(), kv_width, live_slots.data(),
+               static_cast<int64_t>(live_slots.size()), kv_width, k_ref.data(), v_ref.data());
+
+  Dev<uint16_t> dqkv(qkv.size()), dk(cache_elems), dv(cache_elems);
+  Dev<int32_t> dpos(num_tokens);
+  Dev<int64_t> dslots(num_tokens);
+  Dev<float> dfreq(half);
+  dqkv.Upload(qkv);
+  dk.Upload(k_cache);
+  dv.Upload(v_cache);
+  dpos.Upload(positions);
+  dslots.Upload(slots);
+  dfreq.Upload(*inv_freq);
+  RopeKvArgs a;
+  a.qkv = AsBf16(dqkv.ptr);
+  a.ld = ld;
+  a.positions = dpos.ptr;
+  a.slot_mapping = dslots.ptr;
+  a.num_tokens = num_tokens;
+  a.num_heads = nh;
+  a.num_kv_heads = kvh;
+  a.head_dim = hd;
+  a.inv_freq = dfreq.ptr;
+  a.interleaved = c.interleaved;
+  a.k_cache = AsBf16(dk.ptr);
+  a.v_cache = AsBf16(dv.ptr);
+  a.block_size = bs;
+  CUDA_OK(RopeStoreKv(a, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  const Bits qkv_out = dqkv.Download(qkv.size());
+  const Bits k_out = dk.Download(cache_elems), v_out = dv.Download(cache_elems);
+
+  // A rotated element against the twin's pair (y0, y1).
+  auto rotated = [&](Tally& tally, uint16_t got, const float* head, int d, int64_t row) {
+    const float y = head[d],
+                err = kRopeErr * (std::fabs(y) + std::fabs(head[Partner(d, hd, c.interleaved)]));
+    tally.Near(got, RoundedNear(y, err), Round(y), row, d);
+  };
+  {
+    Tally tally(what + " q (k/v columns kept)");
+    for (int t = 0; t < num_tokens; ++t) {
+      for (int64_t i = 0; i < ld; ++i) {
+        const size_t k = t * ld + i;
+        if (i < nh * hd) {
+          rotated(tally, qkv_out[k], ref.data() + t * ld + i / hd * hd, i % hd, t);
+        } else {
+          tally.Kept(qkv_out[k], qkv[k], t, i);
+        }
+      }
+    }
+  }
+  Tally k_tally(what + " k cache"), v_tally(what + " v cache");
+  for (int64_t slot = 0; slot < int64_t{num_blocks} * bs; ++slot) {
+    for (int head = 0; head < kvh; ++head) {
+      const float* k_head = k_ref.data() + slot * kv_width + head * hd;
+      const float* v_head = v_ref.data() + slot * kv_width + head * hd;
+      for (int d = 0; d < hd; ++d) {
+        const int64_t i = cache_index(slot, head, d);
+        if (std::isnan(k_head[d])) {
+          k_tally.Kept(k_out[i], k_cache[i], slot, head * hd + d);
+          v_tally.Kept(v_out[i], v_cache[i], slot, head * hd + d);
+        } else {
+          rotated(k_tally, k_out[i], k_head, d, slot);
+          v_tally.Exact(v_out[i], Round(v_head[d]), slot, head * hd + d);
+        }
+      }
+    }
+  }
+}
+
+// ---- SiluMul -----------------------------------------------------------------------------------
+
+void RunSiluMul(int num_rows, int dim, int ld_pad, int ldo_pad, uint32_t seed,
+                const std::string& what) {
+  std::mt19937 rng(seed);
+  const int64_t ld = 2 * int64_t{dim} + ld_pad, ldo = dim + ldo_pad;
+  Bits gate_up(size_t(num_rows) * ld, kPoison);
+  const float specials[] = {0.0f, -0.0f, 1e-3f, -1e-3f, 20.0f, -20.0f, 16.5f, -16.5f};
+  for (int r = 0; r < num_rows; ++r) {
+    const Bits g = RandomBf16(dim, 8.0f, rng), u = RandomBf16(dim, 3.0f, rng);
+    std::copy(g.begin(), g.end(), gate_up.begin() + r * ld);
+    std::copy(u.begin(), u.end(), gate_up.begin() + r * ld + dim);
+    if (rng() % 4 == 0) gate_up[r * ld + rng() % dim] = Round(specials[rng() % 8]);
+  }
+  // The twin with up = 1 gives silu(gate) in f32; up is applied below at the kernel's rounding
+  // point.
+  std::vector<float> gate_ones(size_t(num_rows) * 2 * dim, 1.0f), silu(size_t(num_rows) * dim);
+  for (int r = 0; r < num_rows; ++r) {
+    for (int i = 0; i < dim; ++i) gate_ones[size_t(r) * 2 * dim + i] = Bf(gate_up[r * ld + i]);
+  }
+  cpu::SiluMul(gate_ones.data(), 2 * dim, num_rows, dim, silu.data(), dim, CpuThreads());
+
+  const size_t out_elems = size_t(num_rows) * ldo;
+  Dev<uint16_t> din(gate_up.size()), dout(out_elems);
+  din.Upload(gate_up);
+  dout.Upload(Bits(out_elems, kPoison));
+  CUDA_OK(SiluMul(AsBf16(din.ptr), ld, num_rows, dim, AsBf16(dout.ptr), ldo, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  const Bits out = dout.Download(out_elems);
+
+  Tally tally(what);
+  for (int r = 0; r < num_rows; ++r) {
+    for (int i = 0; i < dim; ++i) {
+      const float g = Bf(gate_up[r * ld + i]), u = Bf(gate_up[r * ld + dim + i]);
+      const float s = silu[size_t(r) * dim + i];
+      const float rel = kSiluUlps * (4.0f + 1.16f * std::fabs(g)) * 0x1p-23f;
+      tally.Near(out[r * ldo + i], RoundedProduct(s, rel, u), Round(Bf(Round(s)) * u), r, i);
+    }
+    for (int64_t i = dim; i < ldo; ++i) tally.Kept(out[r * ldo + i], kPoison, r, i);
+  }
+}
+
+// ---- FloatToBf16 -------------------------------------------------------------------------------
+
+void RunFloatToBf16(int64_t n, uint32_t seed, const std::string& what) {
+  std::mt19937 rng(seed);
+  // Random bit patterns cover every exponent, subnormals, infinities and NaNs; then the ties and
+  // edges of the rounding.
+  std::vector<float> in(n);
+  for (float& f : in) f = F32FromBits(static_cast<uint32_t>(rng()));
+  const uint32_t edges[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                            0x7f7fffffu, 0xff7fffffu, 0x7f7f8000u, 0x3f808000u, 0x3f818000u,
+                            0x3f80ffffu, 0x00008000u, 0x00018000u, 0x007fffffu, 0x807fffffu,
+                            0x00000001u, 0x3f7fffffu, 0x7f800001u, 0xc0a08000u, 0x4b800001u};
+  for (int64_t i = 0; i < std::ssize(edges) && i < n; ++i)
+    in[i * (n / 20 + 1) % n] = F32FromBits(edges[i]);
+  // One poisoned guard element after the output.
+  Dev<float> din(n);
+  Dev<uint16_t> dout(n + 1);
+  din.Upload(in);
+  dout.Upload(Bits(n + 1, 0x7fa5));
+  CUDA_OK(FloatToBf16(din.ptr, n, AsBf16(dout.ptr), nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  const Bits out = dout.Download(n + 1);
+  Tally tally(what);
+  for (int64_t i = 0; i < n; ++i) {
+    // A NaN passes as any NaN (the payloads differ); anything else bitwise.
+    const bool nan_for_nan = std::isnan(in[i]) && std::isnan(Bf(out[i]));
+    tally.Exact(out[i], nan_for_nan ? out[i] : Round(in[i]), i, 0);
+  }
+  tally.Kept(out[n], 0x7fa5, n, 0);
+}
+
+// ---- Tests -------------------------------------------------------------------------------------
+
+const int kTokenCounts[] = {1, 7, 83, 769, 5125};
+
+TEST(EmbeddingLookupGpu, OddShapes) {
+  REQUIRE_GPU();
+  uint32_t seed = 100;
+  for (int t : kTokenCounts) {
+    for (int hidden : {576, 4096, 5125, 12}) {  // 5125 and 12 take the scalar path
+      RunEmbedding(t, hidden, 1237, seed++,
+                   "embedding t=" + std::to_string(t) + " hidden=" + std::to_string(hidden));
+    }
+  }
+}
+
+TEST(RmsNormGpu, OddTokenCountsAndDims) {
+  REQUIRE_GPU();
+  uint32_t seed = 200;
+  for (int t : kTokenCounts) {
+    for (int dim : {576, 4096, 5125}) {
+      RunRmsNorm({.num_rows = t, .dim = dim}, seed++,
+                 "rmsnorm t=" + std::to_string(t) + " dim=" + std::to_string(dim));
+    }
+  }
+}
+
+TEST(RmsNormGpu, StridedAndEps) {
+  REQUIRE_GPU();
+  // ldx: a row inside a wider buffer, odd strides.
+  RunRmsNorm({.num_rows = 769, .dim = 576, .ldx_pad = 3 * 576 + 5, .ldo_pad = 13}, 300,
+             "rmsnorm t=769 dim=576 ldx+1733 ldo+13");
+  RunRmsNorm({.num_rows = 769, .dim = 5125, .ldx_pad = 11, .ldo_pad = 64, .eps = 1e-6f}, 301,
+             "rmsnorm t=769 dim=5125 ldx+11 ldo+64 eps=1e-6");
+  RunRmsNorm({.num_rows = 7, .dim = 33, .ldx_pad = 1, .eps = 1e-6f}, 302,
+             "rmsnorm t=7 dim=33 ldx+1 eps=1e-6");
+}
+
+TEST(RmsNormGpu, ResidualAddInPlace) {
+  REQUIRE_GPU();
+  uint32_t seed = 400;
+  for (int t : {1, 7, 769, 5125}) {
+    for (int dim : {576, 4096, 5125}) {
+      const int pad = dim == 5125 ? 7 : 0;
+      RunRmsNorm({.num_rows = t, .dim = dim, .ldx_pad = pad, .ldo_pad = pad / 2, .residual = true},
+                 seed++,
+                 "rmsnorm+residual t=" + std::to_string(t) + " dim=" + std::to_string(dim) +
+                     (pad ? " strided" : ""));
+    }
+  }
+}
+
+TEST(RmsNormGpu, RowIdsPickScatteredRows) {
+  REQUIRE_GPU();
+  // With residual, as for the logits rows: the sum is normalized but not stored.
+  RunRmsNorm({.num_rows = 83, .dim = 4096, .residual = true, .num_input_rows = 5125}, 500,
+             "rmsnorm row_ids 83 of 5125 +residual dim=4096");
+  RunRmsNorm({.num_rows = 7,
+              .dim = 5125,
+              .ldx_pad = 5,
+              .ldo_pad = 9,
+              .residual = true,
+              .num_input_rows = 769},
+             501, "rmsnorm row_ids 7 of 769 +residual dim=5125 strided");
+  RunRmsNorm({.num_rows = 769, .dim = 576, .ldx_pad = 5, .ldo_pad = 9, .num_input_rows = 5125}, 502,
+             "rmsnorm row_ids 769 of 5125 dim=576 strided");
+}
+
+TEST(RmsNormGpu, MaxDim) {
+  REQUIRE_GPU();
+  RunRmsNorm({.num_rows = 83, .dim = 12288}, 600, "rmsnorm t=83 dim=12288");
+  RunRmsNorm({.num_rows = 83, .dim = 12288, .ldx_pad = 1, .residual = true}, 601,
+             "rmsnorm+residual t=83 dim=12288 strided");
+}
+
+const RopeCase kSmolRope{9, 3, 64, 16, 0, false, 100000.0, {}};          // SmolLM2-135M
+const RopeCase kLlamaRope{32, 8, 128, 16, 0, false, 500000.0, kLlama3};  // Llama-3.1-8B
+
+TEST(RopeStoreKvGpu, OddTokenCounts) {
+  REQUIRE_GPU();
+  uint32_t seed = 700;
+  for (RopeCase c : {kSmolRope, kLlamaRope}) {
+    for (int t : kTokenCounts) {
+      c.block_size = seed % 2 == 0 ? 16 : 32;
+      c.interleaved = t == 83 || t == 5125;  // GGUF llama
+      c.ld_pad = t == 769 ? 40 : 0;
+      RunRope(c, t, seed++,
+              "rope hd" + std::to_string(c.head_dim) + " " + std::to_string(c.num_heads) + "/" +
+                  std::to_string(c.num_kv_heads) + " t=" + std::to_string(t) + " bs" +
+                  std::to_string(c.block_size) + (c.interleaved ? " gptj" : " neox"));
+    }
+  }
+}
+
+TEST(RopeStoreKvGpu, ScalingsLayoutsAndStrides) {
+  REQUIRE_GPU();
+  uint32_t seed = 800;
+  const RopeScaling scalings[] = {RopeScaling{}, kLinear4, kLlama3};
+  const char* names[] = {"none", "linear4", "llama3"};
+  for (RopeCase c : {RopeCase{9, 3, 64, 16}, RopeCase{32, 8, 128, 32}, RopeCase{5, 1, 128, 16},
+                     RopeCase{6, 6, 64, 32}}) {
+    for (int s = 0; s < 3; ++s) {
+      for (bool interleaved : {false, true}) {
+        c.scaling = scalings[s];
+        c.theta = s == 2 ? 500000.0 : 10000.0;
+        c.interleaved = interleaved;
+        c.ld_pad = 2 * c.num_kv_heads * c.head_dim + 3;  // odd stride: qkv inside a wider row
+        RunRope(c, 83, seed++,
+                "rope hd" + std::to_string(c.head_dim) + " " + std::to_string(c.num_heads) + "/" +
+                    std::to_string(c.num_kv_heads) + " bs" + std::to_string(c.block_size) + " " +
+                    names[s] + (interleaved ? " gptj" : " neox") + " strided");
+      }
+    }
+  }
+}
+
+TEST(SiluMulGpu, OddShapes) {
+  REQUIRE_GPU();
+  uint32_t seed = 900;
+  for (int t : kTokenCounts) {
+    for (int dim : {1536, 5125}) {
+      RunSiluMul(t, dim, 0, 0, seed++,
+                 "silu_mul t=" + std::to_string(t) + " dim=" + std::to_string(dim));
+    }
+  }
+  RunSiluMul(769, 14336, 0, 0, seed++, "silu_mul t=769 dim=14336");
+  RunSiluMul(83, 5125, 77, 5, seed++, "silu_mul t=83 dim=5125 ld+77 ldo+5");
+  for (int dim : {1, 3, 257}) {
+    RunSiluMul(7, dim, 1, 2, seed++, "silu_mul t=7 dim=" + std::to_string(dim) + " strided");
+  }
+}
+
+TEST(FloatToBf16Gpu, EveryPatternKindAndLength) {
+  REQUIRE_GPU();
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{5125} * 83}) {
+    RunFloatToBf16(n, 1000 + static_cast<uint32_t>(n), "float_to_bf16 n=" + std::to_string(n));
+  }
+  // More than the 65535 blocks of 256 the launch is capped at: the grid-stride loop.
+  RunFloatToBf16(int64_t{65535} * 256 + 4099, 1001, "float_to_bf16 n=16.8M (grid-stride)");
+}
+
+// More rows than a grid's y (or z) dimension holds.
+TEST(ElementwiseGpu, RowsBeyond65535) {
+  REQUIRE_GPU();
+  RunSiluMul(65537, 8, 0, 0, 1100, "silu_mul t=65537 dim=8");
+  RunRmsNorm({.num_rows = 65537, .dim = 8, .residual = true}, 1101,
+             "rmsnorm+residual t=65537 dim=8");
+  RunEmbedding(65537, 8, 31, 1102, "embedding t=65537 hidden=8");
+}
+
+// Every kernel and path at sizes compute-sanitizer (memcheck, racecheck) gets through quickly:
+// run with --gtest_filter='*SmallShapes*'.
+TEST(ElementwiseGpu, SmallShapesForSanitizers) {
+  REQUIRE_GPU();
+  RunEmbedding(7, 576, 50, 1200, "small embedding vector path");
+  RunEmbedding(7, 13, 50, 1201, "small embedding scalar path");
+  NormCase c{.num_rows = 7, .dim = 577, .ldx_pad = 3, .ldo_pad = 5, .residual = true};
+  RunRmsNorm(c, 1202, "small rmsnorm+residual strided");
+  c.num_input_rows = 19;
+  RunRmsNorm(c, 1203, "small rmsnorm row_ids +residual");
+  c.residual = false;
+  c.dim = 12288;
+  RunRmsNorm(c, 1204, "small rmsnorm row_ids dim=12288");
+  RopeCase r{9, 3, 64, 16, 5, false, 10000.0, {}};
+  RunRope(r, 37, 1205, "small rope neox bs16");
+  r = {4, 2, 128, 32, 0, true, 500000.0, kLlama3};
+  RunRope(r, 7, 1206, "small rope gptj bs32 llama3");
+  RunSiluMul(7, 300, 1, 1, 1207, "small silu_mul");
+  RunFloatToBf16(1000, 1208, "small float_to_bf16");
+}
+
+TEST(ElementwiseGpu, RejectsBadArgumentsAndSkipsEmptyLaunches) {
+  REQUIRE_GPU();
+  Dev<uint16_t> buf(1 << 16);
+  Dev<int32_t> ints(64);
+  Dev<float> floats(64);
+  buf.Upload(Bits(1 << 16, kPoison));
+  EXPECT_EQ(RmsNorm(AsBf16(buf.ptr), 12289, nullptr, nullptr, 1, 12289, AsBf16(buf.ptr), 1e-5f,
+                    AsBf16(buf.ptr), 12289, nullptr),
+            cudaErrorInvalidValue);
+  RopeKvArgs a;
+  a.qkv = AsBf16(buf.ptr);
+  a.ld = 5 * 63;
+  a.positions = ints.ptr;
+  a.num_tokens = 1;
+  a.num_heads = 3;
+  a.num_kv_heads = 1;
+  a.head_dim = 63;
+  a.inv_freq = floats.ptr;
+  a.k_cache = a.v_cache = AsBf16(buf.ptr);
+  EXPECT_EQ(RopeStoreKv(a, nullptr), cudaErrorInvalidValue);
+  // Nothing to do: success, and nothing written.
+  a.head_dim = 64;
+  a.num_tokens = 0;
+  EXPECT_EQ(RopeStoreKv(a, nullptr), cudaSuccess);
+  EXPECT_EQ(RmsNorm(AsBf16(buf.ptr), 64, nullptr, nullptr, 0, 64, AsBf16(buf.ptr), 1e-5f,
+                    AsBf16(buf.ptr), 64, nullptr),
+            cudaSuccess);
+  EXPECT_EQ(SiluMul(AsBf16(buf.ptr), 128, 0, 64, AsBf16(buf.ptr), 64, nullptr), cudaSuccess);
+  EXPECT_EQ(EmbeddingLookup(ints.ptr, 0, AsBf16(buf.ptr), 64, AsBf16(buf.ptr), nullptr),
+            cudaSuccess);
+  EXPECT_EQ(FloatToBf16(floats.ptr, 0, AsBf16(buf.ptr), nullptr), cudaSuccess);
+  CUDA_OK(cudaDeviceSynchronize());
+  const Bits after = buf.Download(1 << 16);
+  EXPECT_TRUE(std::all_of(after.begin(), after.end(), [](uint16_t b) { return b == kPoison; }));
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace kiln::kernels
