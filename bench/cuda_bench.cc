@@ -15,6 +15,8 @@
 //
 //   build/bench/cuda_bench --model DIR [--json F] [--skip-offline] [--sections 1235]
 //                          [--profile-ops]  (per-op device time of the decode steps; no graphs)
+//                          [--max-num-seqs N (256)] [--max-num-batched-tokens N (8192)]
+//                          [--gpu-memory-utilization F (0.9)] [--capacity-policy P]
 //                          [--offline-requests N] [--offline-in N] [--offline-out N]
 #include <cuda_runtime.h>
 
@@ -183,8 +185,11 @@ int main(int argc, char** argv) {
   using namespace kiln;
   std::string model, json_path;
   bool skip_offline = false;
-  std::string sections = "123456";
-  bool profile_ops = false;  // which figures to measure (start-up is always measured)
+  std::string sections = "123456";  // which figures to measure (start-up is always measured)
+  bool profile_ops = false;
+  int max_num_seqs = 256, max_num_batched_tokens = 8192;
+  float gpu_memory_utilization = 0.9f;
+  std::string capacity_policy = "max_utilization";
   int offline_requests = 1000, offline_in = 1000, offline_out = 1000;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -199,6 +204,14 @@ int main(int argc, char** argv) {
       model = next();
     } else if (a == "--json") {
       json_path = next();
+    } else if (a == "--max-num-seqs") {
+      max_num_seqs = std::stoi(next());
+    } else if (a == "--max-num-batched-tokens") {
+      max_num_batched_tokens = std::stoi(next());
+    } else if (a == "--capacity-policy") {
+      capacity_policy = next();
+    } else if (a == "--gpu-memory-utilization") {
+      gpu_memory_utilization = std::stof(next());
     } else if (a == "--profile-ops") {
       profile_ops = true;
     } else if (a == "--sections") {
@@ -234,8 +247,15 @@ int main(int argc, char** argv) {
   LlmOptions options;
   options.device = "cuda";
   options.profile_cuda_ops = profile_ops;
-  options.engine.scheduler.max_num_seqs = 256;
-  options.engine.scheduler.max_num_batched_tokens = 8192;
+  options.engine.scheduler.max_num_seqs = max_num_seqs;
+  options.gpu_memory_utilization = gpu_memory_utilization;
+  options.engine.scheduler.max_num_batched_tokens = max_num_batched_tokens;
+  auto policy = ParseCapacityPolicy(capacity_policy);
+  if (!policy.ok()) {
+    std::fprintf(stderr, "cuda_bench: %s\n", policy.status().ToString().c_str());
+    return 2;
+  }
+  options.engine.scheduler.capacity_policy = *policy;
   options.engine.max_model_len = 8192;
   const auto t0 = Clock::now();
   auto created = LLM::Create(model, options);
@@ -363,9 +383,18 @@ int main(int argc, char** argv) {
     auto t = RunEngine(engine, prompts, offline_out, next_id);
     next_id += offline_requests;
     const double tok_s = t.generated / t.total_seconds;
-    out["offline"] = {{"requests", offline_requests},   {"input_len", offline_in},
-                      {"output_len", offline_out},      {"seconds", t.total_seconds},
-                      {"output_tok_s", tok_s},          {"trtllm_published_h100_fp16", 7055},
+    const EngineStats& stats = engine.stats();
+    out["offline"] = {{"requests", offline_requests},
+                      {"input_len", offline_in},
+                      {"max_num_seqs", max_num_seqs},
+                      {"preemptions", stats.num_preemptions},
+                      {"capacity_policy", capacity_policy},
+                      {"max_num_batched_tokens", max_num_batched_tokens},
+                      {"gpu_memory_utilization", gpu_memory_utilization},
+                      {"output_len", offline_out},
+                      {"seconds", t.total_seconds},
+                      {"output_tok_s", tok_s},
+                      {"trtllm_published_h100_fp16", 7055},
                       {"ratio_to_trtllm", tok_s / 7055}};
     std::printf(
         "4. offline %d x %d/%d: %.0f output tok/s in %.1f s (TensorRT-LLM published 7055 "

@@ -11,8 +11,11 @@ against HF fp32 exceeds HF bf16's own (x1.25, or 0.05 nats when that is smaller)
 part after a gap that the measured error does not explain (top-2 gap >= 0.05 and >= twice the
 CUDA-vs-CPU error).
 
-usage: check_cuda.py --kiln "RUNNER kiln" --model DIR --json OUT [--lengths 7,83,300] [--new 16]
-       [--skip-cpu] [--skip-hf]
+usage: check_cuda.py --kiln "RUNNER kiln" --model DIR|FILE.gguf --json OUT [--lengths 7,83,300]
+       [--new 16] [--vocab N] [--skip-cpu] [--skip-hf]
+
+A .gguf model (e.g. the default SmolLM2-135M-Instruct Q4_1) needs --vocab; transformers reads it
+with its GGUF loader (the `gguf` package), dequantized to the compared dtype.
 """
 import argparse
 import json
@@ -67,7 +70,12 @@ def compare(ref_lines, got_lines, label, report, bound=None):
 def hf_logprobs(model_dir, lines, dtype):
     import torch
     from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).cuda().eval()
+    if model_dir.endswith(".gguf"):
+        model = AutoModelForCausalLM.from_pretrained(
+            os.path.dirname(os.path.abspath(model_dir)), gguf_file=os.path.basename(model_dir),
+            dtype=getattr(torch, dtype)).cuda().eval()
+    else:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).cuda().eval()
     out = []
     for line in lines:
         prompt = line["prompt_token_ids"]
@@ -101,8 +109,12 @@ def main():
     ap.add_argument("--skip-hf", action="store_true")
     a = ap.parse_args()
     kiln = shlex.split(a.kiln)
-    cfg = json.load(open(os.path.join(a.model, "config.json")))
-    vocab = a.vocab or cfg["vocab_size"]
+    if a.model.endswith(".gguf"):
+        if not a.vocab:
+            sys.exit("check_cuda.py: a .gguf model needs --vocab")
+        vocab = a.vocab
+    else:
+        vocab = a.vocab or json.load(open(os.path.join(a.model, "config.json")))["vocab_size"]
     rng = random.Random(5)
     prompts = tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False)
     for n in (int(x) for x in a.lengths.split(",")):
@@ -114,6 +126,11 @@ def main():
     if not a.skip_cpu:
         cpu, report["cpu_seconds"] = generate(kiln, a.model, prompts.name, "cpu", a.new)
         ok &= compare(cpu, cuda, "cuda_vs_cpu", report)
+        report["cuda_vs_cpu"]["identical_prompts"] = sum(
+            c["completions"][0]["token_ids"] == g["completions"][0]["token_ids"]
+            for c, g in zip(cpu, cuda))
+        print(f"cuda_vs_cpu: {report['cuda_vs_cpu']['identical_prompts']} of {len(cpu)} prompts "
+              f"give identical greedy tokens")
     if not a.skip_hf:
         # HF is teacher-forced on kiln's tokens, so only logprobs are compared (tokens are kiln's).
         hf = {}

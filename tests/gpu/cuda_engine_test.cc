@@ -10,7 +10,8 @@
 //     differing position under max(kNearTie, twice the logprob error measured on that
 //     completion), each divergence printed with its gap;
 //   - alone vs batched on the GPU: a request's greedy tokens alone and inside batches of 8 and 64
-//     are equal, except after a near-tie (gap < 1e-2), every divergence reported;
+//     are equal, except after a near-tie (gap < max(1e-2, twice the logprob difference measured
+//     before it)), every divergence reported; logprobs within kLogprobTolerance;
 //   - 10,000 requests leave device memory where the first 500 left it (no leak).
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -35,6 +36,12 @@ namespace {
 
 constexpr float kLogprobTolerance = 0.1f;
 constexpr float kNearTie = 0.05f;
+// Alone vs batched: the near-tie bound, raised to twice the logprob difference measured
+// on the completion (CompareCompletion). Alone (batch 1-2) decodes through kernels::Gemv,
+// batches through cuBLASLt: their fp32 sums differ in order, so a bf16 output now and then rounds
+// the other way, and over 30 layers that moves logprobs by ~0.01; a batching bug (rows mixed or
+// stale) moves them by far more than kLogprobTolerance.
+constexpr float kBatchNearTie = 1e-2f;
 
 std::string TempDir(const std::string& stem) {
   return (std::filesystem::path(::testing::TempDir()) /
@@ -94,17 +101,19 @@ float Gap(const ScoredToken& t) {
   return t.top_logprobs.size() >= 2 ? t.top_logprobs[0].logprob - t.top_logprobs[1].logprob : 1e9f;
 }
 
-// Compares the GPU's completion with the CPU's; returns the largest logprob difference over the
-// CPU's top-N up to the first divergence, and fails on a divergence its gap does not explain.
+// Compares completion `got` with the reference `want`; returns the largest logprob difference
+// over the reference's top-N up to the first divergence, and fails on a divergence its gap does
+// not explain: the reference's top-2 gap there must be under max(near_tie, twice that
+// difference), i.e. within the numerical noise measured on the same completion.
 // NOTE: synthetic weights use HF's initializer range (stddev 0.02): larger ones make activations
 // grow with depth and the bf16 error with them.
-float CompareCompletion(const CompletionOutput& cpu, const CompletionOutput& gpu,
-                        const std::string& label) {
+float CompareCompletion(const CompletionOutput& want, const CompletionOutput& got,
+                        const std::string& label, float near_tie = kNearTie) {
   float max_diff = 0;
-  const size_t n = std::min(cpu.token_ids.size(), gpu.token_ids.size());
+  const size_t n = std::min(want.token_ids.size(), got.token_ids.size());
   for (size_t i = 0; i < n; ++i) {
-    const ScoredToken& c = cpu.logprobs[i];
-    const ScoredToken& g = gpu.logprobs[i];
+    const ScoredToken& c = want.logprobs[i];
+    const ScoredToken& g = got.logprobs[i];
     for (const TokenLogprob& top : c.top_logprobs) {
       for (const TokenLogprob& other : g.top_logprobs) {
         if (other.token_id == top.token_id) {
@@ -112,10 +121,10 @@ float CompareCompletion(const CompletionOutput& cpu, const CompletionOutput& gpu
         }
       }
     }
-    if (cpu.token_ids[i] != gpu.token_ids[i]) {
-      std::printf("%s: diverges at token %zu (cpu %d, gpu %d), cpu top-2 gap %.4f\n", label.c_str(),
-                  i, cpu.token_ids[i], gpu.token_ids[i], Gap(c));
-      EXPECT_LT(Gap(c), std::max(kNearTie, 2 * max_diff))
+    if (want.token_ids[i] != got.token_ids[i]) {
+      std::printf("%s: diverges at token %zu (%d vs %d), top-2 gap %.4f, |dlogprob| before %.4f\n",
+                  label.c_str(), i, want.token_ids[i], got.token_ids[i], Gap(c), max_diff);
+      EXPECT_LT(Gap(c), std::max(near_tie, 2 * max_diff))
           << label << ": diverged at token " << i << " without a tie";
       break;
     }
@@ -198,6 +207,7 @@ TEST(CudaEngine, AloneAndBatchedAgree) {
     alone.push_back((*r)[0].completions[0]);
   }
   int divergences = 0;
+  float max_diff = 0;
   for (int batch : {8, 64}) {
     for (size_t begin = 0; begin < prompts.size(); begin += batch) {
       std::vector<Prompt> group(prompts.begin() + begin, prompts.begin() + begin + batch);
@@ -206,18 +216,19 @@ TEST(CudaEngine, AloneAndBatchedAgree) {
       for (int i = 0; i < batch; ++i) {
         const CompletionOutput& a = alone[begin + i];
         const CompletionOutput& b = (*r)[i].completions[0];
-        for (size_t t = 0; t < a.token_ids.size(); ++t) {
-          if (a.token_ids[t] == b.token_ids[t]) continue;
-          const float gap = Gap(a.logprobs[t]);
-          std::printf("batch %d, request %zu: diverges at token %zu, top-2 gap %.5f\n", batch,
-                      begin + i, t, gap);
-          ++divergences;
-          EXPECT_LT(gap, 1e-2f) << "request " << begin + i << " in a batch of " << batch;
-          break;
-        }
+        if (a.token_ids != b.token_ids) ++divergences;
+        max_diff =
+            std::max(max_diff, CompareCompletion(a, b,
+                                                 "batch " + std::to_string(batch) + ", request " +
+                                                     std::to_string(begin + i),
+                                                 kBatchNearTie));
       }
     }
   }
+  std::printf("alone vs batched: max |dlogprob| %.4f before any divergence\n", max_diff);
+  RecordProperty("alone_vs_batched_divergences", divergences);
+  RecordProperty("alone_vs_batched_max_dlogprob", std::to_string(max_diff));
+  EXPECT_LT(max_diff, kLogprobTolerance);
   std::printf("alone vs batched: %d divergences over 128 batched requests\n", divergences);
   std::filesystem::remove_all(m.dir);
 }
