@@ -47,62 +47,106 @@ __global__ void EmbeddingKernel(const int32_t* ids, const bf16* table, int32_t h
   }
 }
 
-// One block per row; the row (after the residual add) waits in shared memory between the two
-// passes, so global memory is read once. It waits as bf16: every value is one (x, or the sum
-// rounded to bf16), and fp32 would take 48 KiB at the largest dim, over the 48 KiB a launch gets
-// without an opt-in once BlockSum's static shared memory is added.
-constexpr int kNormThreads = 256;
-constexpr int kNormMaxDim = 12288;  // 24 KiB of bf16 shared memory
+// Residual streams: bf16 (HF's bf16 model: the sum is rounded before it is normalized) or fp32
+// (the sum keeps 24 bits). Load/store 8 values as floats.
+__device__ __forceinline__ float RoundSum(float v, const bf16*) {
+  return __bfloat162float(__float2bfloat16(v));
+}
+__device__ __forceinline__ float RoundSum(float v, const float*) { return v; }
+__device__ __forceinline__ void Store(bf16* p, float v) { *p = __float2bfloat16(v); }
+__device__ __forceinline__ void Store(float* p, float v) { *p = v; }
+__device__ __forceinline__ float Load(const bf16* p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float Load(const float* p) { return *p; }
 
-__global__ void RmsNormKernel(const bf16* x, int64_t ldx, bf16* residual, const int32_t* row_ids,
-                              int32_t dim, const bf16* weight, float eps, bf16* out, int64_t ldo) {
-  extern __shared__ bf16 row_values[];
+__device__ __forceinline__ void Load8(const bf16* p, float (&v)[8]) {
+  const Bf16x8 b = *reinterpret_cast<const Bf16x8*>(p);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 f = __bfloat1622float2(b.h[e]);
+    v[2 * e] = f.x;
+    v[2 * e + 1] = f.y;
+  }
+}
+__device__ __forceinline__ void Load8(const float* p, float (&v)[8]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void Store8(bf16* p, const float (&v)[8]) {
+  Bf16x8 b;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) b.h[e] = __floats2bfloat162_rn(v[2 * e], v[2 * e + 1]);
+  *reinterpret_cast<Bf16x8*>(p) = b;
+}
+__device__ __forceinline__ void Store8(float* p, const float (&v)[8]) {
+  reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+  reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+// Which residual update a norm does.
+struct NormResidual {
+  bool add = false;   // normalize residual + x (else x alone)
+  bool init = false;  // with add: the residual is taken as 0 (the embeddings of layer 0)
+};
+
+constexpr int kNormThreads = 256;
+constexpr int kNormMaxDim = 12288;
+
+// One block per row, any dim and stride: two passes over global memory (the second re-reads the
+// row from L2; the row is not parked in shared memory, which would take 48 KiB of fp32 at the
+// largest dim). The summed row is stored back into the residual unless rows are picked.
+template <typename R>
+__global__ void RmsNormKernel(const bf16* x, int64_t ldx, R* residual, NormResidual mode,
+                              const int32_t* row_ids, int32_t dim, const bf16* weight, float eps,
+                              bf16* out, int64_t ldo) {
   const int64_t row = row_ids != nullptr ? row_ids[blockIdx.x] : blockIdx.x;
   const bf16* xr = x + row * ldx;
-  bf16* rr = residual != nullptr ? residual + row * ldx : nullptr;
+  R* rr = mode.add ? residual + row * ldx : nullptr;
+  const bool store = rr != nullptr && row_ids == nullptr;
+  auto value = [&](int i) {
+    float v = __bfloat162float(xr[i]);
+    if (rr != nullptr) v = RoundSum((mode.init ? 0.0f : Load(rr + i)) + v, rr);
+    return v;
+  };
   float sum_sq = 0.0f;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-    float v = __bfloat162float(xr[i]);
-    if (rr != nullptr) {
-      // HF: hidden = residual + delta in bf16, so the sum is rounded before it is normalized.
-      const bf16 sum = __float2bfloat16(__bfloat162float(rr[i]) + v);
-      if (row_ids == nullptr) rr[i] = sum;
-      v = __bfloat162float(sum);
-    }
-    row_values[i] = __float2bfloat16(v);  // exact: v is a bf16 value
+    const float v = value(i);
+    if (store) Store(rr + i, v);
     sum_sq += v * v;
   }
   const float inv = rsqrtf(BlockSum(sum_sq) / static_cast<float>(dim) + eps);
   bf16* o = out + int64_t{blockIdx.x} * ldo;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+    // Each thread re-reads only elements it wrote itself: no barrier needed.
+    const float v = store ? Load(rr + i) : value(i);
     // HF: the normalized row is cast back to bf16, then multiplied by the weight.
-    const float normed = __bfloat162float(__float2bfloat16(__bfloat162float(row_values[i]) * inv));
+    const float normed = __bfloat162float(__float2bfloat16(v * inv));
     o[i] = __float2bfloat16(normed * __bfloat162float(weight[i]));
   }
 }
 
-// The vectorized twin of RmsNormKernel (same roundings): each thread keeps kVecs 16-byte
-// pieces of the row in registers and issues every load (x, residual, weight) before the first
-// use, so a row costs about one memory latency; at batch 1 the scalar loop above is a chain of
-// dependent loads (~13 us a call, 64 calls a token on an 8B model).
-// REQUIRES: dim, ldx, ldo multiples of 8, pointers 16-byte aligned, dim <= 8 * kVecs * blockDim.
-template <int kVecs>
-__global__ void RmsNormVecKernel(const bf16* x, int64_t ldx, bf16* residual, const int32_t* row_ids,
-                                 int32_t dim, const bf16* weight, float eps, bf16* out,
-                                 int64_t ldo) {
+// The vectorized twin of RmsNormKernel (same roundings): each thread keeps kVecs pieces of 8
+// elements in registers and issues every load (x, residual, weight) before the first use, so a
+// row costs about one memory latency; at batch 1 the scalar loop is a chain of dependent loads
+// (~13 us a call, 64 calls a token on an 8B model).
+// REQUIRES: dim and ldx, ldo multiples of 8, pointers 16-byte aligned, dim <= 8 * kVecs *
+// blockDim.
+template <int kVecs, typename R>
+__global__ void RmsNormVecKernel(const bf16* x, int64_t ldx, R* residual, NormResidual mode,
+                                 const int32_t* row_ids, int32_t dim, const bf16* weight, float eps,
+                                 bf16* out, int64_t ldo) {
   const int64_t row = row_ids != nullptr ? row_ids[blockIdx.x] : blockIdx.x;
   const int nvec = dim / 8;
-  const auto* xr = reinterpret_cast<const Bf16x8*>(x + row * ldx);
-  auto* rr = residual != nullptr ? reinterpret_cast<Bf16x8*>(residual + row * ldx) : nullptr;
-  const auto* wr = reinterpret_cast<const Bf16x8*>(weight);
-  Bf16x8 xv[kVecs], rv[kVecs], wv[kVecs];
+  const bf16* xr = x + row * ldx;
+  R* rr = mode.add ? residual + row * ldx : nullptr;
+  float v[kVecs][8], r[kVecs][8];
+  Bf16x8 wv[kVecs];
 #pragma unroll
   for (int j = 0; j < kVecs; ++j) {
     const int i = threadIdx.x + j * blockDim.x;
     if (i < nvec) {
-      xv[j] = xr[i];
-      if (rr != nullptr) rv[j] = rr[i];
-      wv[j] = wr[i];
+      Load8(xr + 8 * i, v[j]);
+      if (rr != nullptr && !mode.init) Load8(rr + 8 * i, r[j]);
+      wv[j] = reinterpret_cast<const Bf16x8*>(weight)[i];
     }
   }
   float sum_sq = 0.0f;
@@ -110,36 +154,71 @@ __global__ void RmsNormVecKernel(const bf16* x, int64_t ldx, bf16* residual, con
   for (int j = 0; j < kVecs; ++j) {
     const int i = threadIdx.x + j * blockDim.x;
     if (i >= nvec) continue;
+    if (rr != nullptr) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float2 v = __bfloat1622float2(xv[j].h[e]);
-      if (rr != nullptr) {
-        // HF: hidden = residual + delta in bf16, so the sum is rounded before it is normalized.
-        const float2 r = __bfloat1622float2(rv[j].h[e]);
-        xv[j].h[e] = __floats2bfloat162_rn(r.x + v.x, r.y + v.y);
-        v = __bfloat1622float2(xv[j].h[e]);
-      }
-      sum_sq += v.x * v.x + v.y * v.y;
+      for (int e = 0; e < 8; ++e) v[j][e] = RoundSum((mode.init ? 0.0f : r[j][e]) + v[j][e], rr);
+      if (row_ids == nullptr) Store8(rr + 8 * i, v[j]);
     }
-    if (rr != nullptr && row_ids == nullptr) rr[i] = xv[j];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) sum_sq += v[j][e] * v[j][e];
   }
   const float inv = rsqrtf(BlockSum(sum_sq) / static_cast<float>(dim) + eps);
-  auto* o = reinterpret_cast<Bf16x8*>(out + int64_t{blockIdx.x} * ldo);
+  bf16* o = out + int64_t{blockIdx.x} * ldo;
 #pragma unroll
   for (int j = 0; j < kVecs; ++j) {
     const int i = threadIdx.x + j * blockDim.x;
     if (i >= nvec) continue;
-    Bf16x8 y;
+    float y[8];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float2 v = __bfloat1622float2(xv[j].h[e]);
       const float2 w = __bfloat1622float2(wv[j].h[e]);
       // HF: the normalized row is cast back to bf16, then multiplied by the weight.
-      const float2 n = __bfloat1622float2(__floats2bfloat162_rn(v.x * inv, v.y * inv));
-      y.h[e] = __floats2bfloat162_rn(n.x * w.x, n.y * w.y);
+      y[2 * e] = __bfloat162float(__float2bfloat16(v[j][2 * e] * inv)) * w.x;
+      y[2 * e + 1] = __bfloat162float(__float2bfloat16(v[j][2 * e + 1] * inv)) * w.y;
     }
-    o[i] = y;
+    Store8(o + 8 * i, y);
   }
+}
+
+template <typename R>
+cudaError_t LaunchRmsNorm(const bf16* x, int64_t ldx, R* residual, NormResidual mode,
+                          const int32_t* row_ids, int32_t num_rows, int32_t dim, const bf16* weight,
+                          float eps, bf16* out, int64_t ldo, cudaStream_t stream) {
+  if (num_rows == 0) return cudaSuccess;
+  if (dim <= 0 || dim > kNormMaxDim) return cudaErrorInvalidValue;
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const bool vec = dim % 8 == 0 && ldx % 8 == 0 && ldo % 8 == 0 && aligned(x) && aligned(out) &&
+                   aligned(weight) && (residual == nullptr || aligned(residual));
+  if (!vec) {
+    RmsNormKernel<R><<<num_rows, kNormThreads, 0, stream>>>(x, ldx, residual, mode, row_ids, dim,
+                                                            weight, eps, out, ldo);
+    return cudaGetLastError();
+  }
+  const int nvec = dim / 8;
+  const int threads = nvec <= 128 ? 128 : kNormThreads;
+  const int vecs = (nvec + threads - 1) / threads;  // <= 6 for dim <= kNormMaxDim
+  auto launch = [&](auto kernel) {
+    kernel<<<num_rows, threads, 0, stream>>>(x, ldx, residual, mode, row_ids, dim, weight, eps, out,
+                                             ldo);
+  };
+  switch (vecs) {
+    case 1:
+      launch(RmsNormVecKernel<1, R>);
+      break;
+    case 2:
+      launch(RmsNormVecKernel<2, R>);
+      break;
+    case 3:
+      launch(RmsNormVecKernel<3, R>);
+      break;
+    case 4:
+      launch(RmsNormVecKernel<4, R>);
+      break;
+    default:
+      launch(RmsNormVecKernel<6, R>);
+      break;
+  }
+  return cudaGetLastError();
 }
 
 // Blocks of one token's (head, pair) work items: one item per thread, so a decode step's few
@@ -219,40 +298,17 @@ cudaError_t EmbeddingLookup(const int32_t* ids, int32_t num_tokens, const bf16* 
 cudaError_t RmsNorm(const bf16* x, int64_t ldx, bf16* residual, const int32_t* row_ids,
                     int32_t num_rows, int32_t dim, const bf16* weight, float eps, bf16* out,
                     int64_t ldo, cudaStream_t stream) {
-  if (num_rows == 0) return cudaSuccess;
-  if (dim > kNormMaxDim) return cudaErrorInvalidValue;
-  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool vec = dim % 8 == 0 && ldx % 8 == 0 && ldo % 8 == 0 && aligned(x) && aligned(out) &&
-                   aligned(weight) && (residual == nullptr || aligned(residual));
-  if (!vec) {
-    RmsNormKernel<<<num_rows, kNormThreads, dim * sizeof(bf16), stream>>>(
-        x, ldx, residual, row_ids, dim, weight, eps, out, ldo);
-    return cudaGetLastError();
-  }
-  const int nvec = dim / 8;
-  const int threads = nvec <= 128 ? 128 : kNormThreads;
-  const int vecs = (nvec + threads - 1) / threads;  // <= 6 for dim <= kNormMaxDim
-  auto launch = [&](auto kernel) {
-    kernel<<<num_rows, threads, 0, stream>>>(x, ldx, residual, row_ids, dim, weight, eps, out, ldo);
-  };
-  switch (vecs) {
-    case 1:
-      launch(RmsNormVecKernel<1>);
-      break;
-    case 2:
-      launch(RmsNormVecKernel<2>);
-      break;
-    case 3:
-      launch(RmsNormVecKernel<3>);
-      break;
-    case 4:
-      launch(RmsNormVecKernel<4>);
-      break;
-    default:
-      launch(RmsNormVecKernel<6>);
-      break;
-  }
-  return cudaGetLastError();
+  return LaunchRmsNorm(x, ldx, residual, NormResidual{residual != nullptr, false}, row_ids,
+                       num_rows, dim, weight, eps, out, ldo, stream);
+}
+
+cudaError_t RmsNormF32Residual(const bf16* x, int64_t ldx, float* residual, bool init,
+                               const int32_t* row_ids, int32_t num_rows, int32_t dim,
+                               const bf16* weight, float eps, bf16* out, int64_t ldo,
+                               cudaStream_t stream) {
+  if (residual == nullptr || (init && row_ids != nullptr)) return cudaErrorInvalidValue;
+  return LaunchRmsNorm(x, ldx, residual, NormResidual{true, init}, row_ids, num_rows, dim, weight,
+                       eps, out, ldo, stream);
 }
 
 cudaError_t RopeStoreKv(const RopeKvArgs& args, cudaStream_t stream) {

@@ -24,6 +24,17 @@ cudaError_t RmsNorm(const __nv_bfloat16* x, int64_t ldx, __nv_bfloat16* residual
                     const __nv_bfloat16* weight, float eps, __nv_bfloat16* out, int64_t ldo,
                     cudaStream_t stream);
 
+// RmsNorm over an fp32 residual stream: residual[t] = residual[t] + x[t] in fp32 (no rounding:
+// the stream keeps 24 bits where HF's bf16 model keeps 8, which decides the error of models
+// with outlier channels; the CPU backend's stream is fp32 too), then out as RmsNorm's (the
+// normalized row rounded to bf16, times the weight, rounded). init: the residual is taken as 0,
+// so it becomes x (layer 0's embeddings). row_ids picks rows as RmsNorm does (the sum is then
+// not stored; not with init). residual rows share x's stride ldx.
+cudaError_t RmsNormF32Residual(const __nv_bfloat16* x, int64_t ldx, float* residual, bool init,
+                               const int32_t* row_ids, int32_t num_rows, int32_t dim,
+                               const __nv_bfloat16* weight, float eps, __nv_bfloat16* out,
+                               int64_t ldo, cudaStream_t stream);
+
 // Rotary embedding fused with the KV-cache write. qkv: [num_tokens, (num_heads + 2 *
 // num_kv_heads) * head_dim] rows (q heads, then k heads, then v heads), row stride ld. Rotates the
 // q heads in place and writes the rotated k heads and the v heads of token t to cache slot

@@ -9,8 +9,9 @@
 //
 // Tolerances, per kernel:
 //   - EmbeddingLookup (cpu::DecodeRows of a bf16 table), FloatToBf16 (kiln::F32ToBF16; NaN in,
-//     any NaN out), RmsNorm's residual sum bf16(residual + x), RoPE's V heads: bitwise. Each is a
-//     copy, or one f32 operation rounded once the same way on both sides.
+//     any NaN out), RmsNorm's residual sum bf16(residual + x), RmsNormF32Residual's fp32 sum,
+//     RoPE's V heads: bitwise. Each is a copy, or one f32 operation (rounded once the same way)
+//     on both sides.
 //   - RopeStoreKv q and k heads: the output must be the bf16 rounding of a value within
 //     kRopeErr * (|y0| + |y1|) of the twin's f32 result for the pair (y0, y1). Both sides
 //     compute the same f32 angle; cosf/sinf differ by at most 2.5 f32 ulps (CUDA's sincosf is
@@ -40,6 +41,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <iterator>
 #include <limits>
 #include <numeric>
@@ -189,6 +191,8 @@ struct NormCase {
   bool residual = false;
   int num_input_rows = 0;  // > 0: out row i normalizes a random row_ids[i] < num_input_rows
   float eps = 1e-5f;
+  bool f32_residual = false;  // RmsNormF32Residual: an fp32 stream, the sum not rounded
+  bool init = false;          // with f32_residual: the stream starts as x
 };
 
 void RunRmsNorm(const NormCase& c, uint32_t seed, const std::string& what) {
@@ -217,14 +221,26 @@ void RunRmsNorm(const NormCase& c, uint32_t seed, const std::string& what) {
     row_ids.resize(c.num_rows);
   }
 
-  // The rows the kernel normalizes: x, or HF's bf16(residual + x).
+  // An fp32 stream holds values bf16 cannot: the bf16 draws times (1 + u * 2^-10).
+  std::vector<float> res32(res.size(), std::numeric_limits<float>::quiet_NaN());
+  std::uniform_real_distribution<float> frac(-1.0f, 1.0f);
+  for (int r = 0; r < in_rows; ++r) {
+    for (int d = 0; d < dim; ++d)
+      res32[r * ldx + d] = Bf(res[r * ldx + d]) * (1 + frac(rng) / 1024);
+  }
+
+  // The rows the kernel normalizes: x, HF's bf16(residual + x), or the fp32 residual + x.
   std::vector<float> h(size_t(c.num_rows) * dim);
   Bits sum(res.size());  // residual + x rounded, where the kernel stores it
+  std::vector<float> sum32(res32.size());
   for (int i = 0; i < c.num_rows; ++i) {
     const int64_t r = pick ? row_ids[i] : i;
     for (int d = 0; d < dim; ++d) {
       float v = Bf(x[r * ldx + d]);
-      if (c.residual) {
+      if (c.f32_residual) {
+        sum32[r * ldx + d] = (c.init ? 0.0f : res32[r * ldx + d]) + v;
+        v = sum32[r * ldx + d];
+      } else if (c.residual) {
         sum[r * ldx + d] = Round(Bf(res[r * ldx + d]) + v);
         v = Bf(sum[r * ldx + d]);
       }
@@ -245,9 +261,17 @@ void RunRmsNorm(const NormCase& c, uint32_t seed, const std::string& what) {
   dw.Upload(w);
   dids.Upload(row_ids);
   dout.Upload(Bits(out_elems, kPoison));
-  CUDA_OK(RmsNorm(AsBf16(dx.ptr), ldx, c.residual ? AsBf16(dres.ptr) : nullptr,
-                  pick ? dids.ptr : nullptr, c.num_rows, dim, AsBf16(dw.ptr), c.eps,
-                  AsBf16(dout.ptr), ldo, nullptr));
+  Dev<float> dres32(c.f32_residual ? res32.size() : 0);
+  if (c.f32_residual) {
+    dres32.Upload(res32);
+    CUDA_OK(RmsNormF32Residual(AsBf16(dx.ptr), ldx, dres32.ptr, c.init, pick ? dids.ptr : nullptr,
+                               c.num_rows, dim, AsBf16(dw.ptr), c.eps, AsBf16(dout.ptr), ldo,
+                               nullptr));
+  } else {
+    CUDA_OK(RmsNorm(AsBf16(dx.ptr), ldx, c.residual ? AsBf16(dres.ptr) : nullptr,
+                    pick ? dids.ptr : nullptr, c.num_rows, dim, AsBf16(dw.ptr), c.eps,
+                    AsBf16(dout.ptr), ldo, nullptr));
+  }
   CUDA_OK(cudaDeviceSynchronize());
   const Bits out = dout.Download(out_elems), res_after = dres.Download(res.size());
 
@@ -261,6 +285,23 @@ void RunRmsNorm(const NormCase& c, uint32_t seed, const std::string& what) {
       }
       for (int64_t d = dim; d < ldo; ++d) tally.Kept(out[i * ldo + d], kPoison, i, d);
     }
+  }
+  if (c.f32_residual) {
+    // The fp32 sum goes back bit for bit (one IEEE addition each side), except with row_ids.
+    const std::vector<float> after = dres32.Download(res32.size());
+    int64_t wrong = 0;
+    for (int r = 0; r < in_rows; ++r) {
+      for (int64_t d = 0; d < ldx; ++d) {
+        const size_t k = r * ldx + d;
+        const float want = !pick && d < dim ? sum32[k] : res32[k];
+        if (std::memcmp(&after[k], &want, sizeof(float)) != 0 && wrong++ < 5) {
+          ADD_FAILURE() << what << " fp32 residual [" << r << ", " << d << "]: got " << after[k]
+                        << ", want " << want;
+        }
+      }
+    }
+    EXPECT_EQ(wrong, 0) << what;
+    return;
   }
   if (!c.residual) return;
   // The sum goes back into residual, except with row_ids (the logits rows), where it is kept.
@@ -617,6 +658,33 @@ TEST(RmsNormGpu, RowIdsPickScatteredRows) {
              501, "rmsnorm row_ids 7 of 769 +residual dim=5125 strided");
   RunRmsNorm({.num_rows = 769, .dim = 576, .ldx_pad = 5, .ldo_pad = 9, .num_input_rows = 5125}, 502,
              "rmsnorm row_ids 769 of 5125 dim=576 strided");
+}
+
+TEST(RmsNormGpu, Fp32ResidualStream) {
+  REQUIRE_GPU();
+  uint32_t seed = 700;
+  for (int dim : {576, 4096, 5125}) {
+    for (int t : {1, 7, 769}) {
+      for (bool init : {false, true}) {
+        RunRmsNorm({.num_rows = t,
+                    .dim = dim,
+                    .ldx_pad = dim % 8 == 0 ? 8 : 3,
+                    .ldo_pad = 5,
+                    .f32_residual = true,
+                    .init = init},
+                   seed++,
+                   "rmsnorm f32 residual t=" + std::to_string(t) + " dim=" + std::to_string(dim) +
+                       (init ? " init" : ""));
+      }
+    }
+  }
+  // The logits rows: picked, the sum not stored; and the largest dim.
+  RunRmsNorm({.num_rows = 83, .dim = 4096, .num_input_rows = 5125, .f32_residual = true}, 720,
+             "rmsnorm f32 residual row_ids");
+  RunRmsNorm({.num_rows = 7, .dim = 12288, .f32_residual = true}, 721,
+             "rmsnorm f32 residual dim=12288");
+  RunRmsNorm({.num_rows = 7, .dim = 12287, .ldx_pad = 1, .f32_residual = true}, 722,
+             "rmsnorm f32 residual dim=12287 (scalar path)");
 }
 
 TEST(RmsNormGpu, MaxDim) {

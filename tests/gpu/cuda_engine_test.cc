@@ -10,8 +10,8 @@
 //     differing position under max(kNearTie, twice the logprob error measured on that
 //     completion), each divergence printed with its gap;
 //   - alone vs batched on the GPU: a request's greedy tokens alone and inside batches of 8 and 64
-//     are equal, except after a near-tie (gap < max(1e-2, twice the logprob difference measured
-//     before it)), every divergence reported; logprobs within kLogprobTolerance;
+//     are equal, except after a near-tie (gap < 1e-2), every divergence reported; logprobs
+//     within kLogprobTolerance;
 //   - 10,000 requests leave device memory where the first 500 left it (no leak).
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -36,11 +36,10 @@ namespace {
 
 constexpr float kLogprobTolerance = 0.1f;
 constexpr float kNearTie = 0.05f;
-// Alone vs batched: the near-tie bound, raised to twice the logprob difference measured
-// on the completion (CompareCompletion). Alone (batch 1-2) decodes through kernels::Gemv,
-// batches through cuBLASLt: their fp32 sums differ in order, so a bf16 output now and then rounds
-// the other way, and over 30 layers that moves logprobs by ~0.01; a batching bug (rows mixed or
-// stale) moves them by far more than kLogprobTolerance.
+// Alone vs batched: the near-tie bound, flat. Alone (batch 1-2) decodes through
+// kernels::Gemv, batches through cuBLASLt: their fp32 sums differ in order, so now and then a
+// bf16 output rounds the other way; with the fp32 residual stream that moves logprobs by < 0.01
+// on this model (0.03 with a bf16 stream), so only real near-ties may part them.
 constexpr float kBatchNearTie = 1e-2f;
 
 std::string TempDir(const std::string& stem) {
@@ -103,12 +102,13 @@ float Gap(const ScoredToken& t) {
 
 // Compares completion `got` with the reference `want`; returns the largest logprob difference
 // over the reference's top-N up to the first divergence, and fails on a divergence its gap does
-// not explain: the reference's top-2 gap there must be under max(near_tie, twice that
-// difference), i.e. within the numerical noise measured on the same completion.
+// not explain: the reference's top-2 gap there must be under max(near_tie, noise_factor times
+// that difference), i.e. within the numerical noise measured on the same completion.
 // NOTE: synthetic weights use HF's initializer range (stddev 0.02): larger ones make activations
 // grow with depth and the bf16 error with them.
 float CompareCompletion(const CompletionOutput& want, const CompletionOutput& got,
-                        const std::string& label, float near_tie = kNearTie) {
+                        const std::string& label, float near_tie = kNearTie,
+                        float noise_factor = 2.0f) {
   float max_diff = 0;
   const size_t n = std::min(want.token_ids.size(), got.token_ids.size());
   for (size_t i = 0; i < n; ++i) {
@@ -124,7 +124,7 @@ float CompareCompletion(const CompletionOutput& want, const CompletionOutput& go
     if (want.token_ids[i] != got.token_ids[i]) {
       std::printf("%s: diverges at token %zu (%d vs %d), top-2 gap %.4f, |dlogprob| before %.4f\n",
                   label.c_str(), i, want.token_ids[i], got.token_ids[i], Gap(c), max_diff);
-      EXPECT_LT(Gap(c), std::max(near_tie, 2 * max_diff))
+      EXPECT_LT(Gap(c), std::max(near_tie, noise_factor * max_diff))
           << label << ": diverged at token " << i << " without a tie";
       break;
     }
@@ -221,7 +221,7 @@ TEST(CudaEngine, AloneAndBatchedAgree) {
             std::max(max_diff, CompareCompletion(a, b,
                                                  "batch " + std::to_string(batch) + ", request " +
                                                      std::to_string(begin + i),
-                                                 kBatchNearTie));
+                                                 kBatchNearTie, /*noise_factor=*/0.0f));
       }
     }
   }

@@ -199,8 +199,10 @@ class CudaRunner final : public ModelRunner {
 
   // Activations, [max_num_tokens, width] each.
   DeviceBuffer workspace_memory_;
-  bf16 *h_ = nullptr, *x_ = nullptr, *qkv_ = nullptr, *attn_ = nullptr, *delta_ = nullptr,
-       *gate_up_ = nullptr, *act_ = nullptr, *rows_ = nullptr;
+  // The residual stream is fp32 (kernels::RmsNormF32Residual), the other activations bf16.
+  float* h_ = nullptr;
+  bf16 *x_ = nullptr, *qkv_ = nullptr, *attn_ = nullptr, *delta_ = nullptr, *gate_up_ = nullptr,
+       *act_ = nullptr, *rows_ = nullptr;
   float* logits_ = nullptr;  // [logit_chunk_, vocab]
   int32_t logit_chunk_ = 0;  // logits rows computed per lm_head pass
   void* attn_workspace_ = nullptr;
@@ -431,7 +433,7 @@ Status CudaRunner::AllocateWorkspace() {
   attn_workspace_bytes_ =
       kernels::PagedDecodeWorkspaceBytes(options_.max_num_seqs, options_.max_model_len, dims);
   auto place = [&](Arena& a) {
-    h_ = a.Take<bf16>(t * h);
+    h_ = a.Take<float>(t * h);
     x_ = a.Take<bf16>(t * h);
     qkv_ = a.Take<bf16>(t * qkv_rows);
     attn_ = a.Take<bf16>(t * c.q_size());
@@ -561,14 +563,15 @@ Status CudaRunner::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32_t 
                               1.0f / std::sqrt(static_cast<float>(c.head_dim))};
 
   Mark(nullptr);
-  KILN_LAUNCH(
-      kernels::EmbeddingLookup(dev_.token_ids, num_tokens, embedding_, c.hidden_size, h_, stream_));
+  KILN_LAUNCH(kernels::EmbeddingLookup(dev_.token_ids, num_tokens, embedding_, c.hidden_size,
+                                       delta_, stream_));
   Mark("embedding");
   for (int i = 0; i < c.num_layers; ++i) {
     const LayerWeights& l = layers_[i];
-    // Layer 0 normalizes the embeddings; later layers first add the previous MLP output.
-    KILN_LAUNCH(kernels::RmsNorm(i == 0 ? h_ : delta_, h, i == 0 ? nullptr : h_, nullptr,
-                                 num_tokens, c.hidden_size, l.input_norm, eps, x_, h, stream_));
+    // Layer 0 starts the residual stream with the embeddings; later layers first add the
+    // previous MLP output.
+    KILN_LAUNCH(kernels::RmsNormF32Residual(delta_, h, h_, /*init=*/i == 0, nullptr, num_tokens,
+                                            c.hidden_size, l.input_norm, eps, x_, h, stream_));
     Mark("rms_norm");
     KILN_RETURN_IF_ERROR(gemm_->Linear(x_, h, num_tokens, l.qkv, qkv_rows, h, l.qkv_bias, qkv_,
                                        qkv_rows, false, stream_));
@@ -612,8 +615,8 @@ Status CudaRunner::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32_t 
     KILN_RETURN_IF_ERROR(
         gemm_->Linear(attn_, q, num_tokens, l.o, h, q, l.o_bias, delta_, h, false, stream_));
     Mark("o");
-    KILN_LAUNCH(kernels::RmsNorm(delta_, h, h_, nullptr, num_tokens, c.hidden_size, l.post_norm,
-                                 eps, x_, h, stream_));
+    KILN_LAUNCH(kernels::RmsNormF32Residual(delta_, h, h_, false, nullptr, num_tokens,
+                                            c.hidden_size, l.post_norm, eps, x_, h, stream_));
     Mark("rms_norm");
     KILN_RETURN_IF_ERROR(gemm_->Linear(x_, h, num_tokens, l.gate_up, 2 * inter, h, l.gate_up_bias,
                                        gate_up_, 2 * inter, false, stream_));
@@ -634,8 +637,9 @@ Status CudaRunner::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32_t 
 Status CudaRunner::EnqueueLogits(int32_t num_rows, int32_t row_offset) {
   const ModelConfig& c = config_;
   const int64_t h = c.hidden_size;
-  KILN_LAUNCH(kernels::RmsNorm(delta_, h, h_, dev_.logit_rows + row_offset, num_rows, c.hidden_size,
-                               final_norm_, c.rms_norm_eps, rows_, h, stream_));
+  KILN_LAUNCH(kernels::RmsNormF32Residual(delta_, h, h_, false, dev_.logit_rows + row_offset,
+                                          num_rows, c.hidden_size, final_norm_, c.rms_norm_eps,
+                                          rows_, h, stream_));
   return gemm_->Linear(rows_, h, num_rows, lm_head_, c.vocab_size, h, nullptr, logits_,
                        c.vocab_size, true, stream_);
 }
