@@ -207,10 +207,13 @@ Row BenchPrefill(const std::string& name, const AttentionDims& d, int num_seqs, 
   return {name, ms * 1e3, flops / (ms * 1e-3) / 1e12, gemm_peak / 1e12, "TFLOP/s"};
 }
 
+// splits > 0 forces the context splits (the sweep); max_seq_len > 0 passes a context limit
+// above the actual length, as the runner's graphs do (their limit is max_model_len).
 Row BenchDecode(const std::string& name, const AttentionDims& d, int num_seqs, int seq_len,
-                double copy_bw, cudaStream_t stream) {
+                double copy_bw, cudaStream_t stream, int splits = 0, int max_seq_len = 0) {
   const int bs = 16;
-  Pool pool(d, bs, num_seqs, seq_len, size_t{3} << 29, 64);
+  const int limit = max_seq_len > 0 ? max_seq_len : seq_len;
+  Pool pool(d, bs, num_seqs, limit, size_t{3} << 29, 64);
   const int64_t width = int64_t{d.num_heads} * d.head_dim;
   __nv_bfloat16 *q, *out;
   int32_t* lens;
@@ -220,7 +223,9 @@ Row BenchDecode(const std::string& name, const AttentionDims& d, int num_seqs, i
   std::vector<int32_t> lens_h(num_seqs, seq_len);
   CK(cudaMalloc(&lens, num_seqs * 4));
   CK(cudaMemcpy(lens, lens_h.data(), num_seqs * 4, cudaMemcpyHostToDevice));
-  const size_t ws_bytes = kiln::kernels::PagedDecodeWorkspaceBytes(num_seqs, seq_len, d);
+  const size_t ws_bytes =
+      splits > 0 ? kiln::kernels::PagedDecodeWorkspaceBytesForSplits(num_seqs, splits, d)
+                 : kiln::kernels::PagedDecodeWorkspaceBytes(num_seqs, limit, d);
   void* ws;
   CK(cudaMalloc(&ws, ws_bytes));
   // One graph launching the kernel once per table set.
@@ -229,8 +234,8 @@ Row BenchDecode(const std::string& name, const AttentionDims& d, int num_seqs, i
   cudaGraphExec_t exec;
   CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   for (int s = 0; s < sets; ++s) {
-    CK(kiln::kernels::PagedDecodeAttention(q, width, pool.Cache(s, bs), lens, num_seqs, seq_len, d,
-                                           ws, ws_bytes, out, width, stream));
+    CK(kiln::kernels::PagedDecodeAttention(q, width, pool.Cache(s, bs), lens, num_seqs, limit, d,
+                                           ws, ws_bytes, out, width, stream, splits));
   }
   CK(cudaStreamEndCapture(stream, &graph));
   CK(cudaGraphInstantiate(&exec, graph, 0));
@@ -250,11 +255,14 @@ Row BenchDecode(const std::string& name, const AttentionDims& d, int num_seqs, i
 
 int main(int argc, char** argv) {
   std::string json_path;
+  bool sweep = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--json" && i + 1 < argc) {
       json_path = argv[++i];
+    } else if (std::string(argv[i]) == "--split-sweep") {
+      sweep = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--json PATH]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--json PATH] [--split-sweep]\n", argv[0]);
       return 2;
     }
   }
@@ -284,6 +292,18 @@ int main(int argc, char** argv) {
   }
   rows.push_back(BenchDecode("decode llama8b b1 x 32768", llama, 1, 32768, copy_bw, stream));
   rows.push_back(BenchDecode("decode smollm2 b64 x 1024", smol, 64, 1024, copy_bw, stream));
+  // Decode splits under a graph-like context limit of 8,192 (the runner's max_model_len): the
+  // kernel's own choice (auto) against forced split counts.
+  if (sweep) {
+    const std::pair<int, int> shapes[] = {{64, 1024}, {128, 1024}, {220, 1536}, {256, 1024}};
+    for (const auto& [batch, ctx] : shapes) {
+      for (int splits : {0, 1, 2, 3, 4, 5, 6, 8, 12}) {
+        rows.push_back(BenchDecode("sweep b" + std::to_string(batch) + " x " + std::to_string(ctx) +
+                                       " splits " + (splits ? std::to_string(splits) : "auto"),
+                                   llama, batch, ctx, copy_bw, stream, splits, 8192));
+      }
+    }
+  }
 
   nlohmann::json j;
   j["device"] = prop.name;

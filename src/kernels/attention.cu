@@ -534,10 +534,16 @@ size_t PagedDecodeWorkspaceBytes(int32_t max_num_seqs, int32_t max_seq_len,
   return bytes;
 }
 
+size_t PagedDecodeWorkspaceBytesForSplits(int32_t num_seqs, int32_t num_splits,
+                                          const AttentionDims& dims) {
+  return DecodeWorkspaceFor(num_seqs, num_splits, dims);
+}
+
 cudaError_t PagedDecodeAttention(const __nv_bfloat16* q, int64_t q_stride, const PagedKvCache& kv,
                                  const int32_t* seq_lens, int32_t num_seqs, int32_t max_seq_len,
                                  const AttentionDims& dims, void* workspace, size_t workspace_bytes,
-                                 __nv_bfloat16* out, int64_t out_stride, cudaStream_t stream) {
+                                 __nv_bfloat16* out, int64_t out_stride, cudaStream_t stream,
+                                 int32_t num_splits) {
   if (!ValidCommon("PagedDecodeAttention", q, q_stride, kv, dims, out, out_stride, num_seqs)) {
     return cudaErrorInvalidValue;
   }
@@ -550,7 +556,8 @@ cudaError_t PagedDecodeAttention(const __nv_bfloat16* q, int64_t q_stride, const
   }
   DeviceFigures f;
   if (cudaError_t e = GetDeviceFigures(&f); e != cudaSuccess) return e;
-  const int splits = DecodeSplits(num_seqs, max_seq_len, dims, f);
+  if (num_splits < 0 || num_splits > kMaxSplits) return cudaErrorInvalidValue;
+  const int splits = num_splits > 0 ? num_splits : DecodeSplits(num_seqs, max_seq_len, dims, f);
   const size_t need = DecodeWorkspaceFor(num_seqs, splits, dims);
   if (!workspace || workspace_bytes < need || !IsAligned16(workspace)) {
     LOG(ERROR) << "PagedDecodeAttention: the workspace must be 16-byte aligned and hold " << need

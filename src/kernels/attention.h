@@ -57,9 +57,17 @@ size_t PagedDecodeWorkspaceBytes(int32_t max_num_seqs, int32_t max_seq_len,
 // its kv head. Graph-capturable: per-step data (seq_lens, block tables) is read from device
 // memory; num_seqs and max_seq_len are fixed per captured graph (pass the padded batch size and
 // the context limit; padding rows have seq_lens[s] == 0 and are left untouched).
+// num_splits > 0 forces the number of context splits per sequence (benchmarks; the workspace
+// must then hold PagedDecodeWorkspaceBytesForSplits); 0 lets the kernel choose from num_seqs and
+// max_seq_len.
 cudaError_t PagedDecodeAttention(const __nv_bfloat16* q, int64_t q_stride, const PagedKvCache& kv,
                                  const int32_t* seq_lens, int32_t num_seqs, int32_t max_seq_len,
                                  const AttentionDims& dims, void* workspace, size_t workspace_bytes,
-                                 __nv_bfloat16* out, int64_t out_stride, cudaStream_t stream);
+                                 __nv_bfloat16* out, int64_t out_stride, cudaStream_t stream,
+                                 int32_t num_splits = 0);
+
+// Bytes of the split-K scratch for num_seqs sequences at a forced num_splits.
+size_t PagedDecodeWorkspaceBytesForSplits(int32_t num_seqs, int32_t num_splits,
+                                          const AttentionDims& dims);
 
 }  // namespace kiln::kernels
