@@ -40,19 +40,8 @@ namespace kiln {
 namespace {
 
 using Json = nlohmann::ordered_json;
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-#define BENCH_CHECK(expr)                                                          \
-  do {                                                                             \
-    if (!(expr)) {                                                                 \
-      std::fprintf(stderr, "cuda_bench: %s failed at line %d\n", #expr, __LINE__); \
-      std::exit(1);                                                                \
-    }                                                                              \
-  } while (0)
+using bench::Clock;
+using bench::Seconds;
 
 double Median(const std::vector<double>& v) { return bench::MedianOf(v); }
 
@@ -72,24 +61,14 @@ double GemmPeak() {
   BENCH_CHECK(w.CopyFromHost(host.data(), host.size() * 2).ok());
   cuda::GemmShape shape{n, n, n, n, n, false, false};
   BENCH_CHECK((*gemm)->Tune(shape, 8, nullptr).ok());
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<double> times;
-  for (int i = 0; i < 25; ++i) {
-    cudaEventRecord(e0);
+  const double seconds = bench::MedianEventSeconds(5, 20, [&] {
     BENCH_CHECK((*gemm)
                     ->Linear(static_cast<const __nv_bfloat16*>(x.data()), n, n,
                              static_cast<const __nv_bfloat16*>(w.data()), n, n, nullptr, out.data(),
                              n, false, nullptr)
                     .ok());
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (i >= 5) times.push_back(ms / 1e3);
-  }
-  return 2.0 * n * n * n / Median(times);
+  });
+  return 2.0 * n * n * n / seconds;
 }
 
 std::vector<int32_t> RandomPrompt(std::mt19937& rng, int32_t len, int32_t vocab) {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "engine/fake_runner.h"
 #include "engine/llm.h"
 
@@ -24,11 +25,8 @@ namespace kiln {
 namespace {
 
 using Json = nlohmann::ordered_json;
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
+using bench::Clock;
+using bench::Seconds;
 
 // Read+write bandwidth of a 1 GiB memcpy (best of 5), bytes/s.
 double CopyBandwidth() {

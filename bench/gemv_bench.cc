@@ -28,43 +28,22 @@ namespace {
 using Json = nlohmann::ordered_json;
 using bf16 = __nv_bfloat16;
 
-#define BENCH_CHECK(expr)                                                          \
-  do {                                                                             \
-    if (!(expr)) {                                                                 \
-      std::fprintf(stderr, "gemv_bench: %s failed at line %d\n", #expr, __LINE__); \
-      std::exit(1);                                                                \
-    }                                                                              \
-  } while (0)
-
 struct Layer {
   const char* name;
   int64_t n, k;
   bool out_f32;
 };
 
-// Seconds per call (median of 5 rounds over every weight copy).
+// Seconds per call (median of 5 rounds over every weight copy, after one warm-up round that
+// also runs the heuristic query).
 double TimeLinear(cuda::Gemm& gemm, const std::vector<const bf16*>& weights, const bf16* x,
                   int64_t m, const Layer& l, void* out) {
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  auto run = [&](const bf16* w) {
-    BENCH_CHECK(gemm.Linear(x, l.k, m, w, l.n, l.k, nullptr, out, l.n, l.out_f32, nullptr).ok());
-  };
-  for (const bf16* w : weights) run(w);  // warm-up (and the heuristic query)
-  std::vector<double> times;
-  for (int round = 0; round < 5; ++round) {
-    cudaEventRecord(e0);
-    for (const bf16* w : weights) run(w);
-    cudaEventRecord(e1);
-    BENCH_CHECK(cudaEventSynchronize(e1) == cudaSuccess);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    times.push_back(ms / 1e3 / weights.size());
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return bench::MedianOf(times);
+  const double round = bench::MedianEventSeconds(1, 5, [&] {
+    for (const bf16* w : weights) {
+      BENCH_CHECK(gemm.Linear(x, l.k, m, w, l.n, l.k, nullptr, out, l.n, l.out_f32, nullptr).ok());
+    }
+  });
+  return round / static_cast<double>(weights.size());
 }
 
 }  // namespace

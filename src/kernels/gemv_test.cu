@@ -10,33 +10,16 @@
 
 #include <cmath>
 #include <cstdint>
-#include <memory>
 #include <random>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
 #include "core/dtype.h"
 #include "kernels/gemv.h"
+#include "kernels/test_util.cuh"
 
 namespace kiln::kernels {
 namespace {
-
-#define CUDA_OK(expr) ASSERT_EQ(cudaSuccess, (expr)) << #expr
-
-bool HasDevice() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-struct CudaFree {
-  void operator()(void* p) const { cudaFree(p); }
-};
-using DevicePtr = std::unique_ptr<void, CudaFree>;
-
-DevicePtr Allocate(size_t bytes) {
-  void* p = nullptr;
-  return DevicePtr(cudaMalloc(&p, bytes) == cudaSuccess ? p : nullptr);
-}
 
 std::vector<uint16_t> RandomBf16(size_t n, std::mt19937& rng) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -69,30 +52,30 @@ void RunCase(const Case& c, uint32_t seed) {
   const std::vector<uint16_t> bias = RandomBf16(c.n, rng);
   const size_t out_elem = c.out_f32 ? 4 : 2, out_bytes = c.m * ldo * out_elem;
 
-  DevicePtr dx = Allocate(x.size() * 2), dw = Allocate(w.size() * 2), db = Allocate(c.n * 2),
-            dout = Allocate(out_bytes);
-  ASSERT_TRUE(dx && dw && db && dout);
-  CUDA_OK(cudaMemcpy(dx.get(), x.data(), x.size() * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(dw.get(), w.data(), w.size() * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(db.get(), bias.data(), c.n * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemset(dout.get(), 0xff, out_bytes));  // NaN in both types: unwritten shows
+  // The output as bytes (bf16 or fp32), poisoned with 0xff: NaN in both types, so an element
+  // never written shows.
+  Dev<uint16_t> dx(x.size()), dw(w.size()), db(bias.size());
+  Dev<uint8_t> dout(out_bytes);
+  dx.Upload(x);
+  dw.Upload(w);
+  db.Upload(bias);
+  dout.Upload(std::vector<uint8_t>(out_bytes, 0xff));
 
   GemvArgs a;
-  a.x = static_cast<const __nv_bfloat16*>(dx.get());
+  a.x = AsBf16(dx.ptr);
   a.ldx = ldx;
   a.m = c.m;
-  a.w = static_cast<const __nv_bfloat16*>(dw.get());
+  a.w = AsBf16(dw.ptr);
   a.n = c.n;
   a.k = c.k;
-  a.bias = c.bias ? static_cast<const __nv_bfloat16*>(db.get()) : nullptr;
-  a.out = dout.get();
+  a.bias = c.bias ? AsBf16(db.ptr) : nullptr;
+  a.out = dout.ptr;
   a.ldo = ldo;
   a.out_f32 = c.out_f32;
   ASSERT_TRUE(GemvSupported(a));
   CUDA_OK(Gemv(a, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
-  std::vector<uint8_t> out(out_bytes);
-  CUDA_OK(cudaMemcpy(out.data(), dout.get(), out_bytes, cudaMemcpyDeviceToHost));
+  const std::vector<uint8_t> out = dout.Download(out_bytes);
 
   const std::vector<float> xf = Widen(x), wf = Widen(w), bf = Widen(bias);
   std::vector<float> want(c.m * c.n);
@@ -130,7 +113,7 @@ void RunCase(const Case& c, uint32_t seed) {
 }
 
 TEST(Gemv, MatchesCpuLinearOnOddShapes) {
-  if (!HasDevice()) GTEST_SKIP() << "no CUDA device (label gpu: runs on the GPU machine)";
+  REQUIRE_GPU();
   uint32_t seed = 1;
   for (int32_t m = 1; m <= kGemvMaxRows; ++m) {
     for (int64_t n : {1, 7, 83, 769, 5125}) {
@@ -140,7 +123,7 @@ TEST(Gemv, MatchesCpuLinearOnOddShapes) {
 }
 
 TEST(Gemv, StridesBiasAndFp32Output) {
-  if (!HasDevice()) GTEST_SKIP() << "no CUDA device (label gpu: runs on the GPU machine)";
+  REQUIRE_GPU();
   uint32_t seed = 100;
   for (int32_t m : {1, 3, 8}) {
     RunCase({m, 769, 584, /*ldx_pad=*/24, /*ldo_pad=*/5, /*bias=*/true, /*out_f32=*/false}, seed++);

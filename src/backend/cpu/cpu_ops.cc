@@ -158,7 +158,7 @@ Result<std::vector<float>> RopeInvFreq(int head_dim, double theta, const RopeSca
   if (scaling.type == Type::kDynamic || scaling.type == Type::kYarn) {
     return Unsupported(
         "rope_scaling type '" + std::string(RopeScalingTypeName(scaling.type)) +
-        "' is not implemented by the CPU backend (supported: none, linear, llama3); dynamic NTK "
+        "' is not implemented by kiln's backends (supported: none, linear, llama3); dynamic NTK "
         "changes the frequencies with the sequence length and yarn rescales attention");
   }
   if (scaling.type == Type::kLlama3 && scaling.original_max_position_embeddings <= 0) {

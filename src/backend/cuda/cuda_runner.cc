@@ -308,14 +308,10 @@ class Uploader {
   int next_ = 0;
 };
 
-// The stored weight as bf16 values.
+// A stored weight of another dtype (bf16 ones are uploaded as they are) as bf16 values.
 Status ToBf16(const Weight& w, std::vector<uint16_t>& out) {
   const int64_t n = w.shape.numel();
   out.resize(n);
-  if (w.dtype == DType::kBF16) {
-    std::memcpy(out.data(), w.data, n * sizeof(uint16_t));
-    return Status::Ok();
-  }
   if (!CanDequantizeToF32(w.dtype)) {
     return Unsupported(w.file + ": tensor " + w.source_name + " has dtype " +
                        std::string(DTypeName(w.dtype)) + ", which the CUDA backend cannot load");
