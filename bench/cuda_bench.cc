@@ -18,6 +18,7 @@
 //                          [--max-num-seqs N (256)] [--max-num-batched-tokens N (8192)]
 //                          [--gpu-memory-utilization F (0.9)] [--capacity-policy P]
 //                          [--offline-requests N] [--offline-in N] [--offline-out N]
+//                          [--no-async-scheduling]  (schedule after each step's result)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -170,6 +172,7 @@ int main(int argc, char** argv) {
   float gpu_memory_utilization = 0.9f;
   std::string capacity_policy = "max_utilization";
   int offline_requests = 1000, offline_in = 1000, offline_out = 1000;
+  std::optional<bool> async_scheduling;  // unset: the engine's default (on for CUDA)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -195,6 +198,8 @@ int main(int argc, char** argv) {
       profile_ops = true;
     } else if (a == "--sections") {
       sections = next();
+    } else if (a == "--no-async-scheduling") {
+      async_scheduling = false;
     } else if (a == "--skip-offline") {
       skip_offline = true;
     } else if (a == "--offline-requests") {
@@ -229,6 +234,7 @@ int main(int argc, char** argv) {
   options.engine.scheduler.max_num_seqs = max_num_seqs;
   options.gpu_memory_utilization = gpu_memory_utilization;
   options.engine.scheduler.max_num_batched_tokens = max_num_batched_tokens;
+  options.engine.async_scheduling = async_scheduling;
   auto policy = ParseCapacityPolicy(capacity_policy);
   if (!policy.ok()) {
     std::fprintf(stderr, "cuda_bench: %s\n", policy.status().ToString().c_str());

@@ -23,7 +23,9 @@ namespace kiln {
 
 // How one sequence's next token is chosen. The engine validates every field (SamplingParams)
 // before it builds this; the backend assumes it is valid. Spans point into engine-owned request
-// state that outlives the Execute() call.
+// state that stays in place until the step's result is returned (Execute or Wait). The token
+// spans hold real ids only: the engine does not launch a step ahead for a request whose
+// penalties would need the token still being sampled.
 //
 // The order of operations, identical on every backend (backend/cpu/sampler.h is the reference):
 //   1. raw logits (fp32) -> raw logprobs = log_softmax(raw); reported logprobs are these (as vLLM's
@@ -67,8 +69,16 @@ struct StepSequence {
   int32_t num_prompt_top_logprobs = 0;
 };
 
+// Async scheduling (ModelRunner::Launch): a decode can be launched before the host has seen its
+// input token, the one the step launched just before it samples. Its token_ids entry is then
+// PreviousStepToken(j): "what the previous step samples for its sequence j". Real ids are >= 0.
+constexpr int32_t PreviousStepToken(int32_t seq) { return -1 - seq; }
+constexpr bool IsPreviousStepToken(int32_t token_id) { return token_id < 0; }
+constexpr int32_t PreviousStepSeq(int32_t token_id) { return -1 - token_id; }
+
 struct StepInputs {
-  std::vector<int32_t> token_ids;     // [num_tokens]
+  // [num_tokens]; an entry may be PreviousStepToken(j) in a step given to ModelRunner::Launch.
+  std::vector<int32_t> token_ids;
   std::vector<int32_t> positions;     // [num_tokens] position of each token in its sequence
   std::vector<int64_t> slot_mapping;  // [num_tokens] KV slot: block_id * block_size + offset
   std::vector<int32_t> cu_seqlens;    // [num_seqs + 1] query offsets into the flat arrays

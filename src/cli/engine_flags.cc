@@ -24,6 +24,9 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
                   "prompt tokens one request computes per step (0 = no cap)");
   cmd->add_option("--max-model-len", f->max_model_len, "longest sequence (0 = model's)");
   cmd->add_flag("--no-prefix-caching", f->no_prefix_caching, "disable prefix caching");
+  cmd->add_flag("--no-async-scheduling", f->no_async_scheduling,
+                "CUDA: schedule each step after the previous one's result instead of while the "
+                "GPU computes it (same tokens; for measuring the overlap)");
   cmd->add_option("--scheduling-policy", f->scheduling_policy, "fcfs or priority");
   cmd->add_option("--capacity-policy", f->capacity_policy,
                   "max_utilization or guaranteed_no_evict");
@@ -45,6 +48,7 @@ Result<LlmOptions> ToLlmOptions(const EngineFlags& f) {
   e.block_size = f.block_size;
   e.max_model_len = f.max_model_len;
   e.enable_prefix_caching = !f.no_prefix_caching;
+  if (f.no_async_scheduling) e.async_scheduling = false;
   e.scheduler.max_num_seqs = f.max_num_seqs;
   e.scheduler.max_num_batched_tokens = f.max_num_batched_tokens;
   e.scheduler.max_prefill_chunk_tokens = f.max_prefill_chunk_tokens;

@@ -97,14 +97,19 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<ModelRunner> runn
   engine->scheduler_->set_eos_token_ids(options.eos_token_ids.empty() ? config.eos_token_ids
                                                                       : options.eos_token_ids);
   engine->stats_.num_kv_blocks = static_cast<int32_t>(num_blocks);
+  engine->async_ = options.async_scheduling.value_or(engine->runner_->OverlapsHost());
   LOG(INFO) << "KV cache: " << num_blocks << " blocks of " << options.block_size << " tokens ("
             << pool_tokens << " tokens, "
             << (num_blocks * engine->runner_->KvBlockBytes(options.block_size) >> 20) << " MiB) on "
-            << engine->runner_->name() << "; max_model_len " << max_model_len;
+            << engine->runner_->name() << "; max_model_len " << max_model_len
+            << (engine->async_ ? "; async scheduling" : "");
   return engine;
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  // The runner may still be writing into request memory the batch points at.
+  if (in_flight_.has_value()) runner_->Wait();
+}
 
 Status Engine::AddRequest(EngineRequest request) {
   KILN_RETURN_IF_ERROR(ValidateRequest(request));
@@ -142,7 +147,9 @@ bool Engine::Abort(RequestId id) {
   return true;
 }
 
-bool Engine::HasWork() const { return scheduler_->HasWork() || !aborted_.empty(); }
+bool Engine::HasWork() const {
+  return scheduler_->HasWork() || !aborted_.empty() || in_flight_.has_value();
+}
 
 RequestOutput Engine::MakeOutput(Request* r) {
   RequestOutput out;
@@ -151,12 +158,14 @@ RequestOutput Engine::MakeOutput(Request* r) {
   out.num_cached_tokens = r->num_cached_tokens;
   out.first_scheduled_time = r->first_scheduled_time;
   const auto output = r->output();
-  out.new_token_ids.assign(output.begin() + r->num_reported_output_tokens, output.end());
+  const int32_t num_known = r->num_known_output_tokens();  // placeholders are not output
+  out.new_token_ids.assign(output.begin() + r->num_reported_output_tokens,
+                           output.begin() + num_known);
   if (r->wants_logprobs) {
     out.new_logprobs.assign(r->output_logprobs.begin() + r->num_reported_output_tokens,
                             r->output_logprobs.end());
   }
-  r->num_reported_output_tokens = r->num_output_tokens();
+  r->num_reported_output_tokens = num_known;
   if (r->wants_prompt_logprobs) {
     const int32_t num_prompt_logprobs = static_cast<int32_t>(r->prompt_logprobs.size());
     if (num_prompt_logprobs > r->num_reported_prompt_logprobs) {
@@ -173,24 +182,56 @@ RequestOutput Engine::MakeOutput(Request* r) {
   return out;
 }
 
+void Engine::Launch(const ScheduledBatch& batch) {
+  const StepInputs inputs = BuildStepInputs(batch, *kv_);
+  scheduler_->Commit(batch);
+  runner_->Launch(inputs);
+}
+
 std::vector<RequestOutput> Engine::Step() {
   std::vector<RequestOutput> outputs = std::move(aborted_);
   aborted_.clear();
   outputs.reserve(outputs.size() + scheduler_->num_running() + 1);
   StepStats& s = stats_.last_step;
+  s = StepStats();
   LapTimer timer;
-  ScheduledBatch batch = scheduler_->Schedule();
-  timer.Lap(&s.schedule_us);
-  StepInputs inputs = BuildStepInputs(batch, *kv_);
-  timer.Lap(&s.build_us);
-  StepResult result = batch.empty() ? StepResult{} : runner_->Execute(inputs);
-  timer.Lap(&s.execute_us);
+  ScheduledBatch batch;
+  StepResult result;
+  if (!async_) {
+    batch = scheduler_->Schedule();
+    timer.Lap(&s.schedule_us);
+    const StepInputs inputs = BuildStepInputs(batch, *kv_);
+    scheduler_->Commit(batch);
+    timer.Lap(&s.build_us);
+    if (!batch.empty()) result = runner_->Execute(inputs);
+    timer.Lap(&s.execute_us);
+  } else {
+    // The batch whose result this step applies: launched by the previous Step(), or now.
+    if (in_flight_.has_value()) {
+      batch = std::move(*in_flight_);
+      in_flight_.reset();
+    } else {
+      batch = scheduler_->Schedule();
+      if (!batch.empty()) Launch(batch);
+    }
+    if (!batch.empty()) {
+      ScheduledBatch next = scheduler_->Schedule(/*ahead=*/true);
+      if (!next.empty()) {
+        Launch(next);
+        in_flight_ = std::move(next);
+        s.launched_ahead = true;
+      }
+    }
+    timer.Lap(&s.schedule_us);  // scheduling, building and launching: the host's share
+    if (!batch.empty()) result = runner_->Wait();
+    timer.Lap(&s.execute_us);
+  }
   for (Request* r : scheduler_->Update(batch, result)) outputs.push_back(MakeOutput(r));
   timer.Lap(&s.update_us);
 
   // Bookkeeping for stats; nothing below changes what the step did.
-  s.num_seqs = inputs.num_seqs();
-  s.num_batched_tokens = inputs.num_tokens();
+  s.num_seqs = static_cast<int32_t>(batch.seqs.size());
+  s.num_batched_tokens = batch.num_batched_tokens;
   s.num_decode_seqs = static_cast<int32_t>(
       std::count_if(batch.seqs.begin(), batch.seqs.end(), [](const ScheduledSeq& q) {
         return q.num_new_tokens == 1 && q.num_computed_tokens >= q.request->num_prompt_tokens;
@@ -203,6 +244,7 @@ std::vector<RequestOutput> Engine::Step() {
   stats_.num_preemptions += static_cast<int64_t>(batch.preempted.size());
   stats_.total_bookkeeping_us += s.bookkeeping_us();
   stats_.total_execute_us += s.execute_us;
+  stats_.num_steps_ahead += s.launched_ahead ? 1 : 0;
   if (options_.check_invariants) {
     kv_->CheckInvariants();
     scheduler_->CheckInvariants();

@@ -9,6 +9,20 @@
 //     updated = scheduler.Update(batch, result)
 //     return  MakeOutputs(updated)           // token deltas for the callers' streams
 //
+// With async scheduling (CPU/GPU overlap, vLLM's --async-scheduling) the runner works one step
+// ahead of the host: a Step() launches batch N+1, scheduled from what batch N will have
+// computed, before it waits for N and applies N's result:
+//
+//   Engine::Step():                            [batch N is launched]
+//     next = scheduler.Schedule(ahead)         // decodes take N's token from the device
+//     runner.Launch(BuildStepInputs(next))
+//     result = runner.Wait()                   // N's; the device moves straight on to N+1
+//     return MakeOutputs(scheduler.Update(N, result))
+//
+// A request that N stops (stop token) or that is aborted while in flight costs one discarded
+// token of compute; nothing of it is reported. Where the ahead schedule would need N's result
+// (a preemption, penalties over N's token), the step falls back to the synchronous order.
+//
 // Text (detokenization, stop strings) lives above the engine (OutputProcessor): the engine deals
 // in token ids only.
 #pragma once
@@ -45,6 +59,10 @@ struct EngineOptions {
   std::vector<int32_t> eos_token_ids;
   // Run the KV cache manager's and scheduler's invariant checks after every step (tests).
   bool check_invariants = false;
+  // Async scheduling (above). Unset: on when the runner overlaps host and device work
+  // (ModelRunner::OverlapsHost: CUDA), off on the CPU, where it would only add the discarded
+  // tokens. The tokens produced are the same either way.
+  std::optional<bool> async_scheduling;
 };
 
 // What one step produced for one request: deltas since its previous output.
@@ -67,6 +85,7 @@ struct StepStats {
   int32_t num_seqs = 0;
   int32_t num_batched_tokens = 0;
   int32_t num_decode_seqs = 0;  // sequences computing exactly one token
+  bool launched_ahead = false;  // the next batch was launched before this one's result came
   int32_t num_running = 0;
   int32_t num_waiting = 0;
   double schedule_us = 0, build_us = 0, execute_us = 0, update_us = 0;
@@ -80,6 +99,7 @@ struct EngineStats {
   int64_t num_preemptions = 0;
   double total_bookkeeping_us = 0;  // schedule + build + update over all steps
   double total_execute_us = 0;
+  int64_t num_steps_ahead = 0;  // steps whose successor was launched before their result
   StepStats last_step;
   KvCacheStats kv;
   int32_t num_kv_blocks = 0;
@@ -111,6 +131,7 @@ class Engine {
   std::vector<RequestOutput> Step();
 
   bool HasWork() const;
+  bool async_scheduling() const { return async_; }
   const EngineStats& stats();
   const ModelConfig& model_config() const { return runner_->config(); }
   int32_t max_model_len() const { return max_model_len_; }
@@ -119,12 +140,17 @@ class Engine {
  private:
   Engine() = default;
   RequestOutput MakeOutput(Request* r);
+  // Builds, commits and launches a batch.
+  void Launch(const ScheduledBatch& batch);
 
   EngineOptions options_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<KvCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   int32_t max_model_len_ = 0;
+  bool async_ = false;
+  // Async: the launched batch whose result the next Step() applies.
+  std::optional<ScheduledBatch> in_flight_;
   std::vector<RequestOutput> aborted_;
   EngineStats stats_;
 };

@@ -4,6 +4,10 @@
 //   token_ids:  | prompt (num_prompt_tokens) | output (generated so far) |
 //               |<- num_computed_tokens (K/V in the cache) ->|<- to compute ->|
 //
+// With async scheduling the last num_pending_tokens output entries are placeholders
+// (PreviousStepToken) for tokens a launched step is still sampling; num_computed_tokens then
+// already counts the launched steps. Outputs never show placeholders.
+//
 // After preemption by recompute, num_computed_tokens falls back to 0 and the whole token list
 // (prompt and output) is computed again; the output and its RNG position are kept, so a
 // request's tokens do not depend on whether it was preempted.
@@ -56,7 +60,8 @@ struct Request {
   std::optional<FinishReason> finish_reason;
   int32_t num_prompt_tokens;
   int32_t num_computed_tokens = 0;
-  int32_t max_num_tokens;  // prompt + max_tokens, capped at the context length
+  int32_t num_pending_tokens = 0;  // trailing placeholders in token_ids (0..2)
+  int32_t max_num_tokens;          // prompt + max_tokens, capped at the context length
   int32_t min_tokens;
   // What the engine has already handed out (outputs are deltas).
   int32_t num_reported_output_tokens = 0;
@@ -88,6 +93,18 @@ struct Request {
     return {token_ids.data() + num_prompt_tokens, size_t(num_output_tokens())};
   }
   bool is_finished() const { return status == RequestStatus::kFinished; }
+  // Output tokens that are real (sampled and seen by the host).
+  int32_t num_known_output_tokens() const { return num_output_tokens() - num_pending_tokens; }
+  // Whether sampling reads the output tokens (repetition, frequency or presence penalty).
+  bool uses_penalties() const {
+    return sampling.repetition_penalty != 1.0f || sampling.frequency_penalty != 0.0f ||
+           sampling.presence_penalty != 0.0f;
+  }
+  // Drops the placeholders (a finished request's in-flight steps are discarded).
+  void DropPendingTokens() {
+    token_ids.resize(token_ids.size() - num_pending_tokens);
+    num_pending_tokens = 0;
+  }
 };
 
 }  // namespace kiln

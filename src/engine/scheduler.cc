@@ -84,6 +84,7 @@ const Request* Scheduler::Finish(RequestId id, FinishReason reason) {
   if (it == requests_.end() || it->second->is_finished()) return nullptr;
   Request* r = it->second.get();
   r->finish_reason = reason;
+  r->DropPendingTokens();
   Release(r);
   return r;
 }
@@ -141,8 +142,9 @@ bool Scheduler::FitsWorstCase(const Request& r) const {
   return reserved + WorstCaseBlocks(r) <= kv_->NumFreeBlocks();
 }
 
-ScheduledBatch Scheduler::Schedule() {
-  for (RequestId id : finished_) requests_.erase(id);
+ScheduledBatch Scheduler::Schedule(bool ahead) {
+  for (RequestId id : retired_) requests_.erase(id);
+  retired_ = std::move(finished_);
   finished_.clear();
 
   ScheduledBatch batch;
@@ -164,13 +166,31 @@ ScheduledBatch Scheduler::Schedule() {
   for (Request* r : running_) {
     if (r->num_tokens() - r->num_computed_tokens > 1) order.push_back(r);
   }
+  auto wait_for_update = [&batch] {
+    // Blocks given to the requests before stay theirs; they need them next step anyway.
+    batch.seqs.clear();
+    batch.num_batched_tokens = 0;
+    return batch;
+  };
   for (Request* r : order) {
     if (r->status != RequestStatus::kRunning) continue;  // preempted by an earlier one
     if (budget() <= 0) break;
+    if (ahead && r->num_pending_tokens > 0) {
+      if (r->num_tokens() >= r->max_num_tokens) continue;  // the launched step ends it
+      if (r->uses_penalties()) return wait_for_update();
+    }
     const int32_t num_new = chunk(r->num_tokens() - r->num_computed_tokens);
-    auto table = AllocateRunning(r, r->num_computed_tokens + num_new, &batch);
-    if (!table.has_value()) continue;
-    batch.seqs.push_back({r, r->num_computed_tokens, num_new, *table});
+    const int32_t num_tokens = r->num_computed_tokens + num_new;
+    std::optional<std::span<const int32_t>> table;
+    if (ahead) {
+      table = kv_->Allocate(r->id, num_tokens);
+      if (!table.has_value()) return wait_for_update();  // only a preemption would make room
+    } else {
+      table = AllocateRunning(r, num_tokens, &batch);
+      if (!table.has_value()) continue;
+    }
+    batch.seqs.push_back(
+        {r, r->num_computed_tokens, num_new, num_tokens == r->num_tokens(), *table});
     batch.num_batched_tokens += num_new;
   }
 
@@ -191,6 +211,8 @@ ScheduledBatch Scheduler::Schedule() {
     auto table = kv_->Allocate(r->id, hit.num_tokens + num_new, &hit);
     if (!table.has_value()) break;
     waiting_.pop_front();
+    // Token spans handed to a launched step point into token_ids: it must never reallocate.
+    r->token_ids.reserve(r->max_num_tokens);
     r->status = RequestStatus::kRunning;
     r->num_computed_tokens = hit.num_tokens;
     r->num_cached_tokens = hit.num_tokens;
@@ -198,7 +220,8 @@ ScheduledBatch Scheduler::Schedule() {
       r->first_scheduled_time = std::chrono::steady_clock::now();
     }
     running_.push_back(r);
-    batch.seqs.push_back({r, r->num_computed_tokens, num_new, *table});
+    batch.seqs.push_back(
+        {r, r->num_computed_tokens, num_new, hit.num_tokens + num_new == r->num_tokens(), *table});
     batch.num_batched_tokens += num_new;
   }
   stats_.num_running = num_running();
@@ -206,14 +229,28 @@ ScheduledBatch Scheduler::Schedule() {
   return batch;
 }
 
-void Scheduler::CheckStop(Request* r, int32_t token) {
+void Scheduler::CheckStop(Request* r, int32_t token, int32_t length) {
   // stop_token_ids = eos (unless ignore_eos) + the request's stop ids.
   const auto& stops = r->stop_token_ids;
   if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
     r->finish_reason = FinishReason::kStop;
     r->stop_token_id = token;
-  } else if (r->num_tokens() >= r->max_num_tokens) {
+  } else if (length >= r->max_num_tokens) {
     r->finish_reason = FinishReason::kLength;
+  }
+}
+
+void Scheduler::Commit(const ScheduledBatch& batch) {
+  for (size_t i = 0; i < batch.seqs.size(); ++i) {
+    const ScheduledSeq& s = batch.seqs[i];
+    Request* r = s.request;
+    CHECK_EQ(r->num_computed_tokens, s.num_computed_tokens) << "request " << r->id;
+    r->num_computed_tokens += s.num_new_tokens;
+    if (s.samples) {
+      CHECK_LT(r->num_tokens(), r->max_num_tokens) << "request " << r->id;
+      r->token_ids.push_back(PreviousStepToken(static_cast<int32_t>(i)));
+      ++r->num_pending_tokens;
+    }
   }
 }
 
@@ -222,28 +259,36 @@ std::vector<Request*> Scheduler::Update(const ScheduledBatch& batch, const StepR
   std::vector<Request*> outputs;
   outputs.reserve(batch.seqs.size());
   for (size_t i = 0; i < batch.seqs.size(); ++i) {
-    Request* r = batch.seqs[i].request;
+    const ScheduledSeq& s = batch.seqs[i];
+    Request* r = s.request;
+    // Finished (a stop token, an abort) after this batch was launched: its work is dropped.
+    if (r->is_finished()) continue;
     const SequenceResult& res = result.seqs[i];
-    r->num_computed_tokens += batch.seqs[i].num_new_tokens;
+    const int32_t num_computed = s.num_computed_tokens + s.num_new_tokens;
     bool has_output = !res.prompt_logprobs.empty();
     if (has_output) {
       r->prompt_logprobs.insert(r->prompt_logprobs.end(), res.prompt_logprobs.begin(),
                                 res.prompt_logprobs.end());
     }
-    if (r->num_computed_tokens == r->num_tokens()) {  // the step sampled a token
+    if (s.samples) {
+      CHECK_GT(r->num_pending_tokens, 0) << "request " << r->id;
+      const int32_t index = r->num_tokens() - r->num_pending_tokens--;
       const int32_t token = res.sampled.token_id;
-      r->token_ids.push_back(token);
+      r->token_ids[index] = token;
       if (r->wants_logprobs) r->output_logprobs.push_back(res.sampled);
-      CheckStop(r, token);
+      CheckStop(r, token, index + 1);
       has_output = true;
     }
     // Only a step that completes a block has anything to cache (one decode step in block_size).
+    // Its blocks hold real tokens only: placeholders sit at num_computed and beyond.
     const int32_t block_size = kv_->block_size();
-    if (r->num_computed_tokens / block_size >
-        (r->num_computed_tokens - batch.seqs[i].num_new_tokens) / block_size) {
-      kv_->CacheFullBlocks(r->id, r->token_ids, r->num_computed_tokens, r->cache_key);
+    if (num_computed / block_size > s.num_computed_tokens / block_size) {
+      kv_->CacheFullBlocks(r->id, r->token_ids, num_computed, r->cache_key);
     }
-    if (r->finish_reason.has_value()) Release(r);
+    if (r->finish_reason.has_value()) {
+      r->DropPendingTokens();
+      Release(r);
+    }
     if (has_output) outputs.push_back(r);
   }
   return outputs;

@@ -11,6 +11,13 @@
 //   3. waiting requests in policy order (FCFS: arrival; priority: (priority, arrival)), each with
 //      its prefix-cache hit, while a seat, tokens and blocks are left. The queue head blocks the
 //      rest (no overtaking), so order is kept.
+// Async scheduling: Schedule(ahead = true) plans step N+1 while step N still runs. Commit(N) has
+// counted N's tokens as computed and put a placeholder where N samples; the ahead batch never
+// preempts, skips requests that N finishes by length, and comes back empty ("do it after N")
+// where it would need what N decides: blocks that only a preemption frees, or penalties over the
+// token N is sampling. A request N stops (stop token, abort) may still be in N+1; its result is
+// dropped.
+//
 // When a running request's blocks cannot grow:
 //   max_utilization:      preempt the running request that comes last in policy order (free its
 //                         blocks, back to the front of the waiting queue, recompute later) and
@@ -70,6 +77,7 @@ struct ScheduledSeq {
   Request* request = nullptr;
   int32_t num_computed_tokens = 0;  // before this step
   int32_t num_new_tokens = 0;
+  bool samples = false;  // the step reaches the end of the known tokens and samples the next
   // The request's block table after this step's allocation (valid until the next Schedule()).
   std::span<const int32_t> block_table;
 };
@@ -98,16 +106,24 @@ class Scheduler {
   void Add(EngineRequest request);
 
   // Finishes request `id` with `reason` wherever it is (waiting or running) and frees its blocks.
-  // Returns the request (valid until the next Schedule()), or nullptr for an unknown or already
-  // finished id.
+  // Returns the request, or nullptr for an unknown or already finished id. A finished request
+  // lives on until the second Schedule() after its finish, so that a batch launched before it
+  // finished can still be updated.
   const Request* Finish(RequestId id, FinishReason reason);
 
-  ScheduledBatch Schedule();
+  // The next step's batch. ahead: the previous batch is committed but not yet updated (see
+  // above); an empty batch then means "schedule after the update".
+  ScheduledBatch Schedule(bool ahead = false);
 
-  // Applies a step's result: advances num_computed_tokens, appends sampled tokens and logprobs,
-  // checks stop tokens and lengths, caches newly full blocks, frees finished requests. Returns
-  // the requests that produced output this step (new tokens, prompt logprobs or a finish); the
-  // pointers stay valid until the next Schedule() (finished requests are destroyed there).
+  // Counts a scheduled batch as launched: advances num_computed_tokens and appends a placeholder
+  // (PreviousStepToken of its place in the batch) for every token the batch samples. Call once
+  // per batch, after building its inputs, before the next Schedule().
+  void Commit(const ScheduledBatch& batch);
+
+  // Applies a committed batch's result: fills its placeholders with the sampled tokens, appends
+  // logprobs, checks stop tokens and lengths, caches newly full blocks, frees finished requests.
+  // Returns the requests that produced output this step (new tokens, prompt logprobs or a
+  // finish); the pointers stay valid until the next Schedule().
   std::vector<Request*> Update(const ScheduledBatch& batch, const StepResult& result);
 
   bool HasWork() const { return !running_.empty() || !waiting_.empty(); }
@@ -133,7 +149,8 @@ class Scheduler {
   void Preempt(Request* r, ScheduledBatch* batch);
   int32_t WorstCaseBlocks(const Request& r) const;
   bool FitsWorstCase(const Request& r) const;
-  void CheckStop(Request* r, int32_t token);
+  // Sets r's finish reason when `token` (making r `length` tokens long) stops it.
+  void CheckStop(Request* r, int32_t token, int32_t length);
   void Release(Request* r);  // frees blocks, removes from queues
 
   SchedulerOptions options_;
@@ -143,9 +160,11 @@ class Scheduler {
   int64_t next_arrival_ = 0;
 
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
-  std::vector<Request*> running_;    // admission order
-  std::deque<Request*> waiting_;     // policy order (front = next)
-  std::vector<RequestId> finished_;  // destroyed at the start of the next Schedule()
+  std::vector<Request*> running_;  // admission order
+  std::deque<Request*> waiting_;   // policy order (front = next)
+  // Finished since the last Schedule(), and in the Schedule() before: destroyed a Schedule()
+  // later, once no launched batch can still name them.
+  std::vector<RequestId> finished_, retired_;
   SchedulerStats stats_;
 };
 

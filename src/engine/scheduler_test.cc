@@ -33,6 +33,7 @@ std::vector<Request*> Apply(Scheduler& s, const ScheduledBatch& b) {
   StepResult result;
   result.seqs.resize(b.seqs.size());
   for (SequenceResult& r : result.seqs) r.sampled.token_id = kToken;
+  s.Commit(b);
   return s.Update(b, result);
 }
 

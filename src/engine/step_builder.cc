@@ -52,12 +52,13 @@ StepInputs BuildStepInputs(const ScheduledBatch& batch, const KvCacheManager& kv
     StepSequence seq;
     seq.num_computed_tokens = s.num_computed_tokens;
     seq.num_new_tokens = s.num_new_tokens;
-    seq.do_sample = seq_len == r.num_tokens();
+    seq.do_sample = s.samples;
     if (seq.do_sample) seq.sampling = MakeSamplingSpec(r);
     // Prompt logprobs: the token at position p is scored by the logits of position p - 1.
     const int32_t last_target = r.num_prompt_tokens - 1;
     if (r.wants_prompt_logprobs && s.num_computed_tokens < last_target) {
-      CHECK_EQ(static_cast<int32_t>(r.prompt_logprobs.size()), s.num_computed_tokens);
+      // Fewer while the previous chunk's step is still in flight (async scheduling).
+      CHECK_LE(static_cast<int32_t>(r.prompt_logprobs.size()), s.num_computed_tokens);
       const int32_t count = std::min(seq_len, last_target) - s.num_computed_tokens;
       seq.prompt_logprob_targets = {r.token_ids.data() + s.num_computed_tokens + 1,
                                     static_cast<size_t>(count)};

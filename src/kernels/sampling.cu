@@ -951,4 +951,22 @@ cudaError_t ScoreRows(const float* logits, int64_t logits_stride, int32_t num_ro
   return cudaGetLastError();
 }
 
+__global__ void ResolvePreviousTokensKernel(int32_t* token_ids, int32_t num_tokens,
+                                            const SampledToken* previous) {
+  const int32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < num_tokens && token_ids[i] < 0) token_ids[i] = previous[-1 - token_ids[i]].token_id;
+}
+
+cudaError_t ResolvePreviousTokens(int32_t* token_ids, int32_t num_tokens,
+                                  const SampledToken* previous, cudaStream_t stream) {
+  if (num_tokens < 0 || (num_tokens > 0 && (!token_ids || !previous))) {
+    return cudaErrorInvalidValue;
+  }
+  if (num_tokens == 0) return cudaSuccess;
+  constexpr int kBlock = 256;
+  ResolvePreviousTokensKernel<<<(num_tokens + kBlock - 1) / kBlock, kBlock, 0, stream>>>(
+      token_ids, num_tokens, previous);
+  return cudaGetLastError();
+}
+
 }  // namespace kiln::kernels

@@ -67,4 +67,10 @@ cudaError_t ScoreRows(const float* logits, int64_t logits_stride, int32_t num_ro
                       int32_t vocab_size, const int32_t* targets, int32_t num_top,
                       SampledToken* out, cudaStream_t stream);
 
+// Async scheduling: token_ids[i] < 0 stands for the token sampled into previous[-1 - token_ids[i]]
+// by the step before (still on the device); replaces every such entry with it, in place.
+// Graph-capturable; num_tokens may be 0.
+cudaError_t ResolvePreviousTokens(int32_t* token_ids, int32_t num_tokens,
+                                  const SampledToken* previous, cudaStream_t stream);
+
 }  // namespace kiln::kernels

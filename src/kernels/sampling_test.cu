@@ -404,5 +404,33 @@ TEST_P(ScoreRowsTest, MatchesCpuScore) {
 
 INSTANTIATE_TEST_SUITE_P(Vocabs, ScoreRowsTest, ::testing::Values(5125, 49152, 128256));
 
+// Placeholders (< 0) take the previous step's sampled token of the row they name; real ids stay.
+// 769 tokens: several blocks, a partial last one.
+TEST(ResolvePreviousTokensTest, ReplacesOnlyPlaceholders) {
+  if (!HasDevice()) GTEST_SKIP() << "no CUDA device visible (this test runs on the GPU machine)";
+  constexpr int32_t kRows = 83, kTokens = 769;
+  std::vector<SampledToken> previous(kRows);
+  for (int32_t r = 0; r < kRows; ++r) previous[r].token_id = 1000 + 7 * r;
+  std::mt19937_64 rng(3);
+  std::vector<int32_t> tokens(kTokens), want(kTokens);
+  for (int32_t i = 0; i < kTokens; ++i) {
+    const int32_t row = static_cast<int32_t>(rng() % kRows);
+    const bool placeholder = rng() % 3 == 0;
+    tokens[i] = placeholder ? -1 - row : static_cast<int32_t>(rng() % 50000);
+    want[i] = placeholder ? previous[row].token_id : tokens[i];
+  }
+  DeviceArray<SampledToken> d_previous(kRows);
+  DeviceArray<int32_t> d_tokens(kTokens);
+  CUDA_OK(Upload(d_previous, previous));
+  CUDA_OK(Upload(d_tokens, tokens));
+  CUDA_OK(ResolvePreviousTokens(d_tokens.ptr, kTokens, d_previous.ptr, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<int32_t> got(kTokens);
+  CUDA_OK(cudaMemcpy(got.data(), d_tokens.ptr, kTokens * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(ResolvePreviousTokens(d_tokens.ptr, 0, nullptr, nullptr), cudaSuccess);
+  EXPECT_EQ(ResolvePreviousTokens(nullptr, 5, d_previous.ptr, nullptr), cudaErrorInvalidValue);
+}
+
 }  // namespace
 }  // namespace kiln::kernels

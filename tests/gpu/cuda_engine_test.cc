@@ -12,6 +12,11 @@
 //   - alone vs batched on the GPU: a request's greedy tokens alone and inside batches of 8 and 64
 //     are equal, except after a near-tie (gap < 1e-2), every divergence reported; logprobs
 //     within kLogprobTolerance;
+//   - async scheduling (the next step launched before the current one's tokens reach the host,
+//     its decodes reading them on the device) against the same engine scheduling synchronously:
+//     equal greedy tokens except after a near-tie (a request that stops mid-flight changes the
+//     next batch's size, and so its GEMM path), through stop tokens, prompt logprobs over chunks
+//     and penalties (which fall back to synchronous steps);
 //   - 10,000 requests leave device memory where the first 500 left it (no leak).
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -20,6 +25,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -65,9 +71,13 @@ Model Synth(const std::string& stem, ModelConfig config, float stddev) {
   return m;
 }
 
-std::unique_ptr<LLM> Load(const Model& m, const std::string& device) {
+std::unique_ptr<LLM> Load(const Model& m, const std::string& device,
+                          std::optional<bool> async_scheduling = std::nullopt,
+                          int32_t max_num_batched_tokens = 2048) {
   LlmOptions options;
   options.device = device;
+  options.engine.async_scheduling = async_scheduling;
+  options.engine.scheduler.max_num_batched_tokens = max_num_batched_tokens;
   options.engine.kv_cache_memory_bytes = int64_t{1} << 30;
   options.engine.max_model_len = 4096;
   auto llm = LLM::Create(m.dir, options);
@@ -230,6 +240,82 @@ TEST(CudaEngine, AloneAndBatchedAgree) {
   RecordProperty("alone_vs_batched_max_dlogprob", std::to_string(max_diff));
   EXPECT_LT(max_diff, kLogprobTolerance);
   std::printf("alone vs batched: %d divergences over 128 batched requests\n", divergences);
+  std::filesystem::remove_all(m.dir);
+}
+
+TEST(CudaEngine, AsyncSchedulingMatchesSync) {
+  ASSERT_TRUE(HasCudaDevice()) << "needs a CUDA device";
+  const Model m = Synth("async", PresetConfig("smollm2-135m").value(), 0.02f);
+  // 256-token steps: long prompts take several chunks, so prefills, prompt logprobs and decodes
+  // share steps.
+  auto sync = Load(m, "cuda", false, 256);
+  auto async = Load(m, "cuda", std::nullopt, 256);
+  ASSERT_TRUE(sync && async);
+  EXPECT_FALSE(sync->engine().async_scheduling());
+  EXPECT_TRUE(async->engine().async_scheduling()) << "CUDA schedules ahead by default";
+  std::vector<int> lengths;
+  for (int i = 0; i < 48; ++i) lengths.push_back(1 + (i * 53) % 700);
+  const std::vector<Prompt> prompts = RandomPrompts(lengths, m.config.vocab_size, 21);
+  // Stop tokens: each request stops at the token its synchronous run makes 5-20 tokens in, so
+  // requests end mid-flight at different steps.
+  auto plain = sync->Generate(prompts, Greedy(40, 2));
+  ASSERT_TRUE(plain.ok());
+  std::vector<EngineRequest> requests;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EngineRequest r;
+    r.id = static_cast<RequestId>(i);
+    r.prompt_token_ids = prompts[i].token_ids;
+    r.params = Greedy(40, 2);
+    r.params.stop_token_ids = {(*plain)[i].completions[0].token_ids[5 + i % 16]};
+    if (i % 5 == 1) r.params.prompt_logprobs = 1;
+    if (i % 7 == 2) r.params.frequency_penalty = 0.4f;
+    requests.push_back(r);
+  }
+  struct Run {
+    std::vector<CompletionOutput> completions;
+    std::vector<size_t> num_prompt_logprobs;
+  };
+  auto run = [&](Engine& engine) {
+    Run out;
+    out.completions.resize(requests.size());
+    out.num_prompt_logprobs.resize(requests.size());
+    for (const EngineRequest& r : requests) EXPECT_TRUE(engine.AddRequest(r).ok());
+    while (engine.HasWork()) {
+      for (const RequestOutput& o : engine.Step()) {
+        CompletionOutput& c = out.completions[o.id];
+        c.token_ids.insert(c.token_ids.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+        c.logprobs.insert(c.logprobs.end(), o.new_logprobs.begin(), o.new_logprobs.end());
+        out.num_prompt_logprobs[o.id] += o.new_prompt_logprobs.size();
+        if (o.finished) c.finish_reason = *o.finish_reason;
+      }
+    }
+    return out;
+  };
+  const Run want = run(sync->engine());
+  const Run got = run(async->engine());
+  int divergences = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const CompletionOutput& w = want.completions[i];
+    const CompletionOutput& g = got.completions[i];
+    if (w.token_ids != g.token_ids) {
+      ++divergences;
+    } else {
+      EXPECT_EQ(w.finish_reason, g.finish_reason) << "request " << i;
+    }
+    CompareCompletion(w, g, "async request " + std::to_string(i), kBatchNearTie, 0.0f);
+    EXPECT_EQ(got.num_prompt_logprobs[i], want.num_prompt_logprobs[i]) << "request " << i;
+    if (requests[i].params.prompt_logprobs.has_value()) {
+      EXPECT_EQ(got.num_prompt_logprobs[i], requests[i].prompt_token_ids.size() - 1);
+    }
+    for (int32_t t : g.token_ids) ASSERT_GE(t, 0) << "a placeholder reached the output";
+  }
+  std::printf("async vs sync: %d of %zu requests diverge; %lld of %lld steps launched ahead\n",
+              divergences, prompts.size(),
+              static_cast<long long>(async->engine().stats().num_steps_ahead),
+              static_cast<long long>(async->engine().stats().num_steps));
+  EXPECT_EQ(sync->engine().stats().num_steps_ahead, 0);
+  EXPECT_GT(async->engine().stats().num_steps_ahead, async->engine().stats().num_steps / 4);
+  EXPECT_EQ(async->engine().stats().num_free_kv_blocks, async->engine().stats().num_kv_blocks);
   std::filesystem::remove_all(m.dir);
 }
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <string>
 #include <thread>
@@ -139,10 +140,12 @@ class CudaRunner final : public ModelRunner {
   ~CudaRunner() override {
     for (auto& [batch, exec] : graphs_) cudaGraphExecDestroy(exec);
     for (cudaEvent_t e : mark_events_) cudaEventDestroy(e);
-    if (step_start_ != nullptr) cudaEventDestroy(step_start_);
-    if (step_end_ != nullptr) cudaEventDestroy(step_end_);
+    for (StepSlot& slot : slots_) {
+      if (slot.start != nullptr) cudaEventDestroy(slot.start);
+      if (slot.end != nullptr) cudaEventDestroy(slot.end);
+      if (slot.staging != nullptr) cudaFreeHost(slot.staging);
+    }
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
-    if (host_staging_ != nullptr) cudaFreeHost(host_staging_);
     if (host_logits_ != nullptr) cudaFreeHost(host_logits_);
   }
 
@@ -156,6 +159,9 @@ class CudaRunner final : public ModelRunner {
   }
   Status AllocateKvCache(int32_t num_blocks, int32_t block_size) override;
   StepResult Execute(const StepInputs& inputs) override;
+  void Launch(const StepInputs& inputs) override;
+  StepResult Wait() override;
+  bool OverlapsHost() const override { return true; }
 
   CudaMemoryReport MemoryReport() const;
 
@@ -177,10 +183,10 @@ class CudaRunner final : public ModelRunner {
   // only), cycling through the layers' own weights.
   Status TuneDecodeGemms(int32_t batch);
   int32_t GraphBatch(int32_t num_seqs) const;
-  // Packs the sampler inputs of the sampled rows into host_; false when they exceed the
+  // Packs the sampler inputs of the sampled rows into `host`; false when they exceed the
   // capacity (the step then samples on the host).
   bool StageSampling(const StepInputs& in, const std::vector<LogitRow>& rows, int32_t num_sampled,
-                     int32_t padded_rows, SamplingCounts* counts);
+                     int32_t padded_rows, StepArrays& host, SamplingCounts* counts);
   Status EnqueueSampling(int32_t num_rows);
   void SampleOnHost(const StepInputs& in, const std::vector<LogitRow>& rows, StepResult& result);
 
@@ -214,17 +220,35 @@ class CudaRunner final : public ModelRunner {
   int32_t max_blocks_per_seq_ = 0;
   std::vector<bf16*> k_cache_, v_cache_;
 
+  // Two launched steps can be in flight (async scheduling): each has its own pinned inputs and
+  // results (a slot), while the device arrays are shared (the stream orders their use).
+  struct StepSlot {
+    uint8_t* staging = nullptr;
+    StepArrays host{};
+    cudaEvent_t start = nullptr, end = nullptr;
+  };
+  // A launched step: what Wait needs to finish it.
+  struct Pending {
+    int slot = 0;
+    std::vector<LogitRow> rows;
+    int32_t num_sampled = 0;
+    bool device_sampling = false;
+    std::vector<int32_t> num_top;     // per sequence: sampled alternatives wanted
+    std::vector<int32_t> row_of_seq;  // per sequence: its sampled row, -1 when none
+    StepResult result;                // filled at launch when sampled on the host
+  };
   DeviceBuffer step_memory_;
-  uint8_t* host_staging_ = nullptr;
   int64_t step_bytes_ = 0;
   StepCapacity capacity_;
-  StepArrays host_{}, dev_{};
+  StepSlot slots_[2];
+  int next_slot_ = 0;
+  std::deque<Pending> pending_;
+  StepArrays dev_{};
   float* host_logits_ = nullptr;
   DeviceBuffer sampling_workspace_;
   int32_t graph_sampled_rows_ = 0;  // rows the captured graphs sample (their batch size)
 
   double upload_seconds_ = 0, graph_capture_seconds_ = 0, gemm_tune_seconds_ = 0;
-  cudaEvent_t step_start_ = nullptr, step_end_ = nullptr;
   int64_t timed_steps_ = 0;
   std::vector<cudaEvent_t> mark_events_;
   std::vector<const char*> mark_ops_;  // per recorded mark
@@ -326,8 +350,10 @@ Status CudaRunner::Init(const Checkpoint& ckpt) {
   KILN_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   KILN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   KILN_ASSIGN_OR_RETURN(gemm_, cuda::Gemm::Create());
-  KILN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&step_start_));
-  KILN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&step_end_));
+  for (StepSlot& slot : slots_) {
+    KILN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&slot.start));
+    KILN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&slot.end));
+  }
   if (options_.max_model_len <= 0) {
     options_.max_model_len = static_cast<int32_t>(config_.max_position_embeddings);
   }
@@ -505,13 +531,17 @@ Status CudaRunner::AllocateKvCache(int32_t num_blocks, int32_t block_size) {
   Arena sizing(nullptr);
   StepArrays::Place(sizing, cap);
   step_bytes_ = sizing.used();
-  if (host_staging_ != nullptr) cudaFreeHost(host_staging_);
-  KILN_CUDA_RETURN_IF_ERROR(
-      cudaHostAlloc(reinterpret_cast<void**>(&host_staging_), step_bytes_, cudaHostAllocDefault));
+  CHECK(pending_.empty()) << "AllocateKvCache with steps in flight";
+  for (StepSlot& slot : slots_) {
+    if (slot.staging != nullptr) cudaFreeHost(slot.staging);
+    KILN_CUDA_RETURN_IF_ERROR(
+        cudaHostAlloc(reinterpret_cast<void**>(&slot.staging), step_bytes_, cudaHostAllocDefault));
+    Arena host_arena(slot.staging);
+    slot.host = StepArrays::Place(host_arena, cap);
+  }
   KILN_ASSIGN_OR_RETURN(step_memory_, DeviceBuffer::Allocate(step_bytes_));
   KILN_CUDA_RETURN_IF_ERROR(cudaMemset(step_memory_.data(), 0, step_bytes_));
-  Arena host_arena(host_staging_), dev_arena(static_cast<uint8_t*>(step_memory_.data()));
-  host_ = StepArrays::Place(host_arena, cap);
+  Arena dev_arena(static_cast<uint8_t*>(step_memory_.data()));
   dev_ = StepArrays::Place(dev_arena, cap);
   KILN_ASSIGN_OR_RETURN(sampling_workspace_,
                         DeviceBuffer::Allocate(std::max<size_t>(
@@ -761,10 +791,11 @@ Status CudaRunner::TuneDecodeGemms(int32_t batch) {
 }
 
 bool CudaRunner::StageSampling(const StepInputs& in, const std::vector<LogitRow>& rows,
-                               int32_t num_sampled, int32_t padded_rows, SamplingCounts* counts) {
+                               int32_t num_sampled, int32_t padded_rows, StepArrays& host,
+                               SamplingCounts* counts) {
   *counts = {};
   for (int32_t r = 0; r < padded_rows; ++r) {
-    kernels::SamplingRow& row = host_.sampling[r];
+    kernels::SamplingRow& row = host.sampling[r];
     row = kernels::SamplingRow();
     if (r >= num_sampled) continue;  // padding: greedy, no lists
     const SamplingSpec& spec = in.seqs[rows[r].seq].sampling;
@@ -785,12 +816,12 @@ bool CudaRunner::StageSampling(const StepInputs& in, const std::vector<LogitRow>
     }
     row.bias_begin = counts->bias;
     for (const auto& [id, bias] : spec.logit_bias) {
-      host_.bias_ids[counts->bias] = id;
-      host_.bias_values[counts->bias++] = bias;
+      host.bias_ids[counts->bias] = id;
+      host.bias_values[counts->bias++] = bias;
     }
     row.bias_end = counts->bias;
     row.banned_begin = counts->banned;
-    for (int32_t id : spec.banned_token_ids) host_.banned_ids[counts->banned++] = id;
+    for (int32_t id : spec.banned_token_ids) host.banned_ids[counts->banned++] = id;
     row.banned_end = counts->banned;
     // The token lists only matter to active penalties.
     const bool repetition = spec.repetition_penalty != 1.0f;
@@ -801,12 +832,12 @@ bool CudaRunner::StageSampling(const StepInputs& in, const std::vector<LogitRow>
     if (counts->penalty_tokens + need > capacity_.penalty_tokens) return false;
     row.prompt_begin = row.prompt_end = counts->penalty_tokens;
     if (repetition) {
-      for (int32_t id : spec.prompt_token_ids) host_.penalty_tokens[counts->penalty_tokens++] = id;
+      for (int32_t id : spec.prompt_token_ids) host.penalty_tokens[counts->penalty_tokens++] = id;
       row.prompt_end = counts->penalty_tokens;
     }
     row.output_begin = row.output_end = counts->penalty_tokens;
     if (output_penalties) {
-      for (int32_t id : spec.output_token_ids) host_.penalty_tokens[counts->penalty_tokens++] = id;
+      for (int32_t id : spec.output_token_ids) host.penalty_tokens[counts->penalty_tokens++] = id;
       row.output_end = counts->penalty_tokens;
     }
   }
@@ -838,26 +869,46 @@ void CudaRunner::SampleOnHost(const StepInputs& in, const std::vector<LogitRow>&
 }
 
 StepResult CudaRunner::Execute(const StepInputs& in) {
+  CHECK(pending_.empty()) << "Execute with launched steps not yet waited for";
+  Launch(in);
+  return Wait();
+}
+
+void CudaRunner::Launch(const StepInputs& in) {
   const int32_t num_tokens = in.num_tokens(), num_seqs = in.num_seqs();
   CHECK_LE(num_tokens, options_.max_num_tokens) << "step larger than the CUDA workspace";
   CHECK_LE(num_seqs, options_.max_num_seqs);
   CHECK_LE(in.max_blocks_per_seq, max_blocks_per_seq_);
+  CHECK_LT(pending_.size(), size_t{2}) << "more than two steps launched without a Wait";
+  // The slot's previous user was waited for before this launch (at most two in flight).
+  Pending p;
+  p.slot = next_slot_;
+  next_slot_ ^= 1;
+  StepSlot& slot = slots_[p.slot];
+  StepArrays& host = slot.host;
 
   // Decode sequences (one new token) lead the batch (the scheduler puts running decodes first).
   // Logits rows: every sampled row first (so they are rows 0.. of the first logits chunk), then
   // the prompt-logprob rows.
   int32_t num_decode = 0, max_q_len = 0;
   bool plain_decode = true;
-  std::vector<LogitRow> rows;
+  std::vector<LogitRow>& rows = p.rows;
+  p.num_top.assign(num_seqs, 0);
+  p.row_of_seq.assign(num_seqs, -1);
   for (int32_t s = 0; s < num_seqs; ++s) {
     const StepSequence& seq = in.seqs[s];
     const int32_t q_len = in.cu_seqlens[s + 1] - in.cu_seqlens[s];
     max_q_len = std::max(max_q_len, q_len);
     if (q_len == 1 && num_decode == s) ++num_decode;
-    if (seq.do_sample) rows.push_back({s, in.cu_seqlens[s + 1] - 1, -1, 0});
+    if (seq.do_sample) {
+      p.row_of_seq[s] = static_cast<int32_t>(rows.size());
+      p.num_top[s] = seq.sampling.num_top_logprobs;
+      rows.push_back({s, in.cu_seqlens[s + 1] - 1, -1, 0});
+    }
     if (!seq.prompt_logprob_targets.empty() || !seq.do_sample) plain_decode = false;
   }
-  const int32_t num_sampled = static_cast<int32_t>(rows.size());
+  p.num_sampled = static_cast<int32_t>(rows.size());
+  const int32_t num_sampled = p.num_sampled;
   int32_t max_prompt_top = 0;
   for (int32_t s = 0; s < num_seqs; ++s) {
     const StepSequence& seq = in.seqs[s];
@@ -870,61 +921,86 @@ StepResult CudaRunner::Execute(const StepInputs& in) {
   const int32_t graph_candidate =
       plain_decode && num_decode == num_seqs && !graphs_.empty() ? GraphBatch(num_seqs) : 0;
   SamplingCounts counts;
-  const bool device_sampling =
+  p.device_sampling =
       max_prompt_top <= kernels::kMaxTopLogprobs &&
-      StageSampling(in, rows, num_sampled, std::max(graph_candidate, num_sampled), &counts);
+      StageSampling(in, rows, num_sampled, std::max(graph_candidate, num_sampled), host, &counts);
+  const bool device_sampling = p.device_sampling;
   const int32_t graph_batch = device_sampling ? graph_candidate : 0;
   const int32_t padded = graph_batch > 0 ? graph_batch : num_tokens;
 
-  // Stage the inputs (pinned), then one copy per array.
-  std::copy(in.token_ids.begin(), in.token_ids.end(), host_.token_ids);
-  std::copy(in.positions.begin(), in.positions.end(), host_.positions);
-  std::copy(in.slot_mapping.begin(), in.slot_mapping.end(), host_.slots);
-  std::copy(in.cu_seqlens.begin(), in.cu_seqlens.end(), host_.cu_seqlens);
-  std::copy(in.seq_lens.begin(), in.seq_lens.end(), host_.seq_lens);
+  // Stage the inputs (pinned: a copy from pageable memory may wait for the stream), then one
+  // copy per array. A token the previous step is still sampling becomes the index of its row
+  // there (resolved on the device), or its value when that step sampled on the host.
+  bool resolve_on_device = false;
+  for (int32_t i = 0; i < num_tokens; ++i) {
+    int32_t token = in.token_ids[i];
+    if (IsPreviousStepToken(token)) {
+      CHECK(!pending_.empty()) << "PreviousStepToken without a launched step";
+      const Pending& previous = pending_.back();
+      const int32_t seq = PreviousStepSeq(token);
+      CHECK_LT(seq, static_cast<int32_t>(previous.row_of_seq.size()));
+      CHECK_GE(previous.row_of_seq[seq], 0) << "the previous step did not sample sequence " << seq;
+      if (previous.device_sampling) {
+        token = PreviousStepToken(previous.row_of_seq[seq]);
+        resolve_on_device = true;
+      } else {
+        token = previous.result.seqs[seq].sampled.token_id;
+      }
+    }
+    host.token_ids[i] = token;
+  }
+  std::copy(in.positions.begin(), in.positions.end(), host.positions);
+  std::copy(in.slot_mapping.begin(), in.slot_mapping.end(), host.slots);
+  std::copy(in.cu_seqlens.begin(), in.cu_seqlens.end(), host.cu_seqlens);
+  std::copy(in.seq_lens.begin(), in.seq_lens.end(), host.seq_lens);
+  std::copy(in.block_tables.begin(), in.block_tables.end(), host.block_tables);
   for (int32_t i = num_tokens; i < padded; ++i) {
-    host_.token_ids[i] = 0;
-    host_.positions[i] = 0;
-    host_.slots[i] = -1;
-    host_.seq_lens[i] = 0;
+    host.token_ids[i] = 0;
+    host.positions[i] = 0;
+    host.slots[i] = -1;
+    host.seq_lens[i] = 0;
   }
   const int32_t num_rows = std::max(graph_batch, static_cast<int32_t>(rows.size()));
   for (int32_t r = 0; r < num_rows; ++r) {
     const bool real = r < static_cast<int32_t>(rows.size());
-    host_.logit_rows[r] = real ? rows[r].token : r;
-    host_.targets[r] = real && rows[r].target >= 0 ? rows[r].target : 0;
+    host.logit_rows[r] = real ? rows[r].token : r;
+    host.targets[r] = real && rows[r].target >= 0 ? rows[r].target : 0;
   }
-  CHECK(cudaEventRecord(step_start_, stream_) == cudaSuccess);
+  CHECK(cudaEventRecord(slot.start, stream_) == cudaSuccess);
   auto copy = [&](void* dst, const void* src, size_t bytes) {
     if (bytes > 0) {
       CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_) == cudaSuccess);
     }
   };
-  copy(dev_.token_ids, host_.token_ids, padded * sizeof(int32_t));
-  copy(dev_.positions, host_.positions, padded * sizeof(int32_t));
-  copy(dev_.slots, host_.slots, padded * sizeof(int64_t));
-  copy(dev_.cu_seqlens, host_.cu_seqlens, (num_seqs + 1) * sizeof(int32_t));
-  copy(dev_.seq_lens, host_.seq_lens, (graph_batch > 0 ? graph_batch : num_seqs) * sizeof(int32_t));
-  copy(dev_.logit_rows, host_.logit_rows, num_rows * sizeof(int32_t));
+  copy(dev_.token_ids, host.token_ids, padded * sizeof(int32_t));
+  copy(dev_.positions, host.positions, padded * sizeof(int32_t));
+  copy(dev_.slots, host.slots, padded * sizeof(int64_t));
+  copy(dev_.cu_seqlens, host.cu_seqlens, (num_seqs + 1) * sizeof(int32_t));
+  copy(dev_.seq_lens, host.seq_lens, (graph_batch > 0 ? graph_batch : num_seqs) * sizeof(int32_t));
+  copy(dev_.logit_rows, host.logit_rows, num_rows * sizeof(int32_t));
   if (device_sampling) {
     const int32_t sampled_rows = std::max(graph_batch, num_sampled);
-    copy(dev_.sampling, host_.sampling, sampled_rows * sizeof(kernels::SamplingRow));
-    copy(dev_.bias_ids, host_.bias_ids, counts.bias * sizeof(int32_t));
-    copy(dev_.bias_values, host_.bias_values, counts.bias * sizeof(float));
-    copy(dev_.banned_ids, host_.banned_ids, counts.banned * sizeof(int32_t));
-    copy(dev_.penalty_tokens, host_.penalty_tokens, counts.penalty_tokens * sizeof(int32_t));
-    copy(dev_.targets + num_sampled, host_.targets + num_sampled,
+    copy(dev_.sampling, host.sampling, sampled_rows * sizeof(kernels::SamplingRow));
+    copy(dev_.bias_ids, host.bias_ids, counts.bias * sizeof(int32_t));
+    copy(dev_.bias_values, host.bias_values, counts.bias * sizeof(float));
+    copy(dev_.banned_ids, host.banned_ids, counts.banned * sizeof(int32_t));
+    copy(dev_.penalty_tokens, host.penalty_tokens, counts.penalty_tokens * sizeof(int32_t));
+    copy(dev_.targets + num_sampled, host.targets + num_sampled,
          (rows.size() - num_sampled) * sizeof(int32_t));
   }
   if (in.max_blocks_per_seq > 0 && num_seqs > 0) {
     CHECK(cudaMemcpy2DAsync(dev_.block_tables, max_blocks_per_seq_ * sizeof(int32_t),
-                            in.block_tables.data(), in.max_blocks_per_seq * sizeof(int32_t),
+                            host.block_tables, in.max_blocks_per_seq * sizeof(int32_t),
                             in.max_blocks_per_seq * sizeof(int32_t), num_seqs,
                             cudaMemcpyHostToDevice, stream_) == cudaSuccess);
   }
+  // dev_.sampled still holds the previous step's rows: only this step's sampling rewrites it.
+  if (resolve_on_device) {
+    CHECK(kernels::ResolvePreviousTokens(dev_.token_ids, num_tokens, dev_.sampled, stream_) ==
+          cudaSuccess);
+  }
 
-  StepResult result;
-  result.seqs.resize(num_seqs);
+  p.result.seqs.resize(num_seqs);
   if (graph_batch > 0) {
     CHECK(cudaGraphLaunch(graphs_.at(graph_batch), stream_) == cudaSuccess);
   } else {
@@ -933,56 +1009,67 @@ StepResult CudaRunner::Execute(const StepInputs& in) {
     CHECK(st.ok()) << st.ToString();
   }
   if (!device_sampling) {
-    SampleOnHost(in, rows, result);
-    if (rows.empty()) CHECK(cudaStreamSynchronize(stream_) == cudaSuccess) << "CUDA step failed";
-    return result;
-  }
-
-  // Sampled rows (all in the first logits chunk), then prompt-logprob rows chunk by chunk.
-  if (graph_batch == 0 && num_sampled > 0) {
-    const Status st = EnqueueSampling(num_sampled);
-    CHECK(st.ok()) << st.ToString();
-  }
-  const int64_t vocab = config_.vocab_size;
-  for (int32_t begin = num_sampled; begin < static_cast<int32_t>(rows.size());) {
-    // Within the first chunk the prompt rows follow the sampled ones; later chunks start fresh.
-    const int32_t chunk_start = begin < logit_chunk_ ? 0 : begin;
-    if (chunk_start > 0) {
-      const int32_t n = std::min<int32_t>(logit_chunk_, static_cast<int32_t>(rows.size()) - begin);
-      const Status st = EnqueueLogits(n, begin);
+    SampleOnHost(in, rows, p.result);  // synchronizes
+  } else {
+    // Sampled rows (all in the first logits chunk), then prompt-logprob rows chunk by chunk.
+    if (graph_batch == 0 && num_sampled > 0) {
+      const Status st = EnqueueSampling(num_sampled);
       CHECK(st.ok()) << st.ToString();
     }
-    const int32_t chunk_end =
-        std::min<int32_t>(chunk_start + logit_chunk_, static_cast<int32_t>(rows.size()));
-    const int32_t n = chunk_end - begin;
-    CHECK(kernels::ScoreRows(logits_ + (begin - chunk_start) * vocab, vocab, n, config_.vocab_size,
-                             dev_.targets + begin, max_prompt_top, dev_.sampled + begin,
-                             stream_) == cudaSuccess);
-    begin = chunk_end;
+    const int64_t vocab = config_.vocab_size;
+    for (int32_t begin = num_sampled; begin < static_cast<int32_t>(rows.size());) {
+      // Within the first chunk the prompt rows follow the sampled ones; later chunks start
+      // fresh.
+      const int32_t chunk_start = begin < logit_chunk_ ? 0 : begin;
+      if (chunk_start > 0) {
+        const int32_t n =
+            std::min<int32_t>(logit_chunk_, static_cast<int32_t>(rows.size()) - begin);
+        const Status st = EnqueueLogits(n, begin);
+        CHECK(st.ok()) << st.ToString();
+      }
+      const int32_t chunk_end =
+          std::min<int32_t>(chunk_start + logit_chunk_, static_cast<int32_t>(rows.size()));
+      const int32_t n = chunk_end - begin;
+      CHECK(kernels::ScoreRows(logits_ + (begin - chunk_start) * vocab, vocab, n,
+                               config_.vocab_size, dev_.targets + begin, max_prompt_top,
+                               dev_.sampled + begin, stream_) == cudaSuccess);
+      begin = chunk_end;
+    }
+    if (!rows.empty()) {
+      CHECK(cudaMemcpyAsync(host.sampled, dev_.sampled, rows.size() * sizeof(kernels::SampledToken),
+                            cudaMemcpyDeviceToHost, stream_) == cudaSuccess);
+    }
   }
-  const int32_t copied = static_cast<int32_t>(rows.size());
-  if (copied > 0) {
-    CHECK(cudaMemcpyAsync(host_.sampled, dev_.sampled, copied * sizeof(kernels::SampledToken),
-                          cudaMemcpyDeviceToHost, stream_) == cudaSuccess);
+  CHECK(cudaEventRecord(slot.end, stream_) == cudaSuccess);
+  if (options_.profile_ops) {
+    // Marks are added up per step: no two steps' marks may be pending at once.
+    CHECK(cudaStreamSynchronize(stream_) == cudaSuccess) << "CUDA step failed";
+    CollectMarks();
   }
-  CHECK(cudaEventRecord(step_end_, stream_) == cudaSuccess);
-  CHECK(cudaStreamSynchronize(stream_) == cudaSuccess) << "CUDA step failed";
-  CollectMarks();
+  pending_.push_back(std::move(p));
+}
+
+StepResult CudaRunner::Wait() {
+  CHECK(!pending_.empty()) << "Wait without a launched step";
+  Pending p = std::move(pending_.front());
+  pending_.pop_front();
+  const StepSlot& slot = slots_[p.slot];
+  CHECK(cudaEventSynchronize(slot.end) == cudaSuccess) << "CUDA step failed";
+  if (!p.device_sampling) return std::move(p.result);
   float gpu_ms = 0;
-  if (cudaEventElapsedTime(&gpu_ms, step_start_, step_end_) == cudaSuccess) {
+  if (cudaEventElapsedTime(&gpu_ms, slot.start, slot.end) == cudaSuccess) {
     ++timed_steps_;
     gpu_step_seconds_ += gpu_ms / 1e3;
   }
-  for (int32_t r = 0; r < copied; ++r) {
-    const LogitRow& row = rows[r];
+  for (size_t r = 0; r < p.rows.size(); ++r) {
+    const LogitRow& row = p.rows[r];
     if (row.target >= 0) {
-      result.seqs[row.seq].prompt_logprobs.push_back(ToScored(host_.sampled[r], row.num_top));
+      p.result.seqs[row.seq].prompt_logprobs.push_back(ToScored(slot.host.sampled[r], row.num_top));
     } else {
-      result.seqs[row.seq].sampled =
-          ToScored(host_.sampled[r], in.seqs[row.seq].sampling.num_top_logprobs);
+      p.result.seqs[row.seq].sampled = ToScored(slot.host.sampled[r], p.num_top[row.seq]);
     }
   }
-  return result;
+  return std::move(p.result);
 }
 
 }  // namespace
