@@ -1,7 +1,9 @@
-// Paged attention over the bf16 KV cache (attention.h): FlashAttention-2 style prefill and a
-// split-K (flash-decoding) decode path. Both use mma.sync m16n8k16 bf16 tensor-core tiles with fp32
-// accumulation and an fp32 online softmax (attention_mma.cuh); K/V tiles are gathered through the
-// block table with 16-byte cp.async copies into padded shared-memory rows.
+// Paged attention over the bf16 or fp16 KV cache (attention.h): FlashAttention-2 style prefill
+// and a split-K (flash-decoding) decode path. Both use mma.sync m16n8k16 bf16 / fp16 tensor-core
+// tiles with fp32 accumulation and an fp32 online softmax (attention_mma.cuh); K/V tiles are
+// gathered through the block table with 16-byte cp.async copies into padded shared-memory rows.
+// Every kernel is one body templated on the element type T, instantiated for both types; the two
+// take the same shared memory, tiles and launch bounds.
 //
 // Layout assumed: q/out rows 16-byte aligned (pointers and strides multiples of 8 elements), cache
 // [num_blocks, num_kv_heads, block_size, head_dim] so one kv head's 16 consecutive positions are
@@ -26,6 +28,7 @@
 //
 // Versions tried are recorded in docs/kernels.md ("Paged attention").
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <array>
@@ -34,6 +37,7 @@
 #include "core/logging.h"
 #include "kernels/attention.h"
 #include "kernels/attention_mma.cuh"
+#include "kernels/dtype_traits.cuh"
 
 namespace kiln::kernels {
 namespace {
@@ -45,6 +49,9 @@ using attention_internal::kSmemStride;
 using attention_internal::LoadQFragments;
 using attention_internal::WarpAttendTile;
 using attention_internal::WarpState;
+using dtype_internal::FloatsToPair;
+using dtype_internal::FromFloat;
+using dtype_internal::Pair;
 
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -59,11 +66,12 @@ constexpr int kMinTilesPerSplit = 2;
 constexpr int kMaxSplits = 256;
 
 // What both kernels read: the contract's pointers and strides, plus derived constants.
+template <typename T>
 struct AttentionParams {
-  const __nv_bfloat16* q;
+  const T* q;
   int64_t q_stride;
-  const __nv_bfloat16* k;
-  const __nv_bfloat16* v;
+  const T* k;
+  const T* v;
   const int32_t* block_tables;
   int32_t max_blocks_per_seq;
   int32_t block_size;
@@ -73,18 +81,19 @@ struct AttentionParams {
   int32_t num_kv_heads;
   int32_t group;     // num_heads / num_kv_heads
   float scale_log2;  // softmax scale * log2(e): the kernels work in exp2
-  __nv_bfloat16* out;
+  T* out;
   int64_t out_stride;
 };
 
-struct PrefillParams : AttentionParams {
+template <typename T>
+struct PrefillParams : AttentionParams<T> {
   const int32_t* cu_seqlens_q;
 };
 
+// Q, K and V tiles of 16-bit elements (bf16 and fp16 alike).
 template <int kHeadDim>
 constexpr size_t PrefillSmemBytes() {
-  return sizeof(__nv_bfloat16) * kSmemStride<kHeadDim> *
-         (kPrefillWarps * 16 + 2 * 2 * kPrefillTileN);
+  return sizeof(uint16_t) * kSmemStride<kHeadDim> * (kPrefillWarps * 16 + 2 * 2 * kPrefillTileN);
 }
 
 // Element offset of position `pos` of kv head `kv_head` in the cache, for a sequence's table row.
@@ -103,17 +112,17 @@ int32_t BlockShift(int32_t block_size) {
   return (block_size & (block_size - 1)) == 0 ? __builtin_ctz(block_size) : -1;
 }
 
-template <int kHeadDim>
+template <int kHeadDim, typename T>
 __global__ void __launch_bounds__(kPrefillWarps * 32, kPrefillWarps <= 4 ? 2 : 1)
-    PagedPrefillKernel(const PrefillParams p) {
+    PagedPrefillKernel(const PrefillParams<T> p) {
   constexpr int kStride = kSmemStride<kHeadDim>;
   constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
   constexpr int kRows = kPrefillWarps * 16;
   constexpr int kThreads = kPrefillWarps * 32;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto* q_smem = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kRows][kStride]
-  __nv_bfloat16* k_smem = q_smem + kRows * kStride;           // [2][kPrefillTileN][kStride]
-  __nv_bfloat16* v_smem = k_smem + 2 * kPrefillTileN * kStride;
+  auto* q_smem = reinterpret_cast<T*>(smem_raw);  // [kRows][kStride]
+  T* k_smem = q_smem + kRows * kStride;           // [2][kPrefillTileN][kStride]
+  T* v_smem = k_smem + 2 * kPrefillTileN * kStride;
 
   const int seq = blockIdx.z;
   const int kv_head = blockIdx.y;
@@ -137,7 +146,7 @@ __global__ void __launch_bounds__(kPrefillWarps * 32, kPrefillWarps <= 4 ? 2 : 1
     const int ch = c % kChunks;
     const int m = row0 + r;
     const bool valid = m < num_rows;
-    const __nv_bfloat16* src = p.q;
+    const T* src = p.q;
     if (valid) {
       const int head = kv_head * p.group + m % p.group;
       src = p.q + (q_begin + m / p.group) * p.q_stride + head * kHeadDim + ch * 8;
@@ -193,18 +202,18 @@ __global__ void __launch_bounds__(kPrefillWarps * 32, kPrefillWarps <= 4 ? 2 : 1
     __syncthreads();  // the next iteration's copy overwrites this buffer
   }
 
-  // O / l -> bf16 through this warp's (now unused) Q rows, then 16-byte coalesced stores.
+  // O / l -> T through this warp's (now unused) Q rows, then 16-byte coalesced stores.
   float inv_l[2];
   st.Finish(inv_l);
-  __nv_bfloat16* o_smem = q_smem + warp * 16 * kStride;
+  T* o_smem = q_smem + warp * 16 * kStride;
   const int g = lane / 4;
   const int t = lane % 4;
 #pragma unroll
   for (int d = 0; d < kHeadDim / 8; ++d) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      *reinterpret_cast<__nv_bfloat162*>(o_smem + (g + 8 * r) * kStride + d * 8 + 2 * t) =
-          __floats2bfloat162_rn(st.o[d][2 * r] * inv_l[r], st.o[d][2 * r + 1] * inv_l[r]);
+      *reinterpret_cast<Pair<T>*>(o_smem + (g + 8 * r) * kStride + d * 8 + 2 * t) =
+          FloatsToPair<T>(st.o[d][2 * r] * inv_l[r], st.o[d][2 * r + 1] * inv_l[r]);
     }
   }
   __syncwarp();
@@ -222,7 +231,8 @@ __global__ void __launch_bounds__(kPrefillWarps * 32, kPrefillWarps <= 4 ? 2 : 1
 
 // ---- Decode --------------------------------------------------------------------------------
 
-struct DecodeParams : AttentionParams {
+template <typename T>
+struct DecodeParams : AttentionParams<T> {
   int32_t head_chunks;  // ceil(group / kDecodeRows)
   int32_t num_splits;
   float* partial_ml;  // [num_seqs, num_heads, num_splits, 2]: m (log2 units), l
@@ -243,19 +253,19 @@ __device__ __forceinline__ int SplitRange(int seq_len, int num_splits, int split
 
 template <int kHeadDim>
 constexpr size_t DecodeSmemBytes() {
-  return sizeof(__nv_bfloat16) * kSmemStride<kHeadDim> *
+  return sizeof(uint16_t) * kSmemStride<kHeadDim> *
          (kDecodeRows + 2 * kDecodeStages * kDecodeTileN);
 }
 
-template <int kHeadDim>
-__global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams p) {
+template <int kHeadDim, typename T>
+__global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams<T> p) {
   constexpr int kStride = kSmemStride<kHeadDim>;
   constexpr int kChunks = kHeadDim / 8;
   constexpr int kStageElems = kDecodeTileN * kStride;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto* q_smem = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kDecodeRows][kStride]
-  __nv_bfloat16* k_smem = q_smem + kDecodeRows * kStride;     // [kDecodeStages][16][kStride]
-  __nv_bfloat16* v_smem = k_smem + kDecodeStages * kStageElems;
+  auto* q_smem = reinterpret_cast<T*>(smem_raw);  // [kDecodeRows][kStride]
+  T* k_smem = q_smem + kDecodeRows * kStride;     // [kDecodeStages][16][kStride]
+  T* v_smem = k_smem + kDecodeStages * kStageElems;
 
   const int split = blockIdx.x;
   const int kv_head = blockIdx.y / p.head_chunks;
@@ -274,8 +284,7 @@ __global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams 
     const int r = c / kChunks;
     const int ch = c % kChunks;
     const bool valid = r < num_rows;
-    const __nv_bfloat16* src =
-        valid ? p.q + seq * p.q_stride + (head0 + r) * kHeadDim + ch * 8 : p.q;
+    const T* src = valid ? p.q + seq * p.q_stride + (head0 + r) * kHeadDim + ch * 8 : p.q;
     CpAsync16(q_smem + r * kStride + ch * 8, src, valid);
   }
   // A 16-key tile lies inside one cache block: one table read, 16 * kHeadDim contiguous elements.
@@ -342,8 +351,8 @@ __global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams 
 
 // Merges the splits of one (head, sequence): out = sum_j w_j o_j / sum_j w_j with
 // w_j = l_j * 2^(m_j - max m). One thread per output element.
-template <int kHeadDim>
-__global__ void __launch_bounds__(kHeadDim) PagedDecodeReduceKernel(const DecodeParams p) {
+template <int kHeadDim, typename T>
+__global__ void __launch_bounds__(kHeadDim) PagedDecodeReduceKernel(const DecodeParams<T> p) {
   const int head = blockIdx.x;
   const int seq = blockIdx.y;
   const int seq_len = p.seq_lens[seq];
@@ -363,7 +372,7 @@ __global__ void __launch_bounds__(kHeadDim) PagedDecodeReduceKernel(const Decode
     den += w;
   }
   p.out[seq * p.out_stride + head * kHeadDim + threadIdx.x] =
-      __float2bfloat16_rn(den > 0.0f ? num / den : 0.0f);
+      FromFloat<T>(den > 0.0f ? num / den : 0.0f);
 }
 
 // ---- Host side -----------------------------------------------------------------------------
@@ -375,6 +384,29 @@ struct DeviceFigures {
   int decode_blocks_per_sm[2] = {0, 0};  // head_dim 64, 128
 };
 
+// Lets T's prefill kernels take their dynamic shared memory and reads the resident blocks per SM
+// of T's decode kernel (head_dim 64, 128).
+template <typename T>
+cudaError_t SetUpKernels(int (&decode_blocks_per_sm)[2]) {
+  cudaError_t e =
+      cudaFuncSetAttribute(PagedPrefillKernel<64, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(PrefillSmemBytes<64>()));
+  if (e == cudaSuccess) {
+    e = cudaFuncSetAttribute(PagedPrefillKernel<128, T>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(PrefillSmemBytes<128>()));
+  }
+  if (e == cudaSuccess) {
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &decode_blocks_per_sm[0], PagedDecodeSplitKernel<64, T>, 32, DecodeSmemBytes<64>());
+  }
+  if (e == cudaSuccess) {
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &decode_blocks_per_sm[1], PagedDecodeSplitKernel<128, T>, 32, DecodeSmemBytes<128>());
+  }
+  return e;
+}
+
 cudaError_t GetDeviceFigures(DeviceFigures* out) {
   static std::mutex mu;
   static std::array<DeviceFigures, 64> cache{};
@@ -385,24 +417,16 @@ cudaError_t GetDeviceFigures(DeviceFigures* out) {
   DeviceFigures& f = cache[device];
   if (f.num_sms == 0) {
     DeviceFigures n;
+    int f16_blocks_per_sm[2] = {0, 0};
     cudaError_t e = cudaDeviceGetAttribute(&n.num_sms, cudaDevAttrMultiProcessorCount, device);
-    if (e == cudaSuccess) {
-      e = cudaFuncSetAttribute(PagedPrefillKernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(PrefillSmemBytes<64>()));
-    }
-    if (e == cudaSuccess) {
-      e = cudaFuncSetAttribute(PagedPrefillKernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(PrefillSmemBytes<128>()));
-    }
-    if (e == cudaSuccess) {
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &n.decode_blocks_per_sm[0], PagedDecodeSplitKernel<64>, 32, DecodeSmemBytes<64>());
-    }
-    if (e == cudaSuccess) {
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &n.decode_blocks_per_sm[1], PagedDecodeSplitKernel<128>, 32, DecodeSmemBytes<128>());
-    }
+    if (e == cudaSuccess) e = SetUpKernels<__nv_bfloat16>(n.decode_blocks_per_sm);
+    if (e == cudaSuccess) e = SetUpKernels<__half>(f16_blocks_per_sm);
     if (e != cudaSuccess) return e;
+    // One split rule for both types (their kernels take the same shared memory, so in practice
+    // the same occupancy): the split count, and so PagedDecodeWorkspaceBytes, stay dtype-free.
+    for (int i = 0; i < 2; ++i) {
+      n.decode_blocks_per_sm[i] = std::min(n.decode_blocks_per_sm[i], f16_blocks_per_sm[i]);
+    }
     f = n;
   }
   *out = f;
@@ -412,9 +436,9 @@ cudaError_t GetDeviceFigures(DeviceFigures* out) {
 bool IsAligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Checks what both launchers assume; logs the reason for a bad argument.
-bool ValidCommon(const char* fn, const __nv_bfloat16* q, int64_t q_stride, const PagedKvCache& kv,
-                 const AttentionDims& d, const __nv_bfloat16* out, int64_t out_stride,
-                 int32_t num_seqs) {
+template <typename T>
+bool ValidCommon(const char* fn, const T* q, int64_t q_stride, const PagedKvCacheT<T>& kv,
+                 const AttentionDims& d, const T* out, int64_t out_stride, int32_t num_seqs) {
   const char* why = nullptr;
   if (d.head_dim != 64 && d.head_dim != 128) {
     why = "head_dim must be 64 or 128";
@@ -459,9 +483,9 @@ int DecodeSplits(int32_t num_seqs, int32_t max_seq_len, const AttentionDims& d,
   return static_cast<int>(std::clamp<int64_t>(splits, 1, kMaxSplits));
 }
 
-void FillCommon(const __nv_bfloat16* q, int64_t q_stride, const PagedKvCache& kv,
-                const int32_t* seq_lens, const AttentionDims& dims, __nv_bfloat16* out,
-                int64_t out_stride, AttentionParams* p) {
+template <typename T>
+void FillCommon(const T* q, int64_t q_stride, const PagedKvCacheT<T>& kv, const int32_t* seq_lens,
+                const AttentionDims& dims, T* out, int64_t out_stride, AttentionParams<T>* p) {
   p->q = q;
   p->q_stride = q_stride;
   p->k = kv.k;
@@ -486,12 +510,13 @@ size_t DecodeWorkspaceFor(int32_t num_seqs, int32_t splits, const AttentionDims&
   return AlignUp(slots * 2 * sizeof(float)) + AlignUp(slots * d.head_dim * sizeof(float));
 }
 
-}  // namespace
+// The launchers behind the public overloads (one per element type).
 
-cudaError_t PagedPrefillAttention(const __nv_bfloat16* q, int64_t q_stride, const PagedKvCache& kv,
-                                  const int32_t* cu_seqlens_q, const int32_t* seq_lens,
-                                  int32_t num_seqs, int32_t max_q_len, const AttentionDims& dims,
-                                  __nv_bfloat16* out, int64_t out_stride, cudaStream_t stream) {
+template <typename T>
+cudaError_t LaunchPrefill(const T* q, int64_t q_stride, const PagedKvCacheT<T>& kv,
+                          const int32_t* cu_seqlens_q, const int32_t* seq_lens, int32_t num_seqs,
+                          int32_t max_q_len, const AttentionDims& dims, T* out, int64_t out_stride,
+                          cudaStream_t stream) {
   if (!ValidCommon("PagedPrefillAttention", q, q_stride, kv, dims, out, out_stride, num_seqs)) {
     return cudaErrorInvalidValue;
   }
@@ -503,7 +528,7 @@ cudaError_t PagedPrefillAttention(const __nv_bfloat16* q, int64_t q_stride, cons
   if (num_seqs == 0 || max_q_len == 0) return cudaSuccess;
   DeviceFigures f;
   if (cudaError_t e = GetDeviceFigures(&f); e != cudaSuccess) return e;
-  PrefillParams p{};
+  PrefillParams<T> p{};
   FillCommon(q, q_stride, kv, seq_lens, dims, out, out_stride, &p);
   p.cu_seqlens_q = cu_seqlens_q;
   const int64_t row_tiles =
@@ -511,11 +536,76 @@ cudaError_t PagedPrefillAttention(const __nv_bfloat16* q, int64_t q_stride, cons
   if (row_tiles > 0x7fffffff || dims.num_kv_heads > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(row_tiles), dims.num_kv_heads, num_seqs);
   if (dims.head_dim == 64) {
-    PagedPrefillKernel<64><<<grid, kPrefillWarps * 32, PrefillSmemBytes<64>(), stream>>>(p);
+    PagedPrefillKernel<64, T><<<grid, kPrefillWarps * 32, PrefillSmemBytes<64>(), stream>>>(p);
   } else {
-    PagedPrefillKernel<128><<<grid, kPrefillWarps * 32, PrefillSmemBytes<128>(), stream>>>(p);
+    PagedPrefillKernel<128, T><<<grid, kPrefillWarps * 32, PrefillSmemBytes<128>(), stream>>>(p);
   }
   return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t LaunchDecode(const T* q, int64_t q_stride, const PagedKvCacheT<T>& kv,
+                         const int32_t* seq_lens, int32_t num_seqs, int32_t max_seq_len,
+                         const AttentionDims& dims, void* workspace, size_t workspace_bytes, T* out,
+                         int64_t out_stride, cudaStream_t stream, int32_t num_splits) {
+  if (!ValidCommon("PagedDecodeAttention", q, q_stride, kv, dims, out, out_stride, num_seqs)) {
+    return cudaErrorInvalidValue;
+  }
+  if (num_seqs == 0) return cudaSuccess;
+  if (max_seq_len <= 0 || !seq_lens ||
+      int64_t{max_seq_len} > int64_t{kv.max_blocks_per_seq} * kv.block_size) {
+    LOG(ERROR) << "PagedDecodeAttention: max_seq_len must be in [1, max_blocks_per_seq * "
+                  "block_size] and seq_lens non-null";
+    return cudaErrorInvalidValue;
+  }
+  DeviceFigures f;
+  if (cudaError_t e = GetDeviceFigures(&f); e != cudaSuccess) return e;
+  if (num_splits < 0 || num_splits > kMaxSplits) return cudaErrorInvalidValue;
+  const int splits = num_splits > 0 ? num_splits : DecodeSplits(num_seqs, max_seq_len, dims, f);
+  const size_t need = DecodeWorkspaceFor(num_seqs, splits, dims);
+  if (!workspace || workspace_bytes < need || !IsAligned16(workspace)) {
+    LOG(ERROR) << "PagedDecodeAttention: the workspace must be 16-byte aligned and hold " << need
+               << " bytes (PagedDecodeWorkspaceBytes), got " << workspace_bytes;
+    return cudaErrorInvalidValue;
+  }
+  DecodeParams<T> p{};
+  FillCommon(q, q_stride, kv, seq_lens, dims, out, out_stride, &p);
+  p.head_chunks = DecodeHeadChunks(dims);
+  p.num_splits = splits;
+  const size_t slots = size_t(num_seqs) * dims.num_heads * splits;
+  p.partial_ml = static_cast<float*>(workspace);
+  p.partial_o =
+      reinterpret_cast<float*>(static_cast<char*>(workspace) + AlignUp(slots * 2 * sizeof(float)));
+  const int64_t y = int64_t{dims.num_kv_heads} * p.head_chunks;
+  if (y > 65535) return cudaErrorInvalidValue;
+  const dim3 grid(splits, static_cast<unsigned>(y), num_seqs);
+  const dim3 reduce_grid(dims.num_heads, num_seqs);
+  if (dims.head_dim == 64) {
+    PagedDecodeSplitKernel<64, T><<<grid, 32, DecodeSmemBytes<64>(), stream>>>(p);
+    PagedDecodeReduceKernel<64, T><<<reduce_grid, 64, 0, stream>>>(p);
+  } else {
+    PagedDecodeSplitKernel<128, T><<<grid, 32, DecodeSmemBytes<128>(), stream>>>(p);
+    PagedDecodeReduceKernel<128, T><<<reduce_grid, 128, 0, stream>>>(p);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t PagedPrefillAttention(const __nv_bfloat16* q, int64_t q_stride, const PagedKvCache& kv,
+                                  const int32_t* cu_seqlens_q, const int32_t* seq_lens,
+                                  int32_t num_seqs, int32_t max_q_len, const AttentionDims& dims,
+                                  __nv_bfloat16* out, int64_t out_stride, cudaStream_t stream) {
+  return LaunchPrefill(q, q_stride, kv, cu_seqlens_q, seq_lens, num_seqs, max_q_len, dims, out,
+                       out_stride, stream);
+}
+cudaError_t PagedPrefillAttention(const __half* q, int64_t q_stride,
+                                  const PagedKvCacheT<__half>& kv, const int32_t* cu_seqlens_q,
+                                  const int32_t* seq_lens, int32_t num_seqs, int32_t max_q_len,
+                                  const AttentionDims& dims, __half* out, int64_t out_stride,
+                                  cudaStream_t stream) {
+  return LaunchPrefill(q, q_stride, kv, cu_seqlens_q, seq_lens, num_seqs, max_q_len, dims, out,
+                       out_stride, stream);
 }
 
 size_t PagedDecodeWorkspaceBytes(int32_t max_num_seqs, int32_t max_seq_len,
@@ -544,46 +634,16 @@ cudaError_t PagedDecodeAttention(const __nv_bfloat16* q, int64_t q_stride, const
                                  const AttentionDims& dims, void* workspace, size_t workspace_bytes,
                                  __nv_bfloat16* out, int64_t out_stride, cudaStream_t stream,
                                  int32_t num_splits) {
-  if (!ValidCommon("PagedDecodeAttention", q, q_stride, kv, dims, out, out_stride, num_seqs)) {
-    return cudaErrorInvalidValue;
-  }
-  if (num_seqs == 0) return cudaSuccess;
-  if (max_seq_len <= 0 || !seq_lens ||
-      int64_t{max_seq_len} > int64_t{kv.max_blocks_per_seq} * kv.block_size) {
-    LOG(ERROR) << "PagedDecodeAttention: max_seq_len must be in [1, max_blocks_per_seq * "
-                  "block_size] and seq_lens non-null";
-    return cudaErrorInvalidValue;
-  }
-  DeviceFigures f;
-  if (cudaError_t e = GetDeviceFigures(&f); e != cudaSuccess) return e;
-  if (num_splits < 0 || num_splits > kMaxSplits) return cudaErrorInvalidValue;
-  const int splits = num_splits > 0 ? num_splits : DecodeSplits(num_seqs, max_seq_len, dims, f);
-  const size_t need = DecodeWorkspaceFor(num_seqs, splits, dims);
-  if (!workspace || workspace_bytes < need || !IsAligned16(workspace)) {
-    LOG(ERROR) << "PagedDecodeAttention: the workspace must be 16-byte aligned and hold " << need
-               << " bytes (PagedDecodeWorkspaceBytes), got " << workspace_bytes;
-    return cudaErrorInvalidValue;
-  }
-  DecodeParams p{};
-  FillCommon(q, q_stride, kv, seq_lens, dims, out, out_stride, &p);
-  p.head_chunks = DecodeHeadChunks(dims);
-  p.num_splits = splits;
-  const size_t slots = size_t(num_seqs) * dims.num_heads * splits;
-  p.partial_ml = static_cast<float*>(workspace);
-  p.partial_o =
-      reinterpret_cast<float*>(static_cast<char*>(workspace) + AlignUp(slots * 2 * sizeof(float)));
-  const int64_t y = int64_t{dims.num_kv_heads} * p.head_chunks;
-  if (y > 65535) return cudaErrorInvalidValue;
-  const dim3 grid(splits, static_cast<unsigned>(y), num_seqs);
-  const dim3 reduce_grid(dims.num_heads, num_seqs);
-  if (dims.head_dim == 64) {
-    PagedDecodeSplitKernel<64><<<grid, 32, DecodeSmemBytes<64>(), stream>>>(p);
-    PagedDecodeReduceKernel<64><<<reduce_grid, 64, 0, stream>>>(p);
-  } else {
-    PagedDecodeSplitKernel<128><<<grid, 32, DecodeSmemBytes<128>(), stream>>>(p);
-    PagedDecodeReduceKernel<128><<<reduce_grid, 128, 0, stream>>>(p);
-  }
-  return cudaGetLastError();
+  return LaunchDecode(q, q_stride, kv, seq_lens, num_seqs, max_seq_len, dims, workspace,
+                      workspace_bytes, out, out_stride, stream, num_splits);
+}
+cudaError_t PagedDecodeAttention(const __half* q, int64_t q_stride, const PagedKvCacheT<__half>& kv,
+                                 const int32_t* seq_lens, int32_t num_seqs, int32_t max_seq_len,
+                                 const AttentionDims& dims, void* workspace, size_t workspace_bytes,
+                                 __half* out, int64_t out_stride, cudaStream_t stream,
+                                 int32_t num_splits) {
+  return LaunchDecode(q, q_stride, kv, seq_lens, num_seqs, max_seq_len, dims, workspace,
+                      workspace_bytes, out, out_stride, stream, num_splits);
 }
 
 }  // namespace kiln::kernels

@@ -1,8 +1,11 @@
 // Attention over the paged KV cache (DESIGN.md §4): chunked-prefill / mixed attention and the
 // decode fast path. Raw device pointers + sizes + strides + stream; no engine types.
 //
+// Activations and cache are bf16 or fp16 (each launcher has an overload per type, one kernel body
+// behind both; Q, K, V and out share the type); scores, softmax and accumulation are fp32.
+//
 // One layer's cache is two arrays, K and V, each [num_blocks, num_kv_heads, block_size, head_dim]
-// bf16 (a block holds one kv head's block_size tokens contiguously, 4 KiB at 16 x 128). Position
+// (a block holds one kv head's block_size tokens contiguously, 4 KiB at 16 x 128). Position
 // p of sequence s lives in block block_tables[s * max_blocks_per_seq + p / block_size] at offset
 // p % block_size. Query head h reads kv head h / (num_heads / num_kv_heads) (GQA).
 //
@@ -14,18 +17,22 @@
 #include <cstdint>
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 namespace kiln::kernels {
 
-struct PagedKvCache {
-  const __nv_bfloat16* k = nullptr;  // [num_blocks, num_kv_heads, block_size, head_dim]
-  const __nv_bfloat16* v = nullptr;  // same
+// One layer's paged cache; T is __nv_bfloat16 or __half.
+template <typename T>
+struct PagedKvCacheT {
+  const T* k = nullptr;  // [num_blocks, num_kv_heads, block_size, head_dim]
+  const T* v = nullptr;  // same
   int32_t num_blocks = 0;
   int32_t block_size = 16;                // a multiple of 16 (16, 32, 64)
   const int32_t* block_tables = nullptr;  // device [num_seqs, max_blocks_per_seq]
   int32_t max_blocks_per_seq = 0;
 };
+using PagedKvCache = PagedKvCacheT<__nv_bfloat16>;
 
 struct AttentionDims {
   int32_t num_heads = 0;
@@ -46,9 +53,14 @@ cudaError_t PagedPrefillAttention(const __nv_bfloat16* q, int64_t q_stride, cons
                                   const int32_t* cu_seqlens_q, const int32_t* seq_lens,
                                   int32_t num_seqs, int32_t max_q_len, const AttentionDims& dims,
                                   __nv_bfloat16* out, int64_t out_stride, cudaStream_t stream);
+cudaError_t PagedPrefillAttention(const __half* q, int64_t q_stride,
+                                  const PagedKvCacheT<__half>& kv, const int32_t* cu_seqlens_q,
+                                  const int32_t* seq_lens, int32_t num_seqs, int32_t max_q_len,
+                                  const AttentionDims& dims, __half* out, int64_t out_stride,
+                                  cudaStream_t stream);
 
 // Bytes of the split-K scratch PagedDecodeAttention needs for up to max_num_seqs sequences of up
-// to max_seq_len positions.
+// to max_seq_len positions (the same for bf16 and fp16: the scratch is fp32).
 size_t PagedDecodeWorkspaceBytes(int32_t max_num_seqs, int32_t max_seq_len,
                                  const AttentionDims& dims);
 
@@ -64,6 +76,11 @@ cudaError_t PagedDecodeAttention(const __nv_bfloat16* q, int64_t q_stride, const
                                  const int32_t* seq_lens, int32_t num_seqs, int32_t max_seq_len,
                                  const AttentionDims& dims, void* workspace, size_t workspace_bytes,
                                  __nv_bfloat16* out, int64_t out_stride, cudaStream_t stream,
+                                 int32_t num_splits = 0);
+cudaError_t PagedDecodeAttention(const __half* q, int64_t q_stride, const PagedKvCacheT<__half>& kv,
+                                 const int32_t* seq_lens, int32_t num_seqs, int32_t max_seq_len,
+                                 const AttentionDims& dims, void* workspace, size_t workspace_bytes,
+                                 __half* out, int64_t out_stride, cudaStream_t stream,
                                  int32_t num_splits = 0);
 
 // Bytes of the split-K scratch for num_seqs sequences at a forced num_splits.

@@ -1,6 +1,8 @@
 // Warp-level building blocks of the paged attention kernels (attention.cu): cp.async, ldmatrix,
-// mma.sync m16n8k16 (bf16 in, fp32 accumulate), and one warp's online-softmax step over a tile of
-// keys held in shared memory. Plain sm_80 instructions, so the same code runs on Ampere and Hopper.
+// mma.sync m16n8k16 (bf16 or fp16 in, fp32 accumulate), and one warp's online-softmax step over a
+// tile of keys held in shared memory. Plain sm_80 instructions, so the same code runs on Ampere and
+// Hopper. T, the element type of Q, K, V and of the P fragments, is __nv_bfloat16 or __half; only
+// the mma's operand type and P's packing depend on it (ldmatrix moves 16-bit words of any type).
 //
 // Fragment layouts (PTX ISA, "mma.m16n8k16"), g = lane / 4, t = lane % 4:
 //   A 16x16 (row major): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..)
@@ -11,8 +13,12 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
+
+#include "kernels/dtype_traits.cuh"
 
 namespace kiln::kernels::attention_internal {
 
@@ -48,14 +54,24 @@ __device__ __forceinline__ void Ldmatrix4Trans(uint32_t (&r)[4], const void* sme
                : "r"(SmemAddr(smem)));
 }
 
-// c += a * b for one m16n8k16 tile.
+// c += a * b for one m16n8k16 tile, a and b holding pairs of T.
+template <typename T>
 __device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                     uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    static_assert(std::is_same_v<T, __nv_bfloat16>, "T is __nv_bfloat16 or __half");
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
 }
 
 // 2^x on the SFU without exp2f's denormal handling; exp2(-inf) is still 0.
@@ -65,15 +81,9 @@ __device__ __forceinline__ float FastExp2(float x) {
   return y;
 }
 
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
 // Loads a warp's 16 query rows (smem, kSmemStride apart) as A fragments, one per 16 columns.
-template <int kHeadDim>
-__device__ __forceinline__ void LoadQFragments(const __nv_bfloat16* q_smem,
-                                               uint32_t (&qf)[kHeadDim / 16][4]) {
+template <int kHeadDim, typename T>
+__device__ __forceinline__ void LoadQFragments(const T* q_smem, uint32_t (&qf)[kHeadDim / 16][4]) {
   const int lane = threadIdx.x % 32;
   const int row = (lane & 7) + (((lane >> 3) & 1) << 3);
   const int col = (lane >> 4) << 3;
@@ -114,10 +124,11 @@ struct WarpState {
 // (kSmemStride apart), updating the online softmax state. Key key0 + j is masked for row r when
 // key0 + j > max_pos[r] (causal mask and sequence end); masking is skipped when !need_mask.
 // Masked keys' V rows must be finite (the loaders zero-fill them): 0 * NaN would poison O.
-template <int kHeadDim, int kTileN>
+// P is rounded to T, V's type, for the P V product (half an ulp: at most 2^-8 relative in bf16,
+// 2^-11 in fp16).
+template <int kHeadDim, int kTileN, typename T>
 __device__ __forceinline__ void WarpAttendTile(const uint32_t (&qf)[kHeadDim / 16][4],
-                                               const __nv_bfloat16* k_smem,
-                                               const __nv_bfloat16* v_smem, float scale_log2,
+                                               const T* k_smem, const T* v_smem, float scale_log2,
                                                bool need_mask, int key0, const int (&max_pos)[2],
                                                WarpState<kHeadDim>& st) {
   constexpr int kStride = kSmemStride<kHeadDim>;
@@ -136,8 +147,8 @@ __device__ __forceinline__ void WarpAttendTile(const uint32_t (&qf)[kHeadDim / 1
       for (int nn = 0; nn < kTileN / 16; ++nn) {
         uint32_t b[4];
         Ldmatrix4(b, k_smem + (nn * 16 + n) * kStride + kk * 16 + k);
-        Mma(s[2 * nn], qf[kk], b[0], b[1]);
-        Mma(s[2 * nn + 1], qf[kk], b[2], b[3]);
+        Mma<T>(s[2 * nn], qf[kk], b[0], b[1]);
+        Mma<T>(s[2 * nn + 1], qf[kk], b[2], b[3]);
       }
     }
   }
@@ -189,16 +200,16 @@ __device__ __forceinline__ void WarpAttendTile(const uint32_t (&qf)[kHeadDim / 1
     const int dim = (lane >> 4) << 3;
 #pragma unroll
     for (int kk = 0; kk < kTileN / 16; ++kk) {
-      const uint32_t a[4] = {PackBf16(s[2 * kk][0], s[2 * kk][1]),
-                             PackBf16(s[2 * kk][2], s[2 * kk][3]),
-                             PackBf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             PackBf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      const uint32_t a[4] = {dtype_internal::PackPair<T>(s[2 * kk][0], s[2 * kk][1]),
+                             dtype_internal::PackPair<T>(s[2 * kk][2], s[2 * kk][3]),
+                             dtype_internal::PackPair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             dtype_internal::PackPair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
       for (int dd = 0; dd < kHeadDim / 16; ++dd) {
         uint32_t b[4];
         Ldmatrix4Trans(b, v_smem + (kk * 16 + key) * kStride + dd * 16 + dim);
-        Mma(st.o[2 * dd], a, b[0], b[1]);
-        Mma(st.o[2 * dd + 1], a, b[2], b[3]);
+        Mma<T>(st.o[2 * dd], a, b[0], b[1]);
+        Mma<T>(st.o[2 * dd + 1], a, b[2], b[3]);
       }
     }
   }

@@ -1,24 +1,29 @@
-// Paged attention kernels against the CPU twin kiln::cpu::PagedAttention (label: gpu).
+// Paged attention kernels against the CPU twin kiln::cpu::PagedAttention (label: gpu); every case
+// runs with bf16 and with fp16 activations and cache.
 //
-// Tolerance. Inputs are bf16 and the reference sees exactly those values in f32, so the only
-// differences are the kernel's own roundings: (1) P is rounded to bf16 before the P V product
-// (relative 2^-9 per weight; out = sum p_j v_j with |v_j| <= 1 moves by at most 2^-9 in absolute
-// terms and ~2^-9 relative to |out|), (2) the output is rounded to bf16 (relative 2^-9), (3) fp32
-// accumulation in a different order (~1e-6). Together at most ~2^-8 = 3.9e-3 relative per element
-// in the worst case and about half of that in the norm; the bounds below (rel 1e-2 in the norm,
-// 1.2e-2 max abs on outputs of magnitude <= 1) leave 2.5-3x headroom while still catching a
-// wrong mask, a wrong head mapping or a dropped tile (each moves the error to O(0.1..1)).
+// Tolerance. Inputs are bf16 (fp16) and the reference sees exactly those values in f32, so the
+// only differences are the kernel's own roundings, each at most half an ulp, u = 2^-8 relative in
+// bf16 (8 significant bits) and 2^-11 in fp16 (11): (1) P is rounded before the P V product:
+// out = sum p_j v_j / l with |v_j| <= 1 moves by at most u in absolute terms (fp16 P below 2^-14
+// is subnormal, absolute error 2^-25 a weight, negligible next to l >= 1); (2) the output is
+// rounded (at most u |out| <= u); (3) fp32 accumulation in a different order (~1e-6). Together at
+// most 2u per element, 7.8e-3 (bf16) and 9.8e-4 (fp16), in the worst case and far less in the
+// norm. The bounds below (max abs 1.2e-2 resp. 1.5e-3 on outputs of magnitude <= 1, rel 1e-2
+// resp. 1.25e-3 in the norm) leave 1.5x headroom on the worst case; the fp16 ones are the bf16
+// ones / 8, the ratio of the two ulps, so an fp16 path that rounded P or the output to bf16 fails
+// them. Any of a wrong mask, a wrong head mapping or a dropped tile moves the error to O(0.1..1).
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
@@ -29,21 +34,10 @@
 namespace kiln::kernels {
 namespace {
 
-constexpr double kRelTol = 1e-2;
-constexpr double kAbsTol = 1.2e-2;
-
-uint16_t ToBf16Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fff + ((u >> 16) & 1);  // round to nearest even (inputs are finite)
-  return static_cast<uint16_t>(u >> 16);
-}
-float FromBf16Bits(uint16_t b) {
-  const uint32_t u = uint32_t{b} << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+template <typename T>
+constexpr double kRelTol = std::is_same_v<T, __half> ? 1.25e-3 : 1e-2;
+template <typename T>
+constexpr double kAbsTol = std::is_same_v<T, __half> ? 1.5e-3 : 1.2e-2;
 
 struct Shape {
   int num_heads, num_kv_heads, head_dim, block_size;
@@ -51,9 +45,10 @@ struct Shape {
   int out_pad = 0;  // extra elements per out row
 };
 
-// One layer's paged cache with random bf16 K/V, random non-contiguous block tables, and NaN in
-// every slot no sequence owns (unused blocks and the tail of each sequence's last block), so a
+// One layer's paged cache with random K/V of type T, random non-contiguous block tables, and NaN
+// in every slot no sequence owns (unused blocks and the tail of each sequence's last block), so a
 // read past a sequence's end shows up as NaN in its output.
+template <typename T>
 struct Cache {
   Shape shape;
   std::vector<int> seq_lens;
@@ -94,10 +89,10 @@ struct Cache {
           for (int d = 0; d < hd; ++d) {
             const size_t kern = ((block * kvh + h) * bs + pos % bs) * hd + d;
             const size_t ref = ((block * bs + pos % bs) * kvh + h) * hd + d;
-            k[kern] = ToBf16Bits(uni(rng));
-            v[kern] = ToBf16Bits(uni(rng));
-            k_ref[ref] = FromBf16Bits(k[kern]);
-            v_ref[ref] = FromBf16Bits(v[kern]);
+            k[kern] = Format<T>::FromF32(uni(rng));
+            v[kern] = Format<T>::FromF32(uni(rng));
+            k_ref[ref] = Format<T>::ToF32(k[kern]);
+            v_ref[ref] = Format<T>::ToF32(v[kern]);
           }
         }
       }
@@ -105,7 +100,8 @@ struct Cache {
   }
 };
 
-// Random bf16 queries [num_tokens, q_stride] (padding columns poisoned) and their f32 copy.
+// Random queries of type T [num_tokens, q_stride] (padding columns poisoned) and their f32 copy.
+template <typename T>
 void RandomQ(const Shape& s, int num_tokens, std::mt19937& rng, std::vector<uint16_t>* q,
              std::vector<float>* q_ref) {
   const int width = s.num_heads * s.head_dim, stride = width + s.q_pad;
@@ -116,13 +112,14 @@ void RandomQ(const Shape& s, int num_tokens, std::mt19937& rng, std::vector<uint
   q_ref->assign(size_t(num_tokens) * stride, 0.0f);
   for (int t = 0; t < num_tokens; ++t) {
     for (int i = 0; i < width; ++i) {
-      (*q)[size_t(t) * stride + i] = ToBf16Bits(uni(rng));
-      (*q_ref)[size_t(t) * stride + i] = FromBf16Bits((*q)[size_t(t) * stride + i]);
+      (*q)[size_t(t) * stride + i] = Format<T>::FromF32(uni(rng));
+      (*q_ref)[size_t(t) * stride + i] = Format<T>::ToF32((*q)[size_t(t) * stride + i]);
     }
   }
 }
 
-std::vector<float> CpuReference(const Cache& c, const std::vector<float>& q_ref,
+template <typename T>
+std::vector<float> CpuReference(const Cache<T>& c, const std::vector<float>& q_ref,
                                 const std::vector<int>& q_lens) {
   const Shape& s = c.shape;
   std::vector<int32_t> cu(q_lens.size() + 1, 0), positions;
@@ -153,8 +150,9 @@ std::vector<float> CpuReference(const Cache& c, const std::vector<float>& q_ref,
   return out;
 }
 
-// Compares out [num_tokens, out_stride] (bf16) with ref [num_tokens, width]; padding columns
-// must still hold the poison.
+// Compares out [num_tokens, out_stride] (T) with ref [num_tokens, width]; padding columns must
+// still hold the poison.
+template <typename T>
 void ExpectClose(const Shape& s, const std::vector<uint16_t>& out, const std::vector<float>& ref,
                  int num_tokens, const std::string& what) {
   const int width = s.num_heads * s.head_dim, stride = width + s.out_pad;
@@ -162,7 +160,7 @@ void ExpectClose(const Shape& s, const std::vector<uint16_t>& out, const std::ve
   int64_t bad = 0, pad_written = 0;
   for (int t = 0; t < num_tokens; ++t) {
     for (int i = 0; i < width; ++i) {
-      const float got = FromBf16Bits(out[size_t(t) * stride + i]);
+      const float got = Format<T>::ToF32(out[size_t(t) * stride + i]);
       const float want = ref[size_t(t) * width + i];
       if (!std::isfinite(got)) {
         ++bad;
@@ -177,16 +175,18 @@ void ExpectClose(const Shape& s, const std::vector<uint16_t>& out, const std::ve
   const double rel = std::sqrt(err2 / std::max(ref2, 1e-30));
   EXPECT_EQ(bad, 0) << what << ": non-finite (unwritten or NaN-read) outputs";
   EXPECT_EQ(pad_written, 0) << what << ": wrote into the stride padding";
-  EXPECT_LT(rel, kRelTol) << what;
-  EXPECT_LT(max_abs, kAbsTol) << what;
-  std::printf("  %-48s rel %.2e  max_abs %.2e\n", what.c_str(), rel, max_abs);
+  EXPECT_LT(rel, kRelTol<T>) << what;
+  EXPECT_LT(max_abs, kAbsTol<T>) << what;
+  std::printf("  %-4s %-48s rel %.2e  max_abs %.2e\n", DTypeName(Format<T>::kDType).data(),
+              what.c_str(), rel, max_abs);
 }
 
-PagedKvCache DeviceCache(const Cache& c, const Dev<uint16_t>& k, const Dev<uint16_t>& v,
-                         const Dev<int32_t>& tables) {
-  PagedKvCache kv;
-  kv.k = reinterpret_cast<const __nv_bfloat16*>(k.ptr);
-  kv.v = reinterpret_cast<const __nv_bfloat16*>(v.ptr);
+template <typename T>
+PagedKvCacheT<T> DeviceCache(const Cache<T>& c, const Dev<uint16_t>& k, const Dev<uint16_t>& v,
+                             const Dev<int32_t>& tables) {
+  PagedKvCacheT<T> kv;
+  kv.k = As<T>(k.ptr);
+  kv.v = As<T>(v.ptr);
   kv.num_blocks = c.num_blocks;
   kv.block_size = c.shape.block_size;
   kv.block_tables = tables.ptr;
@@ -199,14 +199,15 @@ AttentionDims DimsOf(const Shape& s) {
                        1.0f / std::sqrt(static_cast<float>(s.head_dim))};
 }
 
+template <typename T>
 void RunPrefill(const Shape& s, const std::vector<int>& q_lens, const std::vector<int>& seq_lens,
                 uint32_t seed, const std::string& what) {
   std::mt19937 rng(seed);
-  Cache c(s, seq_lens, rng);
+  Cache<T> c(s, seq_lens, rng);
   const int num_tokens = std::accumulate(q_lens.begin(), q_lens.end(), 0);
   std::vector<uint16_t> q;
   std::vector<float> q_ref;
-  RandomQ(s, num_tokens, rng, &q, &q_ref);
+  RandomQ<T>(s, num_tokens, rng, &q, &q_ref);
   std::vector<int32_t> cu(q_lens.size() + 1, 0);
   for (size_t i = 0; i < q_lens.size(); ++i) cu[i + 1] = cu[i] + q_lens[i];
   const int width = s.num_heads * s.head_dim;
@@ -222,37 +223,41 @@ void RunPrefill(const Shape& s, const std::vector<int>& q_lens, const std::vecto
   dlens.Upload(std::vector<int32_t>(seq_lens.begin(), seq_lens.end()));
   dout.Upload(std::vector<uint16_t>(out_elems, kPoison));
   const int max_q_len = *std::max_element(q_lens.begin(), q_lens.end());
-  CUDA_OK(PagedPrefillAttention(
-      reinterpret_cast<const __nv_bfloat16*>(dq.ptr), width + s.q_pad, DeviceCache(c, dk, dv, dtab),
-      dcu.ptr, dlens.ptr, static_cast<int32_t>(q_lens.size()), max_q_len, DimsOf(s),
-      reinterpret_cast<__nv_bfloat16*>(dout.ptr), width + s.out_pad, nullptr));
+  CUDA_OK(PagedPrefillAttention(As<T>(dq.ptr), width + s.q_pad, DeviceCache(c, dk, dv, dtab),
+                                dcu.ptr, dlens.ptr, static_cast<int32_t>(q_lens.size()), max_q_len,
+                                DimsOf(s), As<T>(dout.ptr), width + s.out_pad, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
-  ExpectClose(s, dout.Download(out_elems), CpuReference(c, q_ref, q_lens), num_tokens, what);
+  ExpectClose<T>(s, dout.Download(out_elems), CpuReference(c, q_ref, q_lens), num_tokens, what);
 }
 
 const Shape kSmol{9, 3, 64, 16};       // SmolLM2-135M
 const Shape kLlama8b{32, 8, 128, 16};  // Llama-3.1-8B
 
-TEST(PagedPrefillAttentionGpu, FullPrefillOddLengths) {
+KILN_ELEMENT_TYPED_TEST_SUITE(PagedPrefillAttentionGpu);
+KILN_ELEMENT_TYPED_TEST_SUITE(PagedDecodeAttentionGpu);
+KILN_ELEMENT_TYPED_TEST_SUITE(PagedAttentionGpu);
+
+TYPED_TEST(PagedPrefillAttentionGpu, FullPrefillOddLengths) {
   REQUIRE_GPU();
   for (const Shape& s : {kSmol, kLlama8b}) {
     for (int len : {1, 7, 83, 769}) {
-      RunPrefill(s, {len}, {len}, 1000 + len,
-                 "prefill hd" + std::to_string(s.head_dim) + " q=ctx=" + std::to_string(len));
+      RunPrefill<TypeParam>(
+          s, {len}, {len}, 1000 + len,
+          "prefill hd" + std::to_string(s.head_dim) + " q=ctx=" + std::to_string(len));
     }
   }
 }
 
-TEST(PagedPrefillAttentionGpu, ChunkedPrefillOnLongContext) {
+TYPED_TEST(PagedPrefillAttentionGpu, ChunkedPrefillOnLongContext) {
   REQUIRE_GPU();
   // Query rows are the last q_len of 5,125 positions: the causal offset matters on every row.
-  RunPrefill(kLlama8b, {83}, {5125}, 7, "chunked hd128 q=83 ctx=5125");
-  RunPrefill({12, 4, 64, 32}, {769}, {5125}, 8, "chunked hd64 bs32 g3 q=769 ctx=5125");
-  RunPrefill({8, 8, 128, 32}, {7}, {1000}, 9, "chunked hd128 bs32 mha q=7 ctx=1000");
-  RunPrefill({16, 1, 64, 64}, {129}, {300}, 10, "chunked hd64 bs64 mqa16 q=129 ctx=300");
+  RunPrefill<TypeParam>(kLlama8b, {83}, {5125}, 7, "chunked hd128 q=83 ctx=5125");
+  RunPrefill<TypeParam>({12, 4, 64, 32}, {769}, {5125}, 8, "chunked hd64 bs32 g3 q=769 ctx=5125");
+  RunPrefill<TypeParam>({8, 8, 128, 32}, {7}, {1000}, 9, "chunked hd128 bs32 mha q=7 ctx=1000");
+  RunPrefill<TypeParam>({16, 1, 64, 64}, {129}, {300}, 10, "chunked hd64 bs64 mqa16 q=129 ctx=300");
 }
 
-TEST(PagedPrefillAttentionGpu, MixedBatchWithStridesAndPadding) {
+TYPED_TEST(PagedPrefillAttentionGpu, MixedBatchWithStridesAndPadding) {
   REQUIRE_GPU();
   // Decode rows (q_len 1 on 1000s of positions), a full prefill, chunks, and a padding sequence
   // (q_len 0, seq_len 0) in one launch; q as in a fused qkv buffer, out with its own padding.
@@ -261,23 +266,24 @@ TEST(PagedPrefillAttentionGpu, MixedBatchWithStridesAndPadding) {
   Shape s = kLlama8b;
   s.q_pad = 2 * s.num_kv_heads * s.head_dim;
   s.out_pad = 8;
-  RunPrefill(s, q_lens, seq_lens, 11, "mixed hd128 bs16 fused-qkv stride");
+  RunPrefill<TypeParam>(s, q_lens, seq_lens, 11, "mixed hd128 bs16 fused-qkv stride");
   Shape t = kSmol;
   t.block_size = 32;
   t.q_pad = 2 * t.num_kv_heads * t.head_dim;
   t.out_pad = 64;
-  RunPrefill(t, q_lens, seq_lens, 12, "mixed hd64 bs32 fused-qkv stride");
+  RunPrefill<TypeParam>(t, q_lens, seq_lens, 12, "mixed hd64 bs32 fused-qkv stride");
 }
 
 // Decode: one query row per sequence; rows with seq_len 0 must stay untouched.
+template <typename T>
 void RunDecode(const Shape& s, const std::vector<int>& seq_lens, int max_seq_len, uint32_t seed,
                const std::string& what, bool through_graph = false) {
   std::mt19937 rng(seed);
-  Cache c(s, seq_lens, rng, max_seq_len);
+  Cache<T> c(s, seq_lens, rng, max_seq_len);
   const int num_seqs = static_cast<int>(seq_lens.size());
   std::vector<uint16_t> q;
   std::vector<float> q_ref;
-  RandomQ(s, num_seqs, rng, &q, &q_ref);
+  RandomQ<T>(s, num_seqs, rng, &q, &q_ref);
   const int width = s.num_heads * s.head_dim, out_stride = width + s.out_pad;
   const size_t out_elems = size_t(num_seqs) * out_stride;
   const AttentionDims dims = DimsOf(s);
@@ -297,10 +303,9 @@ void RunDecode(const Shape& s, const std::vector<int>& seq_lens, int max_seq_len
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreate(&stream));
   auto launch = [&] {
-    return PagedDecodeAttention(reinterpret_cast<const __nv_bfloat16*>(dq.ptr), width + s.q_pad,
-                                DeviceCache(c, dk, dv, dtab), dlens.ptr, num_seqs, max_seq_len,
-                                dims, ws.ptr, ws_bytes, reinterpret_cast<__nv_bfloat16*>(dout.ptr),
-                                out_stride, stream);
+    return PagedDecodeAttention(As<T>(dq.ptr), width + s.q_pad, DeviceCache(c, dk, dv, dtab),
+                                dlens.ptr, num_seqs, max_seq_len, dims, ws.ptr, ws_bytes,
+                                As<T>(dout.ptr), out_stride, stream);
   };
   if (through_graph) {
     // Capture with all-zero lengths (nothing to do), then set the real ones and replay.
@@ -351,10 +356,10 @@ void RunDecode(const Shape& s, const std::vector<int>& seq_lens, int max_seq_len
                     q_ref.begin() + size_t(i + 1) * q_stride);
     }
   }
-  ExpectClose(s, live_out, CpuReference(c, q_live, q_lens), num_live, what);
+  ExpectClose<T>(s, live_out, CpuReference(c, q_live, q_lens), num_live, what);
 }
 
-TEST(PagedDecodeAttentionGpu, OddContextsAndPaddingRows) {
+TYPED_TEST(PagedDecodeAttentionGpu, OddContextsAndPaddingRows) {
   REQUIRE_GPU();
   const std::vector<int> lens = {1, 17, 0, 1024, 5125, 0, 300};
   for (Shape s : {kSmol, kLlama8b}) {
@@ -362,51 +367,52 @@ TEST(PagedDecodeAttentionGpu, OddContextsAndPaddingRows) {
       s.block_size = bs;
       s.q_pad = 2 * s.num_kv_heads * s.head_dim;
       s.out_pad = 8;
-      RunDecode(s, lens, 5125, 20 + bs,
-                "decode hd" + std::to_string(s.head_dim) + " bs" + std::to_string(bs));
+      RunDecode<TypeParam>(s, lens, 5125, 20 + bs,
+                           "decode hd" + std::to_string(s.head_dim) + " bs" + std::to_string(bs));
     }
   }
 }
 
-TEST(PagedDecodeAttentionGpu, LongContextManySplits) {
+TYPED_TEST(PagedDecodeAttentionGpu, LongContextManySplits) {
   REQUIRE_GPU();
   // One sequence: the split count is at its largest; max_seq_len above the live length too.
-  RunDecode(kLlama8b, {20000}, 32768, 30, "decode hd128 b1 ctx=20000 max=32768");
-  RunDecode({8, 2, 128, 64}, {3333, 1}, 4096, 31, "decode hd128 bs64 g4 b2");
+  RunDecode<TypeParam>(kLlama8b, {20000}, 32768, 30, "decode hd128 b1 ctx=20000 max=32768");
+  RunDecode<TypeParam>({8, 2, 128, 64}, {3333, 1}, 4096, 31, "decode hd128 bs64 g4 b2");
 }
 
-TEST(PagedDecodeAttentionGpu, LargeGroupsSpanHeadChunks) {
+TYPED_TEST(PagedDecodeAttentionGpu, LargeGroupsSpanHeadChunks) {
   REQUIRE_GPU();
   // group 20 > 16 query rows per warp: two head chunks per kv head; group 1 (MHA).
-  RunDecode({40, 2, 64, 16}, {77, 1500}, 2048, 40, "decode hd64 g20");
-  RunDecode({6, 6, 128, 16}, {513, 5}, 1024, 41, "decode hd128 mha");
+  RunDecode<TypeParam>({40, 2, 64, 16}, {77, 1500}, 2048, 40, "decode hd64 g20");
+  RunDecode<TypeParam>({6, 6, 128, 16}, {513, 5}, 1024, 41, "decode hd128 mha");
 }
 
-TEST(PagedDecodeAttentionGpu, GraphReplayReadsSeqLensOnDevice) {
+TYPED_TEST(PagedDecodeAttentionGpu, GraphReplayReadsSeqLensOnDevice) {
   REQUIRE_GPU();
   Shape s = kLlama8b;
-  RunDecode(s, {900, 0, 17, 2048}, 2048, 50, "decode graph replay", /*through_graph=*/true);
+  RunDecode<TypeParam>(s, {900, 0, 17, 2048}, 2048, 50, "decode graph replay",
+                       /*through_graph=*/true);
 }
 
 // Every code path at sizes compute-sanitizer (memcheck, racecheck) gets through quickly:
 // run with --gtest_filter='*SmallShapes*'.
-TEST(PagedAttentionGpu, SmallShapesForSanitizers) {
+TYPED_TEST(PagedAttentionGpu, SmallShapesForSanitizers) {
   REQUIRE_GPU();
   Shape s{6, 2, 64, 16, 64, 8};
-  RunPrefill(s, {1, 0, 37, 5}, {70, 0, 37, 130}, 60, "small prefill hd64");
+  RunPrefill<TypeParam>(s, {1, 0, 37, 5}, {70, 0, 37, 130}, 60, "small prefill hd64");
   Shape t{4, 2, 128, 32, 0, 8};
-  RunPrefill(t, {19, 1}, {19, 200}, 61, "small prefill hd128 bs32");
-  RunDecode(s, {1, 0, 17, 150}, 160, 62, "small decode hd64");
-  RunDecode(t, {33, 0, 1}, 64, 63, "small decode hd128 bs32");
+  RunPrefill<TypeParam>(t, {19, 1}, {19, 200}, 61, "small prefill hd128 bs32");
+  RunDecode<TypeParam>(s, {1, 0, 17, 150}, 160, 62, "small decode hd64");
+  RunDecode<TypeParam>(t, {33, 0, 1}, 64, 63, "small decode hd128 bs32");
 }
 
-TEST(PagedAttentionGpu, RejectsBadArguments) {
+TYPED_TEST(PagedAttentionGpu, RejectsBadArguments) {
   REQUIRE_GPU();
   Dev<uint16_t> buf(1 << 16);
   Dev<int32_t> ints(64);
-  const auto* q = reinterpret_cast<const __nv_bfloat16*>(buf.ptr);
-  auto* out = reinterpret_cast<__nv_bfloat16*>(buf.ptr);
-  PagedKvCache kv;
+  const TypeParam* q = As<TypeParam>(buf.ptr);
+  TypeParam* out = As<TypeParam>(buf.ptr);
+  PagedKvCacheT<TypeParam> kv;
   kv.k = kv.v = q;
   kv.num_blocks = 1;
   kv.block_size = 16;

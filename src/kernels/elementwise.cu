@@ -1,16 +1,20 @@
 #include "kernels/elementwise.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kernels/dtype_traits.cuh"
 
 namespace kiln::kernels {
 namespace {
 
 using bf16 = __nv_bfloat16;
-
-// 8 bf16 = one 16-byte access.
-struct alignas(16) Bf16x8 {
-  __nv_bfloat162 h[4];
-};
+using dtype_internal::FloatsToPair;
+using dtype_internal::FromFloat;
+using dtype_internal::PairToFloat2;
+using dtype_internal::RoundTo;
+using dtype_internal::ToFloat;
+using dtype_internal::Vec8;
 
 __device__ inline float WarpSum(float v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -34,35 +38,44 @@ __device__ float BlockSum(float v) {
   return total;
 }
 
-__global__ void EmbeddingKernel(const int32_t* ids, const bf16* table, int32_t hidden, bf16* out) {
+template <typename T>
+__global__ void EmbeddingKernel(const int32_t* ids, const T* table, int32_t hidden, T* out) {
   const int64_t row = ids[blockIdx.x];
-  const bf16* src = table + row * hidden;
-  bf16* dst = out + int64_t{blockIdx.x} * hidden;
+  const T* src = table + row * hidden;
+  T* dst = out + int64_t{blockIdx.x} * hidden;
   if (hidden % 8 == 0) {
     for (int i = threadIdx.x; i < hidden / 8; i += blockDim.x) {
-      reinterpret_cast<Bf16x8*>(dst)[i] = reinterpret_cast<const Bf16x8*>(src)[i];
+      reinterpret_cast<Vec8<T>*>(dst)[i] = reinterpret_cast<const Vec8<T>*>(src)[i];
     }
   } else {
     for (int i = threadIdx.x; i < hidden; i += blockDim.x) dst[i] = src[i];
   }
 }
 
-// Residual streams: bf16 (HF's bf16 model: the sum is rounded before it is normalized) or fp32
-// (the sum keeps 24 bits). Load/store 8 values as floats.
-__device__ __forceinline__ float RoundSum(float v, const bf16*) {
-  return __bfloat162float(__float2bfloat16(v));
+// Residual streams: the activation type T (HF's model in T: the sum is rounded before it is
+// normalized) or fp32 (the sum keeps 24 bits). Load/store 8 values as floats.
+template <typename T>
+__device__ __forceinline__ float RoundSum(float v, const T*) {
+  return RoundTo<T>(v);
 }
 __device__ __forceinline__ float RoundSum(float v, const float*) { return v; }
-__device__ __forceinline__ void Store(bf16* p, float v) { *p = __float2bfloat16(v); }
+template <typename T>
+__device__ __forceinline__ void Store(T* p, float v) {
+  *p = FromFloat<T>(v);
+}
 __device__ __forceinline__ void Store(float* p, float v) { *p = v; }
-__device__ __forceinline__ float Load(const bf16* p) { return __bfloat162float(*p); }
+template <typename T>
+__device__ __forceinline__ float Load(const T* p) {
+  return ToFloat(*p);
+}
 __device__ __forceinline__ float Load(const float* p) { return *p; }
 
-__device__ __forceinline__ void Load8(const bf16* p, float (&v)[8]) {
-  const Bf16x8 b = *reinterpret_cast<const Bf16x8*>(p);
+template <typename T>
+__device__ __forceinline__ void Load8(const T* p, float (&v)[8]) {
+  const Vec8<T> b = *reinterpret_cast<const Vec8<T>*>(p);
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
-    const float2 f = __bfloat1622float2(b.h[e]);
+    const float2 f = PairToFloat2<T>(b.h[e]);
     v[2 * e] = f.x;
     v[2 * e + 1] = f.y;
   }
@@ -71,11 +84,12 @@ __device__ __forceinline__ void Load8(const float* p, float (&v)[8]) {
   const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
   v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
-__device__ __forceinline__ void Store8(bf16* p, const float (&v)[8]) {
-  Bf16x8 b;
+template <typename T>
+__device__ __forceinline__ void Store8(T* p, const float (&v)[8]) {
+  Vec8<T> b;
 #pragma unroll
-  for (int e = 0; e < 4; ++e) b.h[e] = __floats2bfloat162_rn(v[2 * e], v[2 * e + 1]);
-  *reinterpret_cast<Bf16x8*>(p) = b;
+  for (int e = 0; e < 4; ++e) b.h[e] = FloatsToPair<T>(v[2 * e], v[2 * e + 1]);
+  *reinterpret_cast<Vec8<T>*>(p) = b;
 }
 __device__ __forceinline__ void Store8(float* p, const float (&v)[8]) {
   reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
@@ -93,17 +107,18 @@ constexpr int kNormMaxDim = 12288;
 
 // One block per row, any dim and stride: two passes over global memory (the second re-reads the
 // row from L2; the row is not parked in shared memory, which would take 48 KiB of fp32 at the
-// largest dim). The summed row is stored back into the residual unless rows are picked.
-template <typename R>
-__global__ void RmsNormKernel(const bf16* x, int64_t ldx, R* residual, NormResidual mode,
-                              const int32_t* row_ids, int32_t dim, const bf16* weight, float eps,
-                              bf16* out, int64_t ldo) {
+// largest dim). The summed row is stored back into the residual unless rows are picked. R: the
+// residual stream's type, T or float.
+template <typename T, typename R>
+__global__ void RmsNormKernel(const T* x, int64_t ldx, R* residual, NormResidual mode,
+                              const int32_t* row_ids, int32_t dim, const T* weight, float eps,
+                              T* out, int64_t ldo) {
   const int64_t row = row_ids != nullptr ? row_ids[blockIdx.x] : blockIdx.x;
-  const bf16* xr = x + row * ldx;
+  const T* xr = x + row * ldx;
   R* rr = mode.add ? residual + row * ldx : nullptr;
   const bool store = rr != nullptr && row_ids == nullptr;
   auto value = [&](int i) {
-    float v = __bfloat162float(xr[i]);
+    float v = ToFloat(xr[i]);
     if (rr != nullptr) v = RoundSum((mode.init ? 0.0f : Load(rr + i)) + v, rr);
     return v;
   };
@@ -114,13 +129,13 @@ __global__ void RmsNormKernel(const bf16* x, int64_t ldx, R* residual, NormResid
     sum_sq += v * v;
   }
   const float inv = rsqrtf(BlockSum(sum_sq) / static_cast<float>(dim) + eps);
-  bf16* o = out + int64_t{blockIdx.x} * ldo;
+  T* o = out + int64_t{blockIdx.x} * ldo;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) {
     // Each thread re-reads only elements it wrote itself: no barrier needed.
     const float v = store ? Load(rr + i) : value(i);
-    // HF: the normalized row is cast back to bf16, then multiplied by the weight.
-    const float normed = __bfloat162float(__float2bfloat16(v * inv));
-    o[i] = __float2bfloat16(normed * __bfloat162float(weight[i]));
+    // HF: the normalized row is cast back to the model's dtype, then multiplied by the weight.
+    const float normed = RoundTo<T>(v * inv);
+    o[i] = FromFloat<T>(normed * ToFloat(weight[i]));
   }
 }
 
@@ -130,23 +145,23 @@ __global__ void RmsNormKernel(const bf16* x, int64_t ldx, R* residual, NormResid
 // (~13 us a call, 64 calls a token on an 8B model).
 // REQUIRES: dim and ldx, ldo multiples of 8, pointers 16-byte aligned, dim <= 8 * kVecs *
 // blockDim.
-template <int kVecs, typename R>
-__global__ void RmsNormVecKernel(const bf16* x, int64_t ldx, R* residual, NormResidual mode,
-                                 const int32_t* row_ids, int32_t dim, const bf16* weight, float eps,
-                                 bf16* out, int64_t ldo) {
+template <int kVecs, typename T, typename R>
+__global__ void RmsNormVecKernel(const T* x, int64_t ldx, R* residual, NormResidual mode,
+                                 const int32_t* row_ids, int32_t dim, const T* weight, float eps,
+                                 T* out, int64_t ldo) {
   const int64_t row = row_ids != nullptr ? row_ids[blockIdx.x] : blockIdx.x;
   const int nvec = dim / 8;
-  const bf16* xr = x + row * ldx;
+  const T* xr = x + row * ldx;
   R* rr = mode.add ? residual + row * ldx : nullptr;
   float v[kVecs][8], r[kVecs][8];
-  Bf16x8 wv[kVecs];
+  Vec8<T> wv[kVecs];
 #pragma unroll
   for (int j = 0; j < kVecs; ++j) {
     const int i = threadIdx.x + j * blockDim.x;
     if (i < nvec) {
       Load8(xr + 8 * i, v[j]);
       if (rr != nullptr && !mode.init) Load8(rr + 8 * i, r[j]);
-      wv[j] = reinterpret_cast<const Bf16x8*>(weight)[i];
+      wv[j] = reinterpret_cast<const Vec8<T>*>(weight)[i];
     }
   }
   float sum_sq = 0.0f;
@@ -163,7 +178,7 @@ __global__ void RmsNormVecKernel(const bf16* x, int64_t ldx, R* residual, NormRe
     for (int e = 0; e < 8; ++e) sum_sq += v[j][e] * v[j][e];
   }
   const float inv = rsqrtf(BlockSum(sum_sq) / static_cast<float>(dim) + eps);
-  bf16* o = out + int64_t{blockIdx.x} * ldo;
+  T* o = out + int64_t{blockIdx.x} * ldo;
 #pragma unroll
   for (int j = 0; j < kVecs; ++j) {
     const int i = threadIdx.x + j * blockDim.x;
@@ -171,27 +186,27 @@ __global__ void RmsNormVecKernel(const bf16* x, int64_t ldx, R* residual, NormRe
     float y[8];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float2 w = __bfloat1622float2(wv[j].h[e]);
-      // HF: the normalized row is cast back to bf16, then multiplied by the weight.
-      y[2 * e] = __bfloat162float(__float2bfloat16(v[j][2 * e] * inv)) * w.x;
-      y[2 * e + 1] = __bfloat162float(__float2bfloat16(v[j][2 * e + 1] * inv)) * w.y;
+      const float2 w = PairToFloat2<T>(wv[j].h[e]);
+      // HF: the normalized row is cast back to the model's dtype, then multiplied by the weight.
+      y[2 * e] = RoundTo<T>(v[j][2 * e] * inv) * w.x;
+      y[2 * e + 1] = RoundTo<T>(v[j][2 * e + 1] * inv) * w.y;
     }
     Store8(o + 8 * i, y);
   }
 }
 
-template <typename R>
-cudaError_t LaunchRmsNorm(const bf16* x, int64_t ldx, R* residual, NormResidual mode,
-                          const int32_t* row_ids, int32_t num_rows, int32_t dim, const bf16* weight,
-                          float eps, bf16* out, int64_t ldo, cudaStream_t stream) {
+template <typename T, typename R>
+cudaError_t LaunchRmsNorm(const T* x, int64_t ldx, R* residual, NormResidual mode,
+                          const int32_t* row_ids, int32_t num_rows, int32_t dim, const T* weight,
+                          float eps, T* out, int64_t ldo, cudaStream_t stream) {
   if (num_rows == 0) return cudaSuccess;
   if (dim <= 0 || dim > kNormMaxDim) return cudaErrorInvalidValue;
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const bool vec = dim % 8 == 0 && ldx % 8 == 0 && ldo % 8 == 0 && aligned(x) && aligned(out) &&
                    aligned(weight) && (residual == nullptr || aligned(residual));
   if (!vec) {
-    RmsNormKernel<R><<<num_rows, kNormThreads, 0, stream>>>(x, ldx, residual, mode, row_ids, dim,
-                                                            weight, eps, out, ldo);
+    RmsNormKernel<T, R><<<num_rows, kNormThreads, 0, stream>>>(x, ldx, residual, mode, row_ids, dim,
+                                                               weight, eps, out, ldo);
     return cudaGetLastError();
   }
   const int nvec = dim / 8;
@@ -203,19 +218,19 @@ cudaError_t LaunchRmsNorm(const bf16* x, int64_t ldx, R* residual, NormResidual 
   };
   switch (vecs) {
     case 1:
-      launch(RmsNormVecKernel<1, R>);
+      launch(RmsNormVecKernel<1, T, R>);
       break;
     case 2:
-      launch(RmsNormVecKernel<2, R>);
+      launch(RmsNormVecKernel<2, T, R>);
       break;
     case 3:
-      launch(RmsNormVecKernel<3, R>);
+      launch(RmsNormVecKernel<3, T, R>);
       break;
     case 4:
-      launch(RmsNormVecKernel<4, R>);
+      launch(RmsNormVecKernel<4, T, R>);
       break;
     default:
-      launch(RmsNormVecKernel<6, R>);
+      launch(RmsNormVecKernel<6, T, R>);
       break;
   }
   return cudaGetLastError();
@@ -225,23 +240,24 @@ cudaError_t LaunchRmsNorm(const bf16* x, int64_t ldx, R* residual, NormResidual 
 // tokens still spread over several SMs instead of looping inside one block.
 constexpr int kRopeThreads = 128;
 
-__global__ void RopeStoreKvKernel(RopeKvArgs a) {
+template <typename T>
+__global__ void RopeStoreKvKernel(RopeKvArgsT<T> a) {
   const int t = blockIdx.x;
   const int half = a.head_dim / 2;
   const int total_heads = a.num_heads + 2 * a.num_kv_heads;
   const float pos = static_cast<float>(a.positions[t]);
   const int64_t slot = a.slot_mapping != nullptr ? a.slot_mapping[t] : -1;
-  bf16* row = a.qkv + int64_t{t} * a.ld;
+  T* row = a.qkv + int64_t{t} * a.ld;
   // One thread per (head, pair) for q and k heads, per element pair for v heads.
   for (int idx = blockIdx.y * blockDim.x + threadIdx.x; idx < total_heads * half;
        idx += gridDim.y * blockDim.x) {
     const int head = idx / half;
     const int i = idx % half;
-    bf16* h = row + int64_t{head} * a.head_dim;
+    T* h = row + int64_t{head} * a.head_dim;
     const int i0 = a.interleaved ? 2 * i : i;
     const int i1 = a.interleaved ? 2 * i + 1 : i + half;
-    float x0 = __bfloat162float(h[i0]);
-    float x1 = __bfloat162float(h[i1]);
+    float x0 = ToFloat(h[i0]);
+    float x1 = ToFloat(h[i1]);
     if (head < a.num_heads + a.num_kv_heads) {
       float s, c;
       sincosf(pos * a.inv_freq[i], &s, &c);
@@ -251,52 +267,110 @@ __global__ void RopeStoreKvKernel(RopeKvArgs a) {
       x1 = y1;
     }
     if (head < a.num_heads) {
-      h[i0] = __float2bfloat16(x0);
-      h[i1] = __float2bfloat16(x1);
+      h[i0] = FromFloat<T>(x0);
+      h[i1] = FromFloat<T>(x1);
     } else if (slot >= 0) {
       const bool is_k = head < a.num_heads + a.num_kv_heads;
       const int kv_head = head - a.num_heads - (is_k ? 0 : a.num_kv_heads);
       const int64_t block = slot / a.block_size, offset = slot % a.block_size;
-      bf16* cache = is_k ? a.k_cache : a.v_cache;
-      bf16* dst = cache + ((block * a.num_kv_heads + kv_head) * a.block_size + offset) * a.head_dim;
-      dst[i0] = __float2bfloat16(x0);
-      dst[i1] = __float2bfloat16(x1);
+      T* cache = is_k ? a.k_cache : a.v_cache;
+      T* dst = cache + ((block * a.num_kv_heads + kv_head) * a.block_size + offset) * a.head_dim;
+      dst[i0] = FromFloat<T>(x0);
+      dst[i1] = FromFloat<T>(x1);
     }
   }
 }
 
 // Rows on the grid's x (up to 2^31 - 1; y stops at 65535), column blocks on y.
-__global__ void SiluMulKernel(const bf16* gate_up, int64_t ld, int32_t dim, bf16* out,
-                              int64_t ldo) {
-  const bf16* g = gate_up + int64_t{blockIdx.x} * ld;
-  const bf16* u = g + dim;
-  bf16* o = out + int64_t{blockIdx.x} * ldo;
+template <typename T>
+__global__ void SiluMulKernel(const T* gate_up, int64_t ld, int32_t dim, T* out, int64_t ldo) {
+  const T* g = gate_up + int64_t{blockIdx.x} * ld;
+  const T* u = g + dim;
+  T* o = out + int64_t{blockIdx.x} * ldo;
   for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < dim; i += gridDim.y * blockDim.x) {
-    const float gv = __bfloat162float(g[i]);
-    // HF: act_fn(gate) is rounded to bf16 before the product with up.
-    const float silu = __bfloat162float(__float2bfloat16(gv / (1.0f + __expf(-gv))));
-    o[i] = __float2bfloat16(silu * __bfloat162float(u[i]));
+    const float gv = ToFloat(g[i]);
+    // HF: act_fn(gate) is rounded to the model's dtype before the product with up.
+    const float silu = RoundTo<T>(gv / (1.0f + __expf(-gv)));
+    o[i] = FromFloat<T>(silu * ToFloat(u[i]));
   }
 }
 
-__global__ void FloatToBf16Kernel(const float* in, int64_t n, bf16* out) {
+template <typename T>
+__global__ void FloatToKernel(const float* in, int64_t n, T* out) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    out[i] = __float2bfloat16(in[i]);
+    out[i] = FromFloat<T>(in[i]);
   }
+}
+
+// The launchers behind the public overloads (one per activation type).
+
+template <typename T>
+cudaError_t LaunchEmbedding(const int32_t* ids, int32_t num_tokens, const T* table, int32_t hidden,
+                            T* out, cudaStream_t stream) {
+  if (num_tokens == 0) return cudaSuccess;
+  EmbeddingKernel<<<num_tokens, 128, 0, stream>>>(ids, table, hidden, out);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t LaunchRmsNormF32Residual(const T* x, int64_t ldx, float* residual, bool init,
+                                     const int32_t* row_ids, int32_t num_rows, int32_t dim,
+                                     const T* weight, float eps, T* out, int64_t ldo,
+                                     cudaStream_t stream) {
+  if (residual == nullptr || (init && row_ids != nullptr)) return cudaErrorInvalidValue;
+  return LaunchRmsNorm(x, ldx, residual, NormResidual{true, init}, row_ids, num_rows, dim, weight,
+                       eps, out, ldo, stream);
+}
+
+template <typename T>
+cudaError_t LaunchRopeStoreKv(const RopeKvArgsT<T>& args, cudaStream_t stream) {
+  if (args.num_tokens == 0) return cudaSuccess;
+  if (args.head_dim % 2 != 0) return cudaErrorInvalidValue;
+  const int items = (args.num_heads + 2 * args.num_kv_heads) * (args.head_dim / 2);
+  const dim3 grid(args.num_tokens, (items + kRopeThreads - 1) / kRopeThreads);
+  RopeStoreKvKernel<<<grid, kRopeThreads, 0, stream>>>(args);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t LaunchSiluMul(const T* gate_up, int64_t ld, int32_t num_rows, int32_t dim, T* out,
+                          int64_t ldo, cudaStream_t stream) {
+  if (num_rows == 0) return cudaSuccess;
+  const int threads = 256;
+  const dim3 grid(num_rows, (dim + threads - 1) / threads);
+  SiluMulKernel<<<grid, threads, 0, stream>>>(gate_up, ld, dim, out, ldo);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t LaunchFloatTo(const float* in, int64_t n, T* out, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  const int64_t blocks = (n + 255) / 256;
+  FloatToKernel<<<static_cast<unsigned>(blocks < 65535 ? blocks : 65535), 256, 0, stream>>>(in, n,
+                                                                                            out);
+  return cudaGetLastError();
 }
 
 }  // namespace
 
 cudaError_t EmbeddingLookup(const int32_t* ids, int32_t num_tokens, const bf16* table,
                             int32_t hidden, bf16* out, cudaStream_t stream) {
-  if (num_tokens == 0) return cudaSuccess;
-  EmbeddingKernel<<<num_tokens, 128, 0, stream>>>(ids, table, hidden, out);
-  return cudaGetLastError();
+  return LaunchEmbedding(ids, num_tokens, table, hidden, out, stream);
+}
+cudaError_t EmbeddingLookup(const int32_t* ids, int32_t num_tokens, const __half* table,
+                            int32_t hidden, __half* out, cudaStream_t stream) {
+  return LaunchEmbedding(ids, num_tokens, table, hidden, out, stream);
 }
 
 cudaError_t RmsNorm(const bf16* x, int64_t ldx, bf16* residual, const int32_t* row_ids,
                     int32_t num_rows, int32_t dim, const bf16* weight, float eps, bf16* out,
+                    int64_t ldo, cudaStream_t stream) {
+  return LaunchRmsNorm(x, ldx, residual, NormResidual{residual != nullptr, false}, row_ids,
+                       num_rows, dim, weight, eps, out, ldo, stream);
+}
+cudaError_t RmsNorm(const __half* x, int64_t ldx, __half* residual, const int32_t* row_ids,
+                    int32_t num_rows, int32_t dim, const __half* weight, float eps, __half* out,
                     int64_t ldo, cudaStream_t stream) {
   return LaunchRmsNorm(x, ldx, residual, NormResidual{residual != nullptr, false}, row_ids,
                        num_rows, dim, weight, eps, out, ldo, stream);
@@ -306,35 +380,38 @@ cudaError_t RmsNormF32Residual(const bf16* x, int64_t ldx, float* residual, bool
                                const int32_t* row_ids, int32_t num_rows, int32_t dim,
                                const bf16* weight, float eps, bf16* out, int64_t ldo,
                                cudaStream_t stream) {
-  if (residual == nullptr || (init && row_ids != nullptr)) return cudaErrorInvalidValue;
-  return LaunchRmsNorm(x, ldx, residual, NormResidual{true, init}, row_ids, num_rows, dim, weight,
-                       eps, out, ldo, stream);
+  return LaunchRmsNormF32Residual(x, ldx, residual, init, row_ids, num_rows, dim, weight, eps, out,
+                                  ldo, stream);
+}
+cudaError_t RmsNormF32Residual(const __half* x, int64_t ldx, float* residual, bool init,
+                               const int32_t* row_ids, int32_t num_rows, int32_t dim,
+                               const __half* weight, float eps, __half* out, int64_t ldo,
+                               cudaStream_t stream) {
+  return LaunchRmsNormF32Residual(x, ldx, residual, init, row_ids, num_rows, dim, weight, eps, out,
+                                  ldo, stream);
 }
 
 cudaError_t RopeStoreKv(const RopeKvArgs& args, cudaStream_t stream) {
-  if (args.num_tokens == 0) return cudaSuccess;
-  if (args.head_dim % 2 != 0) return cudaErrorInvalidValue;
-  const int items = (args.num_heads + 2 * args.num_kv_heads) * (args.head_dim / 2);
-  const dim3 grid(args.num_tokens, (items + kRopeThreads - 1) / kRopeThreads);
-  RopeStoreKvKernel<<<grid, kRopeThreads, 0, stream>>>(args);
-  return cudaGetLastError();
+  return LaunchRopeStoreKv(args, stream);
+}
+cudaError_t RopeStoreKv(const RopeKvArgsT<__half>& args, cudaStream_t stream) {
+  return LaunchRopeStoreKv(args, stream);
 }
 
 cudaError_t SiluMul(const bf16* gate_up, int64_t ld, int32_t num_rows, int32_t dim, bf16* out,
                     int64_t ldo, cudaStream_t stream) {
-  if (num_rows == 0) return cudaSuccess;
-  const int threads = 256;
-  const dim3 grid(num_rows, (dim + threads - 1) / threads);
-  SiluMulKernel<<<grid, threads, 0, stream>>>(gate_up, ld, dim, out, ldo);
-  return cudaGetLastError();
+  return LaunchSiluMul(gate_up, ld, num_rows, dim, out, ldo, stream);
+}
+cudaError_t SiluMul(const __half* gate_up, int64_t ld, int32_t num_rows, int32_t dim, __half* out,
+                    int64_t ldo, cudaStream_t stream) {
+  return LaunchSiluMul(gate_up, ld, num_rows, dim, out, ldo, stream);
 }
 
 cudaError_t FloatToBf16(const float* in, int64_t n, bf16* out, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  const int64_t blocks = (n + 255) / 256;
-  FloatToBf16Kernel<<<static_cast<unsigned>(blocks < 65535 ? blocks : 65535), 256, 0, stream>>>(
-      in, n, out);
-  return cudaGetLastError();
+  return LaunchFloatTo(in, n, out, stream);
+}
+cudaError_t FloatToHalf(const float* in, int64_t n, __half* out, cudaStream_t stream) {
+  return LaunchFloatTo(in, n, out, stream);
 }
 
 }  // namespace kiln::kernels

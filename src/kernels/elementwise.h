@@ -1,11 +1,15 @@
 // The small fused kernels of the Llama forward pass (DESIGN.md §4). Raw device pointers + sizes
-// + strides + stream; no engine types. Activations are bf16, arithmetic inside each kernel fp32;
-// every function returns the launch status and never synchronizes (graph-capturable).
+// + strides + stream; no engine types. Activations are bf16 or fp16 (each function has an
+// overload per type, one kernel body behind both), arithmetic inside each kernel fp32; where a
+// comment below says "rounded", the value is rounded to the activation type (round to nearest
+// even), as HF's model in that dtype does. Every function returns the launch status and never
+// synchronizes (graph-capturable).
 #pragma once
 
 #include <cstdint>
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 namespace kiln::kernels {
@@ -13,27 +17,37 @@ namespace kiln::kernels {
 // out[t, :] = table[ids[t], :] for t < num_tokens. REQUIRES: ids < the table's rows.
 cudaError_t EmbeddingLookup(const int32_t* ids, int32_t num_tokens, const __nv_bfloat16* table,
                             int32_t hidden, __nv_bfloat16* out, cudaStream_t stream);
+cudaError_t EmbeddingLookup(const int32_t* ids, int32_t num_tokens, const __half* table,
+                            int32_t hidden, __half* out, cudaStream_t stream);
 
-// RMSNorm of rows as HF's LlamaRMSNorm in bf16: y = bf16(x * rsqrt(mean(x^2) + eps)) * w.
-// With `residual` (may be null): the norm of residual[t] + x[t] (the sum rounded to bf16, as HF
-// adds in bf16), and the sum is stored back into residual. row_ids (may be null) picks input rows:
-// output row i normalizes row row_ids[i] (the logits rows of a step); the sum is then not stored.
-// x/residual [*, dim] with row stride ldx; out [num_rows, dim] with row stride ldo; dim <= 12288.
+// RMSNorm of rows as HF's LlamaRMSNorm in bf16 / fp16: y = round(x * rsqrt(mean(x^2) + eps)) * w.
+// With `residual` (may be null): the norm of residual[t] + x[t] (the sum rounded, as HF adds in
+// the model's dtype), and the sum is stored back into residual. row_ids (may be null) picks input
+// rows: output row i normalizes row row_ids[i] (the logits rows of a step); the sum is then not
+// stored. x/residual [*, dim] with row stride ldx; out [num_rows, dim] with row stride ldo;
+// dim <= 12288.
 cudaError_t RmsNorm(const __nv_bfloat16* x, int64_t ldx, __nv_bfloat16* residual,
                     const int32_t* row_ids, int32_t num_rows, int32_t dim,
                     const __nv_bfloat16* weight, float eps, __nv_bfloat16* out, int64_t ldo,
                     cudaStream_t stream);
+cudaError_t RmsNorm(const __half* x, int64_t ldx, __half* residual, const int32_t* row_ids,
+                    int32_t num_rows, int32_t dim, const __half* weight, float eps, __half* out,
+                    int64_t ldo, cudaStream_t stream);
 
 // RmsNorm over an fp32 residual stream: residual[t] = residual[t] + x[t] in fp32 (no rounding:
-// the stream keeps 24 bits where HF's bf16 model keeps 8, which decides the error of models
-// with outlier channels; the CPU backend's stream is fp32 too), then out as RmsNorm's (the
-// normalized row rounded to bf16, times the weight, rounded). init: the residual is taken as 0,
+// the stream keeps 24 bits where HF's bf16 model keeps 8 (fp16: 11), which decides the error of
+// models with outlier channels; the CPU backend's stream is fp32 too), then out as RmsNorm's (the
+// normalized row rounded, times the weight, rounded). init: the residual is taken as 0,
 // so it becomes x (layer 0's embeddings). row_ids picks rows as RmsNorm does (the sum is then
 // not stored; not with init). residual rows share x's stride ldx.
 cudaError_t RmsNormF32Residual(const __nv_bfloat16* x, int64_t ldx, float* residual, bool init,
                                const int32_t* row_ids, int32_t num_rows, int32_t dim,
                                const __nv_bfloat16* weight, float eps, __nv_bfloat16* out,
                                int64_t ldo, cudaStream_t stream);
+cudaError_t RmsNormF32Residual(const __half* x, int64_t ldx, float* residual, bool init,
+                               const int32_t* row_ids, int32_t num_rows, int32_t dim,
+                               const __half* weight, float eps, __half* out, int64_t ldo,
+                               cudaStream_t stream);
 
 // Rotary embedding fused with the KV-cache write. qkv: [num_tokens, (num_heads + 2 *
 // num_kv_heads) * head_dim] rows (q heads, then k heads, then v heads), row stride ld. Rotates the
@@ -42,9 +56,11 @@ cudaError_t RmsNormF32Residual(const __nv_bfloat16* x, int64_t ldx, float* resid
 // [num_blocks, num_kv_heads, block_size, head_dim] caches; a slot < 0 (a padding row) is not
 // written. The angle of pair i is positions[t] * inv_freq[i] in fp32 (inv_freq is
 // kiln::cpu::RopeInvFreq's, so linear and llama3 scaling are in it). interleaved = false: HF's
-// rotate_half layout (pairs half a head apart, "neox"); true: adjacent pairs ("gpt-j").
-struct RopeKvArgs {
-  __nv_bfloat16* qkv = nullptr;
+// rotate_half layout (pairs half a head apart, "neox"); true: adjacent pairs ("gpt-j"). T is the
+// activation and cache type (__nv_bfloat16 or __half); the rotated values are rounded once.
+template <typename T>
+struct RopeKvArgsT {
+  T* qkv = nullptr;
   int64_t ld = 0;
   const int32_t* positions = nullptr;
   const int64_t* slot_mapping = nullptr;
@@ -54,18 +70,24 @@ struct RopeKvArgs {
   int32_t head_dim = 0;
   const float* inv_freq = nullptr;  // device [head_dim / 2]
   bool interleaved = false;
-  __nv_bfloat16* k_cache = nullptr;
-  __nv_bfloat16* v_cache = nullptr;
+  T* k_cache = nullptr;
+  T* v_cache = nullptr;
   int32_t block_size = 16;
 };
+using RopeKvArgs = RopeKvArgsT<__nv_bfloat16>;
 cudaError_t RopeStoreKv(const RopeKvArgs& args, cudaStream_t stream);
+cudaError_t RopeStoreKv(const RopeKvArgsT<__half>& args, cudaStream_t stream);
 
 // out[t, i] = silu(gate[t, i]) * up[t, i], with gate_up rows [gate (dim) | up (dim)] of stride
-// ld; each product computed in fp32 and rounded once.
+// ld; silu(gate) rounded (HF's act_fn output), each product computed in fp32 and rounded once.
 cudaError_t SiluMul(const __nv_bfloat16* gate_up, int64_t ld, int32_t num_rows, int32_t dim,
                     __nv_bfloat16* out, int64_t ldo, cudaStream_t stream);
+cudaError_t SiluMul(const __half* gate_up, int64_t ld, int32_t num_rows, int32_t dim, __half* out,
+                    int64_t ldo, cudaStream_t stream);
 
-// Converts n floats to bf16 (round to nearest even), for weight upload.
+// Converts n floats to bf16, resp. fp16 (round to nearest even; fp16 overflows to infinity past
+// 65504), for weight upload.
 cudaError_t FloatToBf16(const float* in, int64_t n, __nv_bfloat16* out, cudaStream_t stream);
+cudaError_t FloatToHalf(const float* in, int64_t n, __half* out, cudaStream_t stream);
 
 }  // namespace kiln::kernels

@@ -1,38 +1,44 @@
-// The elementwise kernels (kernels/elementwise.h) against their CPU twins (label gpu).
+// The elementwise kernels (kernels/elementwise.h) against their CPU twins (label gpu), every case
+// in both activation types: bf16 and fp16 (typed tests, named .../bf16 and .../f16).
 //
-// Inputs are fresh random bf16 values; the references run the CPU backend's f32 ops
-// (backend/cpu/cpu_ops.h) on exactly those values, and apply on the host the bf16 roundings the
-// kernels make after HF's bf16 modules (elementwise.h), with kiln::F32ToBF16: round to nearest
-// even, as __float2bfloat16. Outputs are poisoned (bf16 NaN) before each launch, so an element
-// never written fails; stride padding, the q/k/v columns RoPE leaves alone and every KV-cache
-// entry no token of the step owns must keep their bits.
+// Inputs are fresh random values of the type T under test; the references run the CPU backend's
+// f32 ops (backend/cpu/cpu_ops.h) on exactly those values, and apply on the host the roundings to
+// T the kernels make after HF's modules in that dtype (elementwise.h), with kiln::F32ToBF16 /
+// F32ToF16: round to nearest even, as __float2bfloat16_rn / __float2half_rn. Outputs are poisoned
+// (NaN in both types) before each launch, so an element never written fails; stride padding, the
+// q/k/v columns RoPE leaves alone and every KV-cache entry no token of the step owns must keep
+// their bits.
 //
-// Tolerances, per kernel:
-//   - EmbeddingLookup (cpu::DecodeRows of a bf16 table), FloatToBf16 (kiln::F32ToBF16; NaN in,
-//     any NaN out), RmsNorm's residual sum bf16(residual + x), RmsNormF32Residual's fp32 sum,
-//     RoPE's V heads: bitwise. Each is a copy, or one f32 operation (rounded once the same way)
-//     on both sides.
-//   - RopeStoreKv q and k heads: the output must be the bf16 rounding of a value within
+// Tolerances, per kernel, the same rule for both types (each is a window of values of T, so it
+// scales with T's ulp: fp16's is 8x finer than bf16's):
+//   - EmbeddingLookup (cpu::DecodeRows of a bf16 / f16 table), FloatToBf16 / FloatToHalf
+//     (kiln::F32ToBF16 / F32ToF16; NaN in, any NaN out), RmsNorm's residual sum T(residual + x),
+//     RmsNormF32Residual's fp32 sum, RoPE's V heads: bitwise. Each is a copy, or one f32 operation
+//     (rounded once the same way) on both sides.
+//   - RopeStoreKv q and k heads: the output must be the rounding to T of a value within
 //     kRopeErr * (|y0| + |y1|) of the twin's f32 result for the pair (y0, y1). Both sides
 //     compute the same f32 angle; cosf/sinf differ by at most 2.5 f32 ulps (CUDA's sincosf is
 //     within 2 ulps, cpu::RopeCosSin rounds the double result once), and the products and the sum
 //     round differently (the kernel may fuse them): at most ~6e-7 (|x0| + |x1|), and a rotation
-//     keeps |x0| + |x1| <= sqrt(2) (|y0| + |y1|). So the output is bf16(y), except where y lies
-//     that close to a rounding tie: there the neighbour (1 bf16 ulp) passes too; near a
-//     cancellation (|y| << |x|) a few ulps of y, which is the same absolute error.
+//     keeps |x0| + |x1| <= sqrt(2) (|y0| + |y1|). So the output is T(y), except where y lies that
+//     close to a rounding tie: there the neighbour (1 ulp) passes too; near a cancellation
+//     (|y| << |x|) a few ulps of y, which is the same absolute error.
 //   - RmsNorm and SiluMul round twice: the normalized value x * rsqrt(mean(x^2) + eps), resp.
-//     silu(gate), is rounded to bf16 and then multiplied by the weight, resp. up (an exact f32
-//     product of two bf16), and rounded again. The first value comes from cpu::RmsNorm (weight 1)
-//     resp. cpu::SiluMul (up 1) in f32, and the kernel's f32 value differs from it by the
-//     reduction order of the sum of squares and rsqrtf's 2 ulps (RmsNorm; typically ~1e-7
-//     relative, kNormRel = 1e-5 allowed), resp. by __expf's documented 2 + 1.16|g| ulps plus two
-//     roundings (SiluMul; kSiluUlps doubles that bound). The output must lie between the second
-//     roundings of the bf16 roundings of ref * (1 -/+ rel): bitwise bf16(bf16(ref) * w) except
-//     where ref sits that close to a bf16 tie, where the first rounding may go the other way and
-//     the output may then differ by up to 2 ulps (1 ulp of the first value, scaled by w, whose
-//     product can land a binade lower).
+//     silu(gate), is rounded to T and then multiplied by the weight, resp. up (an exact f32
+//     product of two values of T: 8 + 8, resp. 11 + 11 significant bits), and rounded again. The
+//     first value comes from cpu::RmsNorm (weight 1) resp. cpu::SiluMul (up 1) in f32, and the
+//     kernel's f32 value differs from it by the reduction order of the sum of squares and rsqrtf's
+//     2 ulps (RmsNorm; typically ~1e-7 relative, kNormRel = 1e-5 allowed), resp. by __expf's
+//     documented 2 + 1.16|g| ulps plus two roundings (SiluMul; kSiluUlps doubles that bound). The
+//     output must lie between the second roundings of the roundings of ref * (1 -/+ rel): bitwise
+//     T(T(ref) * w) except where ref sits that close to a tie of T, where the first rounding may
+//     go the other way and the output may then differ by up to 2 ulps (1 ulp of the first value,
+//     scaled by w, whose product can land a binade lower).
+// These windows are far narrower than the gap between the formats, so the fp16 run fails where
+// the kernel rounds or converts through bf16 anywhere (FloatToHalf's edges include values that
+// round differently in the two, and every random input exercises the other 3 mantissa bits).
 // Each run prints how many elements were not bitwise the nominal value and the largest distance
-// in bf16 ulps.
+// in ulps of T.
 //
 // Sanitizers: --gtest_filter='*SmallShapes*' runs every kernel and path at small sizes.
 #include <gtest/gtest.h>
@@ -67,18 +73,26 @@ using Bits = std::vector<uint16_t>;
 
 int CpuThreads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
 
-float Bf(uint16_t b) { return BF16ToF32(b); }
-uint16_t Round(float f) { return F32ToBF16(f); }
+template <typename T>
+float Val(uint16_t b) {
+  return Format<T>::ToF32(b);
+}
+template <typename T>
+uint16_t Round(float f) {
+  return Format<T>::FromF32(f);
+}
 
-// Random bf16 values uniform in [-scale, scale].
-Bits RandomBf16(size_t n, float scale, std::mt19937& rng) {
+// Random values of type T uniform in [-scale, scale].
+template <typename T>
+Bits Random(size_t n, float scale, std::mt19937& rng) {
   std::uniform_real_distribution<float> uni(-scale, scale);
   Bits out(n);
-  for (uint16_t& b : out) b = Round(uni(rng));
+  for (uint16_t& b : out) b = Round<T>(uni(rng));
   return out;
 }
 
-// Where a bf16 value sits on the line on which neighbouring values differ by 1.
+// Where a bf16 or fp16 value (both sign-magnitude) sits on the line on which neighbouring values
+// differ by 1.
 int32_t Ordinal(uint16_t b) {
   return (b & 0x8000u) != 0 ? -static_cast<int32_t>(b & 0x7fffu) : static_cast<int32_t>(b);
 }
@@ -87,19 +101,24 @@ struct Window {
   float lo, hi;
 };
 
-// Every bf16 value that rounding once an f32 value within err of ref can give.
-Window RoundedNear(float ref, float err) { return {Bf(Round(ref - err)), Bf(Round(ref + err))}; }
+// Every value of type T that rounding once an f32 value within err of ref can give.
+template <typename T>
+Window RoundedNear(float ref, float err) {
+  return {Val<T>(Round<T>(ref - err)), Val<T>(Round<T>(ref + err))};
+}
 
-// Every bf16 value that rounding a value within rel (relative) of ref to bf16, multiplying it by
-// the bf16 value m (exact in f32) and rounding again can give.
+// Every value of type T that rounding a value within rel (relative) of ref to T, multiplying it
+// by the T value m (exact in f32) and rounding again can give.
+template <typename T>
 Window RoundedProduct(float ref, float rel, float m) {
-  const Window first = RoundedNear(ref, std::fabs(ref) * rel);
-  const float a = Bf(Round(first.lo * m)), b = Bf(Round(first.hi * m));
+  const Window first = RoundedNear<T>(ref, std::fabs(ref) * rel);
+  const float a = Val<T>(Round<T>(first.lo * m)), b = Val<T>(Round<T>(first.hi * m));
   return {std::min(a, b), std::max(a, b)};
 }
 
 // Counts one comparison's outcome: elements outside the tolerance (the first few reported),
-// elements not bitwise the nominal result, and the largest distance from it in bf16 ulps.
+// elements not bitwise the nominal result, and the largest distance from it in ulps of T.
+template <typename T>
 class Tally {
  public:
   explicit Tally(std::string what) : what_(std::move(what)) {}
@@ -108,11 +127,11 @@ class Tally {
 
   // got must lie in w; nominal is the twin's value rounded at the kernel's rounding points.
   void Near(uint16_t got, Window w, uint16_t nominal, int64_t row, int64_t col) {
-    const float g = Bf(got);
+    const float g = Val<T>(got);
     Count(g >= w.lo && g <= w.hi, got, nominal, row, col, w);  // NaN (poison) fails
   }
   void Exact(uint16_t got, uint16_t want, int64_t row, int64_t col) {
-    Count(got == want, got, want, row, col, {Bf(want), Bf(want)});
+    Count(got == want, got, want, row, col, {Val<T>(want), Val<T>(want)});
   }
   // An element the kernel must not write (stride padding, cache entries of other tokens).
   void Kept(uint16_t got, uint16_t before, int64_t row, int64_t col) {
@@ -125,7 +144,8 @@ class Tally {
   ~Tally() {
     EXPECT_EQ(failed_, 0) << what_ << ": elements outside the tolerance";
     EXPECT_EQ(overwritten_, 0) << what_ << ": elements written that must be kept";
-    std::printf("  %-58s %11lld checked, %8lld inexact, max %d ulp\n", what_.c_str(),
+    std::printf("  %-4s %-58s %11lld checked, %8lld inexact, max %d ulp\n",
+                DTypeName(Format<T>::kDType).data(), what_.c_str(),
                 static_cast<long long>(checked_), static_cast<long long>(inexact_), max_ulps_);
   }
 
@@ -137,9 +157,9 @@ class Tally {
       if (ok) max_ulps_ = std::max(max_ulps_, std::abs(Ordinal(got) - Ordinal(nominal)));
     }
     if (!ok && failed_++ < 5) {
-      ADD_FAILURE() << what_ << " [" << row << ", " << col << "]: got " << Bf(got) << " (0x"
-                    << std::hex << got << std::dec << "), want " << Bf(nominal) << " in [" << w.lo
-                    << ", " << w.hi << "]";
+      ADD_FAILURE() << what_ << " [" << row << ", " << col << "]: got " << Val<T>(got) << " (0x"
+                    << std::hex << got << std::dec << "), want " << Val<T>(nominal) << " in ["
+                    << w.lo << ", " << w.hi << "]";
     }
   }
 
@@ -150,9 +170,10 @@ class Tally {
 
 // ---- EmbeddingLookup ---------------------------------------------------------------------------
 
+template <typename T>
 void RunEmbedding(int num_tokens, int hidden, int vocab, uint32_t seed, const std::string& what) {
   std::mt19937 rng(seed);
-  const Bits table = RandomBf16(size_t(vocab) * hidden, 3.0f, rng);
+  const Bits table = Random<T>(size_t(vocab) * hidden, 3.0f, rng);
   std::vector<int32_t> ids(num_tokens);
   for (int32_t& id : ids) id = static_cast<int32_t>(rng() % vocab);
   ids[0] = vocab - 1;  // the last row, and repeats below
@@ -166,17 +187,18 @@ void RunEmbedding(int num_tokens, int hidden, int vocab, uint32_t seed, const st
   dids.Upload(ids);
   dout.Upload(Bits(out_elems, kPoison));
   CUDA_OK(
-      EmbeddingLookup(dids.ptr, num_tokens, AsBf16(dtable.ptr), hidden, AsBf16(dout.ptr), nullptr));
+      EmbeddingLookup(dids.ptr, num_tokens, As<T>(dtable.ptr), hidden, As<T>(dout.ptr), nullptr));
   CUDA_OK(cudaDeviceSynchronize());
   const Bits out = dout.Download(out_elems);
 
-  const cpu::WeightView view{cpu::WeightFormat::kBF16, vocab, hidden,
+  const cpu::WeightView view{*cpu::WeightFormatFor(Format<T>::kDType), vocab, hidden,
                              reinterpret_cast<const uint8_t*>(table.data())};
   std::vector<float> row(hidden);
-  Tally tally(what);
+  Tally<T> tally(what);
   for (int t = 0; t < num_tokens; ++t) {
     cpu::DecodeRows(view, ids[t], 1, row.data());
-    for (int i = 0; i < hidden; ++i) tally.Exact(out[size_t(t) * hidden + i], Round(row[i]), t, i);
+    for (int i = 0; i < hidden; ++i)
+      tally.Exact(out[size_t(t) * hidden + i], Round<T>(row[i]), t, i);
   }
   for (int i = 0; i < hidden; ++i) tally.Kept(out[size_t(num_tokens) * hidden + i], kPoison, -1, i);
 }
@@ -195,6 +217,7 @@ struct NormCase {
   bool init = false;          // with f32_residual: the stream starts as x
 };
 
+template <typename T>
 void RunRmsNorm(const NormCase& c, uint32_t seed, const std::string& what) {
   std::mt19937 rng(seed);
   const bool pick = c.num_input_rows > 0;
@@ -208,11 +231,11 @@ void RunRmsNorm(const NormCase& c, uint32_t seed, const std::string& what) {
   Bits x(size_t(in_rows) * ldx, kPoison), res(size_t(in_rows) * ldx, kPoison);
   for (int r = 0; r < in_rows; ++r) {
     const float scale = scales[r % 5 == 0 ? rng() % 5 : 3];
-    const Bits xr = RandomBf16(dim, scale, rng), rr = RandomBf16(dim, 2.0f * scale, rng);
+    const Bits xr = Random<T>(dim, scale, rng), rr = Random<T>(dim, 2.0f * scale, rng);
     std::copy(xr.begin(), xr.end(), x.begin() + r * ldx);
     std::copy(rr.begin(), rr.end(), res.begin() + r * ldx);
   }
-  const Bits w = RandomBf16(dim, 2.0f, rng);
+  const Bits w = Random<T>(dim, 2.0f, rng);
   std::vector<int32_t> row_ids;
   if (pick) {  // a scattered subset in shuffled order
     row_ids.resize(in_rows);
@@ -221,12 +244,12 @@ void RunRmsNorm(const NormCase& c, uint32_t seed, const std::string& what) {
     row_ids.resize(c.num_rows);
   }
 
-  // An fp32 stream holds values bf16 cannot: the bf16 draws times (1 + u * 2^-10).
+  // An fp32 stream holds values T cannot: the draws times (1 + u * 2^-10).
   std::vector<float> res32(res.size(), std::numeric_limits<float>::quiet_NaN());
   std::uniform_real_distribution<float> frac(-1.0f, 1.0f);
   for (int r = 0; r < in_rows; ++r) {
     for (int d = 0; d < dim; ++d)
-      res32[r * ldx + d] = Bf(res[r * ldx + d]) * (1 + frac(rng) / 1024);
+      res32[r * ldx + d] = Val<T>(res[r * ldx + d]) * (1 + frac(rng) / 1024);
   }
 
   // The rows the kernel normalizes: x, HF's bf16(residual + x), or the fp32 residual + x.
@@ -236,13 +259,13 @@ void RunRmsNorm(const NormCase& c, uint32_t seed, const std::string& what) {
   for (int i = 0; i < c.num_rows; ++i) {
     const int64_t r = pick ? row_ids[i] : i;
     for (int d = 0; d < dim; ++d) {
-      float v = Bf(x[r * ldx + d]);
+      float v = Val<T>(x[r * ldx + d]);
       if (c.f32_residual) {
         sum32[r * ldx + d] = (c.init ? 0.0f : res32[r * ldx + d]) + v;
         v = sum32[r * ldx + d];
       } else if (c.residual) {
-        sum[r * ldx + d] = Round(Bf(res[r * ldx + d]) + v);
-        v = Bf(sum[r * ldx + d]);
+        sum[r * ldx + d] = Round<T>(Val<T>(res[r * ldx + d]) + v);
+        v = Val<T>(sum[r * ldx + d]);
       }
       h[size_t(i) * dim + d] = v;
     }
@@ -264,24 +287,24 @@ void RunRmsNorm(const NormCase& c, uint32_t seed, const std::string& what) {
   Dev<float> dres32(c.f32_residual ? res32.size() : 0);
   if (c.f32_residual) {
     dres32.Upload(res32);
-    CUDA_OK(RmsNormF32Residual(AsBf16(dx.ptr), ldx, dres32.ptr, c.init, pick ? dids.ptr : nullptr,
-                               c.num_rows, dim, AsBf16(dw.ptr), c.eps, AsBf16(dout.ptr), ldo,
+    CUDA_OK(RmsNormF32Residual(As<T>(dx.ptr), ldx, dres32.ptr, c.init, pick ? dids.ptr : nullptr,
+                               c.num_rows, dim, As<T>(dw.ptr), c.eps, As<T>(dout.ptr), ldo,
                                nullptr));
   } else {
-    CUDA_OK(RmsNorm(AsBf16(dx.ptr), ldx, c.residual ? AsBf16(dres.ptr) : nullptr,
-                    pick ? dids.ptr : nullptr, c.num_rows, dim, AsBf16(dw.ptr), c.eps,
-                    AsBf16(dout.ptr), ldo, nullptr));
+    CUDA_OK(RmsNorm(As<T>(dx.ptr), ldx, c.residual ? As<T>(dres.ptr) : nullptr,
+                    pick ? dids.ptr : nullptr, c.num_rows, dim, As<T>(dw.ptr), c.eps,
+                    As<T>(dout.ptr), ldo, nullptr));
   }
   CUDA_OK(cudaDeviceSynchronize());
   const Bits out = dout.Download(out_elems), res_after = dres.Download(res.size());
 
   {
-    Tally tally(what);
+    Tally<T> tally(what);
     for (int i = 0; i < c.num_rows; ++i) {
       for (int d = 0; d < dim; ++d) {
-        const float n = normed[size_t(i) * dim + d], wd = Bf(w[d]);
-        tally.Near(out[i * ldo + d], RoundedProduct(n, kNormRel, wd), Round(Bf(Round(n)) * wd), i,
-                   d);
+        const float n = normed[size_t(i) * dim + d], wd = Val<T>(w[d]);
+        tally.Near(out[i * ldo + d], RoundedProduct<T>(n, kNormRel, wd),
+                   Round<T>(Val<T>(Round<T>(n)) * wd), i, d);
       }
       for (int64_t d = dim; d < ldo; ++d) tally.Kept(out[i * ldo + d], kPoison, i, d);
     }
@@ -305,7 +328,7 @@ void RunRmsNorm(const NormCase& c, uint32_t seed, const std::string& what) {
   }
   if (!c.residual) return;
   // The sum goes back into residual, except with row_ids (the logits rows), where it is kept.
-  Tally tally(what + " residual");
+  Tally<T> tally(what + " residual");
   std::vector<bool> stored(in_rows, !pick);
   for (int r = 0; r < in_rows; ++r) {
     for (int64_t d = 0; d < ldx; ++d) {
@@ -343,6 +366,7 @@ int Partner(int d, int head_dim, bool interleaved) {
   return interleaved ? d ^ 1 : (d < half ? d + half : d - half);
 }
 
+template <typename T>
 void RunRope(const RopeCase& c, int num_tokens, uint32_t seed, const std::string& what) {
   std::mt19937 rng(seed);
   const int nh = c.num_heads, kvh = c.num_kv_heads, hd = c.head_dim, bs = c.block_size;
@@ -392,11 +416,11 @@ void RunRope(const RopeCase& c, int num_tokens, uint32_t seed, const std::string
   // the slots this step writes.
   Bits qkv(size_t(num_tokens) * ld, kPoison);
   for (int t = 0; t < num_tokens; ++t) {
-    const Bits row = RandomBf16(width, 2.0f, rng);
+    const Bits row = Random<T>(width, 2.0f, rng);
     std::copy(row.begin(), row.end(), qkv.begin() + t * ld);
   }
   const size_t cache_elems = size_t(num_blocks) * kvh * bs * hd;
-  Bits k_cache = RandomBf16(cache_elems, 1.0f, rng), v_cache = RandomBf16(cache_elems, 1.0f, rng);
+  Bits k_cache = Random<T>(cache_elems, 1.0f, rng), v_cache = Random<T>(cache_elems, 1.0f, rng);
   auto cache_index = [&](int64_t slot, int head, int d) {
     return ((slot / bs * kvh + head) * bs + slot % bs) * hd + d;
   };
@@ -417,7 +441,7 @@ void RunRope(const RopeCase& c, int num_tokens, uint32_t seed, const std::string
   std::vector<float> cos(size_t(num_tokens) * half), sin(cos.size());
   cpu::RopeCosSin(positions.data(), num_tokens, inv_freq->data(), half, cos.data(), sin.data());
   std::vector<float> ref(qkv.size());
-  for (size_t i = 0; i < qkv.size(); ++i) ref[i] = Bf(qkv[i]);
+  for (size_t i = 0; i < qkv.size(); ++i) ref[i] = Val<T>(qkv[i]);
   auto permute = [&](bool to_halves) {
     std::vector<float> tmp(hd);
     for (int t = 0; t < num_tokens; ++t) {
@@ -463,8 +487,8 @@ void RunRope(const RopeCase& c, int num_tokens, uint32_t seed, const std::string
   dpos.Upload(positions);
   dslots.Upload(slots);
   dfreq.Upload(*inv_freq);
-  RopeKvArgs a;
-  a.qkv = AsBf16(dqkv.ptr);
+  RopeKvArgsT<T> a;
+  a.qkv = As<T>(dqkv.ptr);
   a.ld = ld;
   a.positions = dpos.ptr;
   a.slot_mapping = dslots.ptr;
@@ -474,8 +498,8 @@ void RunRope(const RopeCase& c, int num_tokens, uint32_t seed, const std::string
   a.head_dim = hd;
   a.inv_freq = dfreq.ptr;
   a.interleaved = c.interleaved;
-  a.k_cache = AsBf16(dk.ptr);
-  a.v_cache = AsBf16(dv.ptr);
+  a.k_cache = As<T>(dk.ptr);
+  a.v_cache = As<T>(dv.ptr);
   a.block_size = bs;
   CUDA_OK(RopeStoreKv(a, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
@@ -483,13 +507,13 @@ void RunRope(const RopeCase& c, int num_tokens, uint32_t seed, const std::string
   const Bits k_out = dk.Download(cache_elems), v_out = dv.Download(cache_elems);
 
   // A rotated element against the twin's pair (y0, y1).
-  auto rotated = [&](Tally& tally, uint16_t got, const float* head, int d, int64_t row) {
+  auto rotated = [&](Tally<T>& tally, uint16_t got, const float* head, int d, int64_t row) {
     const float y = head[d],
                 err = kRopeErr * (std::fabs(y) + std::fabs(head[Partner(d, hd, c.interleaved)]));
-    tally.Near(got, RoundedNear(y, err), Round(y), row, d);
+    tally.Near(got, RoundedNear<T>(y, err), Round<T>(y), row, d);
   };
   {
-    Tally tally(what + " q (k/v columns kept)");
+    Tally<T> tally(what + " q (k/v columns kept)");
     for (int t = 0; t < num_tokens; ++t) {
       for (int64_t i = 0; i < ld; ++i) {
         const size_t k = t * ld + i;
@@ -501,7 +525,7 @@ void RunRope(const RopeCase& c, int num_tokens, uint32_t seed, const std::string
       }
     }
   }
-  Tally k_tally(what + " k cache"), v_tally(what + " v cache");
+  Tally<T> k_tally(what + " k cache"), v_tally(what + " v cache");
   for (int64_t slot = 0; slot < int64_t{num_blocks} * bs; ++slot) {
     for (int head = 0; head < kvh; ++head) {
       const float* k_head = k_ref.data() + slot * kv_width + head * hd;
@@ -513,7 +537,7 @@ void RunRope(const RopeCase& c, int num_tokens, uint32_t seed, const std::string
           v_tally.Kept(v_out[i], v_cache[i], slot, head * hd + d);
         } else {
           rotated(k_tally, k_out[i], k_head, d, slot);
-          v_tally.Exact(v_out[i], Round(v_head[d]), slot, head * hd + d);
+          v_tally.Exact(v_out[i], Round<T>(v_head[d]), slot, head * hd + d);
         }
       }
     }
@@ -522,6 +546,7 @@ void RunRope(const RopeCase& c, int num_tokens, uint32_t seed, const std::string
 
 // ---- SiluMul -----------------------------------------------------------------------------------
 
+template <typename T>
 void RunSiluMul(int num_rows, int dim, int ld_pad, int ldo_pad, uint32_t seed,
                 const std::string& what) {
   std::mt19937 rng(seed);
@@ -529,16 +554,16 @@ void RunSiluMul(int num_rows, int dim, int ld_pad, int ldo_pad, uint32_t seed,
   Bits gate_up(size_t(num_rows) * ld, kPoison);
   const float specials[] = {0.0f, -0.0f, 1e-3f, -1e-3f, 20.0f, -20.0f, 16.5f, -16.5f};
   for (int r = 0; r < num_rows; ++r) {
-    const Bits g = RandomBf16(dim, 8.0f, rng), u = RandomBf16(dim, 3.0f, rng);
+    const Bits g = Random<T>(dim, 8.0f, rng), u = Random<T>(dim, 3.0f, rng);
     std::copy(g.begin(), g.end(), gate_up.begin() + r * ld);
     std::copy(u.begin(), u.end(), gate_up.begin() + r * ld + dim);
-    if (rng() % 4 == 0) gate_up[r * ld + rng() % dim] = Round(specials[rng() % 8]);
+    if (rng() % 4 == 0) gate_up[r * ld + rng() % dim] = Round<T>(specials[rng() % 8]);
   }
   // The twin with up = 1 gives silu(gate) in f32; up is applied below at the kernel's rounding
   // point.
   std::vector<float> gate_ones(size_t(num_rows) * 2 * dim, 1.0f), silu(size_t(num_rows) * dim);
   for (int r = 0; r < num_rows; ++r) {
-    for (int i = 0; i < dim; ++i) gate_ones[size_t(r) * 2 * dim + i] = Bf(gate_up[r * ld + i]);
+    for (int i = 0; i < dim; ++i) gate_ones[size_t(r) * 2 * dim + i] = Val<T>(gate_up[r * ld + i]);
   }
   cpu::SiluMul(gate_ones.data(), 2 * dim, num_rows, dim, silu.data(), dim, CpuThreads());
 
@@ -546,49 +571,63 @@ void RunSiluMul(int num_rows, int dim, int ld_pad, int ldo_pad, uint32_t seed,
   Dev<uint16_t> din(gate_up.size()), dout(out_elems);
   din.Upload(gate_up);
   dout.Upload(Bits(out_elems, kPoison));
-  CUDA_OK(SiluMul(AsBf16(din.ptr), ld, num_rows, dim, AsBf16(dout.ptr), ldo, nullptr));
+  CUDA_OK(SiluMul(As<T>(din.ptr), ld, num_rows, dim, As<T>(dout.ptr), ldo, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
   const Bits out = dout.Download(out_elems);
 
-  Tally tally(what);
+  Tally<T> tally(what);
   for (int r = 0; r < num_rows; ++r) {
     for (int i = 0; i < dim; ++i) {
-      const float g = Bf(gate_up[r * ld + i]), u = Bf(gate_up[r * ld + dim + i]);
+      const float g = Val<T>(gate_up[r * ld + i]), u = Val<T>(gate_up[r * ld + dim + i]);
       const float s = silu[size_t(r) * dim + i];
       const float rel = kSiluUlps * (4.0f + 1.16f * std::fabs(g)) * 0x1p-23f;
-      tally.Near(out[r * ldo + i], RoundedProduct(s, rel, u), Round(Bf(Round(s)) * u), r, i);
+      tally.Near(out[r * ldo + i], RoundedProduct<T>(s, rel, u), Round<T>(Val<T>(Round<T>(s)) * u),
+                 r, i);
     }
     for (int64_t i = dim; i < ldo; ++i) tally.Kept(out[r * ldo + i], kPoison, r, i);
   }
 }
 
-// ---- FloatToBf16 -------------------------------------------------------------------------------
+// ---- FloatToBf16, FloatToHalf -----------------------------------------------------------------
 
-void RunFloatToBf16(int64_t n, uint32_t seed, const std::string& what) {
+cudaError_t FloatTo(const float* in, int64_t n, __nv_bfloat16* out) {
+  return FloatToBf16(in, n, out, nullptr);
+}
+cudaError_t FloatTo(const float* in, int64_t n, __half* out) {
+  return FloatToHalf(in, n, out, nullptr);
+}
+
+template <typename T>
+void RunFloatTo(int64_t n, uint32_t seed, const std::string& what) {
   std::mt19937 rng(seed);
   // Random bit patterns cover every exponent, subnormals, infinities and NaNs; then the ties and
-  // edges of the rounding.
+  // edges of the rounding: bf16's, then fp16's (1 + 2^-11 and 1 + 3 * 2^-11: ties to even; 65504,
+  // just below 65520, 65520 and -65536: the largest finite and the overflow to infinity; 2^-24,
+  // 2^-25, 3 * 2^-26: the smallest subnormal, a tie to 0 and one up; 2^-14 and just below it:
+  // the smallest normal and a subnormal tie rounding up to it).
   std::vector<float> in(n);
   for (float& f : in) f = F32FromBits(static_cast<uint32_t>(rng()));
-  const uint32_t edges[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
-                            0x7f7fffffu, 0xff7fffffu, 0x7f7f8000u, 0x3f808000u, 0x3f818000u,
-                            0x3f80ffffu, 0x00008000u, 0x00018000u, 0x007fffffu, 0x807fffffu,
-                            0x00000001u, 0x3f7fffffu, 0x7f800001u, 0xc0a08000u, 0x4b800001u};
+  const uint32_t edges[] = {
+      0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f7fffffu, 0xff7fffffu,
+      0x7f7f8000u, 0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x00008000u, 0x00018000u, 0x007fffffu,
+      0x807fffffu, 0x00000001u, 0x3f7fffffu, 0x7f800001u, 0xc0a08000u, 0x4b800001u, 0x3f801000u,
+      0x3f803000u, 0x477fe000u, 0x477fefffu, 0x477ff000u, 0xc7800000u, 0x33800000u, 0x33000000u,
+      0x33400000u, 0x38800000u, 0x387fc000u};
   for (int64_t i = 0; i < std::ssize(edges) && i < n; ++i)
-    in[i * (n / 20 + 1) % n] = F32FromBits(edges[i]);
+    in[i * (n / std::ssize(edges) + 1) % n] = F32FromBits(edges[i]);
   // One poisoned guard element after the output.
   Dev<float> din(n);
   Dev<uint16_t> dout(n + 1);
   din.Upload(in);
   dout.Upload(Bits(n + 1, 0x7fa5));
-  CUDA_OK(FloatToBf16(din.ptr, n, AsBf16(dout.ptr), nullptr));
+  CUDA_OK(FloatTo(din.ptr, n, As<T>(dout.ptr)));
   CUDA_OK(cudaDeviceSynchronize());
   const Bits out = dout.Download(n + 1);
-  Tally tally(what);
+  Tally<T> tally(what);
   for (int64_t i = 0; i < n; ++i) {
     // A NaN passes as any NaN (the payloads differ); anything else bitwise.
-    const bool nan_for_nan = std::isnan(in[i]) && std::isnan(Bf(out[i]));
-    tally.Exact(out[i], nan_for_nan ? out[i] : Round(in[i]), i, 0);
+    const bool nan_for_nan = std::isnan(in[i]) && std::isnan(Val<T>(out[i]));
+    tally.Exact(out[i], nan_for_nan ? out[i] : Round<T>(in[i]), i, 0);
   }
   tally.Kept(out[n], 0x7fa5, n, 0);
 }
@@ -597,107 +636,116 @@ void RunFloatToBf16(int64_t n, uint32_t seed, const std::string& what) {
 
 const int kTokenCounts[] = {1, 7, 83, 769, 5125};
 
-TEST(EmbeddingLookupGpu, OddShapes) {
+KILN_ELEMENT_TYPED_TEST_SUITE(EmbeddingLookupGpu);
+KILN_ELEMENT_TYPED_TEST_SUITE(RmsNormGpu);
+KILN_ELEMENT_TYPED_TEST_SUITE(RopeStoreKvGpu);
+KILN_ELEMENT_TYPED_TEST_SUITE(SiluMulGpu);
+KILN_ELEMENT_TYPED_TEST_SUITE(FloatConversionGpu);
+KILN_ELEMENT_TYPED_TEST_SUITE(ElementwiseGpu);
+
+TYPED_TEST(EmbeddingLookupGpu, OddShapes) {
   REQUIRE_GPU();
   uint32_t seed = 100;
   for (int t : kTokenCounts) {
     for (int hidden : {576, 4096, 5125, 12}) {  // 5125 and 12 take the scalar path
-      RunEmbedding(t, hidden, 1237, seed++,
-                   "embedding t=" + std::to_string(t) + " hidden=" + std::to_string(hidden));
+      RunEmbedding<TypeParam>(
+          t, hidden, 1237, seed++,
+          "embedding t=" + std::to_string(t) + " hidden=" + std::to_string(hidden));
     }
   }
 }
 
-TEST(RmsNormGpu, OddTokenCountsAndDims) {
+TYPED_TEST(RmsNormGpu, OddTokenCountsAndDims) {
   REQUIRE_GPU();
   uint32_t seed = 200;
   for (int t : kTokenCounts) {
     for (int dim : {576, 4096, 5125}) {
-      RunRmsNorm({.num_rows = t, .dim = dim}, seed++,
-                 "rmsnorm t=" + std::to_string(t) + " dim=" + std::to_string(dim));
+      RunRmsNorm<TypeParam>({.num_rows = t, .dim = dim}, seed++,
+                            "rmsnorm t=" + std::to_string(t) + " dim=" + std::to_string(dim));
     }
   }
 }
 
-TEST(RmsNormGpu, StridedAndEps) {
+TYPED_TEST(RmsNormGpu, StridedAndEps) {
   REQUIRE_GPU();
   // ldx: a row inside a wider buffer, odd strides.
-  RunRmsNorm({.num_rows = 769, .dim = 576, .ldx_pad = 3 * 576 + 5, .ldo_pad = 13}, 300,
-             "rmsnorm t=769 dim=576 ldx+1733 ldo+13");
-  RunRmsNorm({.num_rows = 769, .dim = 5125, .ldx_pad = 11, .ldo_pad = 64, .eps = 1e-6f}, 301,
-             "rmsnorm t=769 dim=5125 ldx+11 ldo+64 eps=1e-6");
-  RunRmsNorm({.num_rows = 7, .dim = 33, .ldx_pad = 1, .eps = 1e-6f}, 302,
-             "rmsnorm t=7 dim=33 ldx+1 eps=1e-6");
+  RunRmsNorm<TypeParam>({.num_rows = 769, .dim = 576, .ldx_pad = 3 * 576 + 5, .ldo_pad = 13}, 300,
+                        "rmsnorm t=769 dim=576 ldx+1733 ldo+13");
+  RunRmsNorm<TypeParam>({.num_rows = 769, .dim = 5125, .ldx_pad = 11, .ldo_pad = 64, .eps = 1e-6f},
+                        301, "rmsnorm t=769 dim=5125 ldx+11 ldo+64 eps=1e-6");
+  RunRmsNorm<TypeParam>({.num_rows = 7, .dim = 33, .ldx_pad = 1, .eps = 1e-6f}, 302,
+                        "rmsnorm t=7 dim=33 ldx+1 eps=1e-6");
 }
 
-TEST(RmsNormGpu, ResidualAddInPlace) {
+TYPED_TEST(RmsNormGpu, ResidualAddInPlace) {
   REQUIRE_GPU();
   uint32_t seed = 400;
   for (int t : {1, 7, 769, 5125}) {
     for (int dim : {576, 4096, 5125}) {
       const int pad = dim == 5125 ? 7 : 0;
-      RunRmsNorm({.num_rows = t, .dim = dim, .ldx_pad = pad, .ldo_pad = pad / 2, .residual = true},
-                 seed++,
-                 "rmsnorm+residual t=" + std::to_string(t) + " dim=" + std::to_string(dim) +
-                     (pad ? " strided" : ""));
+      RunRmsNorm<TypeParam>(
+          {.num_rows = t, .dim = dim, .ldx_pad = pad, .ldo_pad = pad / 2, .residual = true}, seed++,
+          "rmsnorm+residual t=" + std::to_string(t) + " dim=" + std::to_string(dim) +
+              (pad ? " strided" : ""));
     }
   }
 }
 
-TEST(RmsNormGpu, RowIdsPickScatteredRows) {
+TYPED_TEST(RmsNormGpu, RowIdsPickScatteredRows) {
   REQUIRE_GPU();
   // With residual, as for the logits rows: the sum is normalized but not stored.
-  RunRmsNorm({.num_rows = 83, .dim = 4096, .residual = true, .num_input_rows = 5125}, 500,
-             "rmsnorm row_ids 83 of 5125 +residual dim=4096");
-  RunRmsNorm({.num_rows = 7,
-              .dim = 5125,
-              .ldx_pad = 5,
-              .ldo_pad = 9,
-              .residual = true,
-              .num_input_rows = 769},
-             501, "rmsnorm row_ids 7 of 769 +residual dim=5125 strided");
-  RunRmsNorm({.num_rows = 769, .dim = 576, .ldx_pad = 5, .ldo_pad = 9, .num_input_rows = 5125}, 502,
-             "rmsnorm row_ids 769 of 5125 dim=576 strided");
+  RunRmsNorm<TypeParam>({.num_rows = 83, .dim = 4096, .residual = true, .num_input_rows = 5125},
+                        500, "rmsnorm row_ids 83 of 5125 +residual dim=4096");
+  RunRmsNorm<TypeParam>({.num_rows = 7,
+                         .dim = 5125,
+                         .ldx_pad = 5,
+                         .ldo_pad = 9,
+                         .residual = true,
+                         .num_input_rows = 769},
+                        501, "rmsnorm row_ids 7 of 769 +residual dim=5125 strided");
+  RunRmsNorm<TypeParam>(
+      {.num_rows = 769, .dim = 576, .ldx_pad = 5, .ldo_pad = 9, .num_input_rows = 5125}, 502,
+      "rmsnorm row_ids 769 of 5125 dim=576 strided");
 }
 
-TEST(RmsNormGpu, Fp32ResidualStream) {
+TYPED_TEST(RmsNormGpu, Fp32ResidualStream) {
   REQUIRE_GPU();
   uint32_t seed = 700;
   for (int dim : {576, 4096, 5125}) {
     for (int t : {1, 7, 769}) {
       for (bool init : {false, true}) {
-        RunRmsNorm({.num_rows = t,
-                    .dim = dim,
-                    .ldx_pad = dim % 8 == 0 ? 8 : 3,
-                    .ldo_pad = 5,
-                    .f32_residual = true,
-                    .init = init},
-                   seed++,
-                   "rmsnorm f32 residual t=" + std::to_string(t) + " dim=" + std::to_string(dim) +
-                       (init ? " init" : ""));
+        RunRmsNorm<TypeParam>({.num_rows = t,
+                               .dim = dim,
+                               .ldx_pad = dim % 8 == 0 ? 8 : 3,
+                               .ldo_pad = 5,
+                               .f32_residual = true,
+                               .init = init},
+                              seed++,
+                              "rmsnorm f32 residual t=" + std::to_string(t) +
+                                  " dim=" + std::to_string(dim) + (init ? " init" : ""));
       }
     }
   }
   // The logits rows: picked, the sum not stored; and the largest dim.
-  RunRmsNorm({.num_rows = 83, .dim = 4096, .num_input_rows = 5125, .f32_residual = true}, 720,
-             "rmsnorm f32 residual row_ids");
-  RunRmsNorm({.num_rows = 7, .dim = 12288, .f32_residual = true}, 721,
-             "rmsnorm f32 residual dim=12288");
-  RunRmsNorm({.num_rows = 7, .dim = 12287, .ldx_pad = 1, .f32_residual = true}, 722,
-             "rmsnorm f32 residual dim=12287 (scalar path)");
+  RunRmsNorm<TypeParam>({.num_rows = 83, .dim = 4096, .num_input_rows = 5125, .f32_residual = true},
+                        720, "rmsnorm f32 residual row_ids");
+  RunRmsNorm<TypeParam>({.num_rows = 7, .dim = 12288, .f32_residual = true}, 721,
+                        "rmsnorm f32 residual dim=12288");
+  RunRmsNorm<TypeParam>({.num_rows = 7, .dim = 12287, .ldx_pad = 1, .f32_residual = true}, 722,
+                        "rmsnorm f32 residual dim=12287 (scalar path)");
 }
 
-TEST(RmsNormGpu, MaxDim) {
+TYPED_TEST(RmsNormGpu, MaxDim) {
   REQUIRE_GPU();
-  RunRmsNorm({.num_rows = 83, .dim = 12288}, 600, "rmsnorm t=83 dim=12288");
-  RunRmsNorm({.num_rows = 83, .dim = 12288, .ldx_pad = 1, .residual = true}, 601,
-             "rmsnorm+residual t=83 dim=12288 strided");
+  RunRmsNorm<TypeParam>({.num_rows = 83, .dim = 12288}, 600, "rmsnorm t=83 dim=12288");
+  RunRmsNorm<TypeParam>({.num_rows = 83, .dim = 12288, .ldx_pad = 1, .residual = true}, 601,
+                        "rmsnorm+residual t=83 dim=12288 strided");
 }
 
 const RopeCase kSmolRope{9, 3, 64, 16, 0, false, 100000.0, {}};          // SmolLM2-135M
 const RopeCase kLlamaRope{32, 8, 128, 16, 0, false, 500000.0, kLlama3};  // Llama-3.1-8B
 
-TEST(RopeStoreKvGpu, OddTokenCounts) {
+TYPED_TEST(RopeStoreKvGpu, OddTokenCounts) {
   REQUIRE_GPU();
   uint32_t seed = 700;
   for (RopeCase c : {kSmolRope, kLlamaRope}) {
@@ -705,15 +753,16 @@ TEST(RopeStoreKvGpu, OddTokenCounts) {
       c.block_size = seed % 2 == 0 ? 16 : 32;
       c.interleaved = t == 83 || t == 5125;  // GGUF llama
       c.ld_pad = t == 769 ? 40 : 0;
-      RunRope(c, t, seed++,
-              "rope hd" + std::to_string(c.head_dim) + " " + std::to_string(c.num_heads) + "/" +
-                  std::to_string(c.num_kv_heads) + " t=" + std::to_string(t) + " bs" +
-                  std::to_string(c.block_size) + (c.interleaved ? " gptj" : " neox"));
+      RunRope<TypeParam>(c, t, seed++,
+                         "rope hd" + std::to_string(c.head_dim) + " " +
+                             std::to_string(c.num_heads) + "/" + std::to_string(c.num_kv_heads) +
+                             " t=" + std::to_string(t) + " bs" + std::to_string(c.block_size) +
+                             (c.interleaved ? " gptj" : " neox"));
     }
   }
 }
 
-TEST(RopeStoreKvGpu, ScalingsLayoutsAndStrides) {
+TYPED_TEST(RopeStoreKvGpu, ScalingsLayoutsAndStrides) {
   REQUIRE_GPU();
   uint32_t seed = 800;
   const RopeScaling scalings[] = {RopeScaling{}, kLinear4, kLlama3};
@@ -726,81 +775,83 @@ TEST(RopeStoreKvGpu, ScalingsLayoutsAndStrides) {
         c.theta = s == 2 ? 500000.0 : 10000.0;
         c.interleaved = interleaved;
         c.ld_pad = 2 * c.num_kv_heads * c.head_dim + 3;  // odd stride: qkv inside a wider row
-        RunRope(c, 83, seed++,
-                "rope hd" + std::to_string(c.head_dim) + " " + std::to_string(c.num_heads) + "/" +
-                    std::to_string(c.num_kv_heads) + " bs" + std::to_string(c.block_size) + " " +
-                    names[s] + (interleaved ? " gptj" : " neox") + " strided");
+        RunRope<TypeParam>(c, 83, seed++,
+                           "rope hd" + std::to_string(c.head_dim) + " " +
+                               std::to_string(c.num_heads) + "/" + std::to_string(c.num_kv_heads) +
+                               " bs" + std::to_string(c.block_size) + " " + names[s] +
+                               (interleaved ? " gptj" : " neox") + " strided");
       }
     }
   }
 }
 
-TEST(SiluMulGpu, OddShapes) {
+TYPED_TEST(SiluMulGpu, OddShapes) {
   REQUIRE_GPU();
   uint32_t seed = 900;
   for (int t : kTokenCounts) {
     for (int dim : {1536, 5125}) {
-      RunSiluMul(t, dim, 0, 0, seed++,
-                 "silu_mul t=" + std::to_string(t) + " dim=" + std::to_string(dim));
+      RunSiluMul<TypeParam>(t, dim, 0, 0, seed++,
+                            "silu_mul t=" + std::to_string(t) + " dim=" + std::to_string(dim));
     }
   }
-  RunSiluMul(769, 14336, 0, 0, seed++, "silu_mul t=769 dim=14336");
-  RunSiluMul(83, 5125, 77, 5, seed++, "silu_mul t=83 dim=5125 ld+77 ldo+5");
+  RunSiluMul<TypeParam>(769, 14336, 0, 0, seed++, "silu_mul t=769 dim=14336");
+  RunSiluMul<TypeParam>(83, 5125, 77, 5, seed++, "silu_mul t=83 dim=5125 ld+77 ldo+5");
   for (int dim : {1, 3, 257}) {
-    RunSiluMul(7, dim, 1, 2, seed++, "silu_mul t=7 dim=" + std::to_string(dim) + " strided");
+    RunSiluMul<TypeParam>(7, dim, 1, 2, seed++,
+                          "silu_mul t=7 dim=" + std::to_string(dim) + " strided");
   }
 }
 
-TEST(FloatToBf16Gpu, EveryPatternKindAndLength) {
+TYPED_TEST(FloatConversionGpu, EveryPatternKindAndLength) {
   REQUIRE_GPU();
   for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{5125} * 83}) {
-    RunFloatToBf16(n, 1000 + static_cast<uint32_t>(n), "float_to_bf16 n=" + std::to_string(n));
+    RunFloatTo<TypeParam>(n, 1000 + static_cast<uint32_t>(n), "float_to n=" + std::to_string(n));
   }
   // More than the 65535 blocks of 256 the launch is capped at: the grid-stride loop.
-  RunFloatToBf16(int64_t{65535} * 256 + 4099, 1001, "float_to_bf16 n=16.8M (grid-stride)");
+  RunFloatTo<TypeParam>(int64_t{65535} * 256 + 4099, 1001, "float_to n=16.8M (grid-stride)");
 }
 
 // More rows than a grid's y (or z) dimension holds.
-TEST(ElementwiseGpu, RowsBeyond65535) {
+TYPED_TEST(ElementwiseGpu, RowsBeyond65535) {
   REQUIRE_GPU();
-  RunSiluMul(65537, 8, 0, 0, 1100, "silu_mul t=65537 dim=8");
-  RunRmsNorm({.num_rows = 65537, .dim = 8, .residual = true}, 1101,
-             "rmsnorm+residual t=65537 dim=8");
-  RunEmbedding(65537, 8, 31, 1102, "embedding t=65537 hidden=8");
+  RunSiluMul<TypeParam>(65537, 8, 0, 0, 1100, "silu_mul t=65537 dim=8");
+  RunRmsNorm<TypeParam>({.num_rows = 65537, .dim = 8, .residual = true}, 1101,
+                        "rmsnorm+residual t=65537 dim=8");
+  RunEmbedding<TypeParam>(65537, 8, 31, 1102, "embedding t=65537 hidden=8");
 }
 
 // Every kernel and path at sizes compute-sanitizer (memcheck, racecheck) gets through quickly:
 // run with --gtest_filter='*SmallShapes*'.
-TEST(ElementwiseGpu, SmallShapesForSanitizers) {
+TYPED_TEST(ElementwiseGpu, SmallShapesForSanitizers) {
   REQUIRE_GPU();
-  RunEmbedding(7, 576, 50, 1200, "small embedding vector path");
-  RunEmbedding(7, 13, 50, 1201, "small embedding scalar path");
+  RunEmbedding<TypeParam>(7, 576, 50, 1200, "small embedding vector path");
+  RunEmbedding<TypeParam>(7, 13, 50, 1201, "small embedding scalar path");
   NormCase c{.num_rows = 7, .dim = 577, .ldx_pad = 3, .ldo_pad = 5, .residual = true};
-  RunRmsNorm(c, 1202, "small rmsnorm+residual strided");
+  RunRmsNorm<TypeParam>(c, 1202, "small rmsnorm+residual strided");
   c.num_input_rows = 19;
-  RunRmsNorm(c, 1203, "small rmsnorm row_ids +residual");
+  RunRmsNorm<TypeParam>(c, 1203, "small rmsnorm row_ids +residual");
   c.residual = false;
   c.dim = 12288;
-  RunRmsNorm(c, 1204, "small rmsnorm row_ids dim=12288");
+  RunRmsNorm<TypeParam>(c, 1204, "small rmsnorm row_ids dim=12288");
   RopeCase r{9, 3, 64, 16, 5, false, 10000.0, {}};
-  RunRope(r, 37, 1205, "small rope neox bs16");
+  RunRope<TypeParam>(r, 37, 1205, "small rope neox bs16");
   r = {4, 2, 128, 32, 0, true, 500000.0, kLlama3};
-  RunRope(r, 7, 1206, "small rope gptj bs32 llama3");
-  RunSiluMul(7, 300, 1, 1, 1207, "small silu_mul");
-  RunFloatToBf16(1000, 1208, "small float_to_bf16");
+  RunRope<TypeParam>(r, 7, 1206, "small rope gptj bs32 llama3");
+  RunSiluMul<TypeParam>(7, 300, 1, 1, 1207, "small silu_mul");
+  RunFloatTo<TypeParam>(1000, 1208, "small float_to");
 }
 
-TEST(ElementwiseGpu, RejectsBadArgumentsAndSkipsEmptyLaunches) {
+TYPED_TEST(ElementwiseGpu, RejectsBadArgumentsAndSkipsEmptyLaunches) {
   REQUIRE_GPU();
   Dev<uint16_t> buf(1 << 16);
   Dev<int32_t> ints(64);
   Dev<float> floats(64);
   buf.Upload(Bits(1 << 16, kPoison));
-  EXPECT_EQ(RmsNorm(AsBf16(buf.ptr), 12289, nullptr, nullptr, 1, 12289, AsBf16(buf.ptr), 1e-5f,
-                    AsBf16(buf.ptr), 12289, nullptr),
+  EXPECT_EQ(RmsNorm(As<TypeParam>(buf.ptr), 12289, nullptr, nullptr, 1, 12289,
+                    As<TypeParam>(buf.ptr), 1e-5f, As<TypeParam>(buf.ptr), 12289, nullptr),
             cudaErrorInvalidValue);
-  RopeKvArgs a;
-  a.qkv = AsBf16(buf.ptr);
+  RopeKvArgsT<TypeParam> a;
+  a.qkv = As<TypeParam>(buf.ptr);
   a.ld = 5 * 63;
   a.positions = ints.ptr;
   a.num_tokens = 1;
@@ -808,19 +859,21 @@ TEST(ElementwiseGpu, RejectsBadArgumentsAndSkipsEmptyLaunches) {
   a.num_kv_heads = 1;
   a.head_dim = 63;
   a.inv_freq = floats.ptr;
-  a.k_cache = a.v_cache = AsBf16(buf.ptr);
+  a.k_cache = a.v_cache = As<TypeParam>(buf.ptr);
   EXPECT_EQ(RopeStoreKv(a, nullptr), cudaErrorInvalidValue);
   // Nothing to do: success, and nothing written.
   a.head_dim = 64;
   a.num_tokens = 0;
   EXPECT_EQ(RopeStoreKv(a, nullptr), cudaSuccess);
-  EXPECT_EQ(RmsNorm(AsBf16(buf.ptr), 64, nullptr, nullptr, 0, 64, AsBf16(buf.ptr), 1e-5f,
-                    AsBf16(buf.ptr), 64, nullptr),
+  EXPECT_EQ(RmsNorm(As<TypeParam>(buf.ptr), 64, nullptr, nullptr, 0, 64, As<TypeParam>(buf.ptr),
+                    1e-5f, As<TypeParam>(buf.ptr), 64, nullptr),
             cudaSuccess);
-  EXPECT_EQ(SiluMul(AsBf16(buf.ptr), 128, 0, 64, AsBf16(buf.ptr), 64, nullptr), cudaSuccess);
-  EXPECT_EQ(EmbeddingLookup(ints.ptr, 0, AsBf16(buf.ptr), 64, AsBf16(buf.ptr), nullptr),
+  EXPECT_EQ(SiluMul(As<TypeParam>(buf.ptr), 128, 0, 64, As<TypeParam>(buf.ptr), 64, nullptr),
             cudaSuccess);
-  EXPECT_EQ(FloatToBf16(floats.ptr, 0, AsBf16(buf.ptr), nullptr), cudaSuccess);
+  EXPECT_EQ(
+      EmbeddingLookup(ints.ptr, 0, As<TypeParam>(buf.ptr), 64, As<TypeParam>(buf.ptr), nullptr),
+      cudaSuccess);
+  EXPECT_EQ(FloatTo(floats.ptr, 0, As<TypeParam>(buf.ptr)), cudaSuccess);
   CUDA_OK(cudaDeviceSynchronize());
   const Bits after = buf.Download(1 << 16);
   EXPECT_TRUE(std::all_of(after.begin(), after.end(), [](uint16_t b) { return b == kPoison; }));

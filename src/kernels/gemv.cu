@@ -1,23 +1,31 @@
 #include "kernels/gemv.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kernels/dtype_traits.cuh"
 
 namespace kiln::kernels {
 namespace {
 
-using bf16 = __nv_bfloat16;
+using dtype_internal::FromFloat;
+using dtype_internal::Pair;
+using dtype_internal::PairToFloat2;
+using dtype_internal::ToFloat;
 
 constexpr int kWarps = 8;   // warps (output columns) per block
 constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane (8 measured slower)
 
+// The dot product of 8 elements of T each, in fp32.
+template <typename T>
 __device__ __forceinline__ float Dot8(const uint4& w, const uint4& x) {
-  const auto* wp = reinterpret_cast<const __nv_bfloat162*>(&w);
-  const auto* xp = reinterpret_cast<const __nv_bfloat162*>(&x);
+  const auto* wp = reinterpret_cast<const Pair<T>*>(&w);
+  const auto* xp = reinterpret_cast<const Pair<T>*>(&x);
   float s = 0.0f;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float2 a = __bfloat1622float2(wp[i]);
-    const float2 b = __bfloat1622float2(xp[i]);
+    const float2 a = PairToFloat2<T>(wp[i]);
+    const float2 b = PairToFloat2<T>(xp[i]);
     s = fmaf(a.x, b.x, s);
     s = fmaf(a.y, b.y, s);
   }
@@ -25,16 +33,20 @@ __device__ __forceinline__ float Dot8(const uint4& w, const uint4& x) {
 }
 
 __device__ __forceinline__ void Store(float v, float* out) { *out = v; }
-__device__ __forceinline__ void Store(float v, bf16* out) { *out = __float2bfloat16(v); }
+template <typename T>
+__device__ __forceinline__ void Store(float v, T* out) {
+  *out = FromFloat<T>(v);
+}
 
-template <int M, typename Out>
+// Out: T, or float.
+template <int M, typename T, typename Out>
 __global__ void __launch_bounds__(kWarps * 32)
-    GemvKernel(const bf16* __restrict__ x, int64_t ldx, const bf16* __restrict__ w, int64_t n,
-               int64_t k, const bf16* __restrict__ bias, Out* __restrict__ out, int64_t ldo) {
+    GemvKernel(const T* __restrict__ x, int64_t ldx, const T* __restrict__ w, int64_t n, int64_t k,
+               const T* __restrict__ bias, Out* __restrict__ out, int64_t ldo) {
   const int lane = threadIdx.x % 32;
   const int64_t col = int64_t{blockIdx.x} * kWarps + threadIdx.x / 32;
   if (col >= n) return;
-  const int64_t chunks = k / 8;  // 8 bf16 per 16-byte load
+  const int64_t chunks = k / 8;  // 8 elements per 16-byte load
   const uint4* wr = reinterpret_cast<const uint4*>(w + col * k);
   float acc[M];
 #pragma unroll
@@ -54,7 +66,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int m = 0; m < M; ++m) {
         const uint4 xv = __ldg(reinterpret_cast<const uint4*>(x + m * ldx) + c);
-        acc[m] += Dot8(wv[u], xv);
+        acc[m] += Dot8<T>(wv[u], xv);
       }
     }
   }
@@ -65,36 +77,36 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
   if (lane == 0) {
-    const float b = bias != nullptr ? __bfloat162float(bias[col]) : 0.0f;
+    const float b = bias != nullptr ? ToFloat(bias[col]) : 0.0f;
 #pragma unroll
     for (int m = 0; m < M; ++m) Store(acc[m] + b, out + m * ldo + col);
   }
 }
 
-template <int M>
-cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
+template <int M, typename T>
+cudaError_t Launch(const GemvArgsT<T>& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((a.n + kWarps - 1) / kWarps));
   if (a.out_f32) {
-    GemvKernel<M, float><<<grid, kWarps * 32, 0, stream>>>(a.x, a.ldx, a.w, a.n, a.k, a.bias,
-                                                           static_cast<float*>(a.out), a.ldo);
+    GemvKernel<M, T, float><<<grid, kWarps * 32, 0, stream>>>(a.x, a.ldx, a.w, a.n, a.k, a.bias,
+                                                              static_cast<float*>(a.out), a.ldo);
   } else {
-    GemvKernel<M, bf16><<<grid, kWarps * 32, 0, stream>>>(a.x, a.ldx, a.w, a.n, a.k, a.bias,
-                                                          static_cast<bf16*>(a.out), a.ldo);
+    GemvKernel<M, T, T><<<grid, kWarps * 32, 0, stream>>>(a.x, a.ldx, a.w, a.n, a.k, a.bias,
+                                                          static_cast<T*>(a.out), a.ldo);
   }
   return cudaGetLastError();
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-}  // namespace
-
-bool GemvSupported(const GemvArgs& a) {
+template <typename T>
+bool Supported(const GemvArgsT<T>& a) {
   return a.m >= 1 && a.m <= kGemvMaxRows && a.n > 0 && a.k > 0 && a.k % 8 == 0 && a.ldx % 8 == 0 &&
          Aligned16(a.x) && Aligned16(a.w);
 }
 
-cudaError_t Gemv(const GemvArgs& a, cudaStream_t stream) {
-  if (!GemvSupported(a)) return cudaErrorInvalidValue;
+template <typename T>
+cudaError_t LaunchGemv(const GemvArgsT<T>& a, cudaStream_t stream) {
+  if (!Supported(a)) return cudaErrorInvalidValue;
   switch (a.m) {
     case 1:
       return Launch<1>(a, stream);
@@ -114,5 +126,13 @@ cudaError_t Gemv(const GemvArgs& a, cudaStream_t stream) {
       return Launch<8>(a, stream);
   }
 }
+
+}  // namespace
+
+bool GemvSupported(const GemvArgs& a) { return Supported(a); }
+bool GemvSupported(const GemvArgsT<__half>& a) { return Supported(a); }
+
+cudaError_t Gemv(const GemvArgs& a, cudaStream_t stream) { return LaunchGemv(a, stream); }
+cudaError_t Gemv(const GemvArgsT<__half>& a, cudaStream_t stream) { return LaunchGemv(a, stream); }
 
 }  // namespace kiln::kernels

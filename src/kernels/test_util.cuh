@@ -1,17 +1,21 @@
 // Helpers shared by the kernel tests (label gpu): CUDA return-code checks, a scoped device array,
-// the bf16 poison written into outputs before a launch, and the skip when no GPU is visible.
+// the poison written into outputs before a launch, the skip when no GPU is visible, and the
+// element types (bf16, fp16) every kernel test runs in.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/buffer.h"
+#include "core/dtype.h"
 
 #define CUDA_OK(expr)                                                      \
   do {                                                                     \
@@ -26,7 +30,7 @@ namespace kiln::kernels {
 
 inline constexpr const char* kNoGpu = "no CUDA device visible (this test runs on the GPU machine)";
 
-// A bf16 NaN: an output element still holding it after a launch was never written.
+// A NaN in bf16 and in fp16: an output element still holding it after a launch was never written.
 inline constexpr uint16_t kPoison = 0xffff;
 
 // A device array freed on scope exit.
@@ -49,7 +53,46 @@ struct Dev {
   }
 };
 
-// bf16 arrays live in the tests as their bit patterns (uint16_t).
-inline __nv_bfloat16* AsBf16(uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); }
+// bf16 and fp16 arrays live in the tests as their bit patterns (uint16_t); Format<T> converts
+// them on the host with core/dtype.h, rounding to nearest even as the kernels' _rn intrinsics.
+// The two formats differ (8 vs 11 significant bits, 8 vs 5 exponent bits), so a kernel of one
+// type that converted or computed in the other fails the comparisons.
+template <typename T>
+struct Format;
+
+template <>
+struct Format<__nv_bfloat16> {
+  static constexpr DType kDType = DType::kBF16;
+  static float ToF32(uint16_t b) { return BF16ToF32(b); }
+  static uint16_t FromF32(float f) { return F32ToBF16(f); }
+};
+
+template <>
+struct Format<__half> {
+  static constexpr DType kDType = DType::kF16;
+  static float ToF32(uint16_t b) { return F16ToF32(b); }
+  static uint16_t FromF32(float f) { return F32ToF16(f); }
+};
+
+template <typename T>
+T* As(uint16_t* p) {
+  return reinterpret_cast<T*>(p);
+}
+
+// The element types of the typed kernel tests, named "bf16" and "f16" in test names.
+using ElementTypes = ::testing::Types<__nv_bfloat16, __half>;
+struct ElementTypeName {
+  template <typename T>
+  static std::string GetName(int) {
+    return std::string(DTypeName(Format<T>::kDType));
+  }
+};
+
+// Declares the typed test suite `name` over ElementTypes: its TYPED_TESTs run once per type, as
+// name/bf16 and name/f16, with the type as TypeParam.
+#define KILN_ELEMENT_TYPED_TEST_SUITE(name) \
+  template <typename T>                     \
+  class name : public ::testing::Test {};   \
+  TYPED_TEST_SUITE(name, ::kiln::kernels::ElementTypes, ::kiln::kernels::ElementTypeName)
 
 }  // namespace kiln::kernels

@@ -1,6 +1,7 @@
 // Linear layers on cuBLASLt (DESIGN.md §4: GEMMs through cuBLASLt unless a kernel of ours is
-// measured faster): out[m, n] = x[m, k] . w[n, k]^T (+ bias[n]), row-major, bf16 operands with
-// fp32 accumulation, bf16 or fp32 output.
+// measured faster): out[m, n] = x[m, k] . w[n, k]^T (+ bias[n]), row-major, bf16 or fp16
+// operands (x, w and bias of one type, an overload per type) with fp32 accumulation, output in
+// the operands' type or fp32.
 //
 // Up to gemv_max_rows() rows (batch-1..few decode) go to kernels::Gemv, a weight stream that
 // cuBLASLt's tiles do not match at these sizes (bench/gemv_bench measures both). Larger shapes
@@ -16,12 +17,15 @@
 #include <memory>
 #include <span>
 #include <tuple>
+#include <vector>
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "core/buffer.h"
+#include "core/dtype.h"
 #include "core/status.h"
 
 namespace kiln::cuda {
@@ -31,7 +35,8 @@ struct GemmShape {
   int64_t ldx = 0, ldo = 0;  // row strides of x and out, in elements
   bool out_f32 = false;
   bool bias = false;
-  auto Key() const { return std::tie(m, n, k, ldx, ldo, out_f32, bias); }
+  DType dtype = DType::kBF16;  // of x, w, bias and (unless out_f32) out: kBF16 or kF16
+  auto Key() const { return std::tie(m, n, k, ldx, ldo, out_f32, bias, dtype); }
   bool operator<(const GemmShape& o) const { return Key() < o.Key(); }
 };
 
@@ -44,18 +49,28 @@ class Gemm {
   ~Gemm();
 
   // out = x . w^T (+ bias). x: [m, k] stride ldx; w: [n, k] contiguous; out: [m, n] stride ldo,
-  // bf16 or (out_f32) fp32; bias: [n] bf16 or null. Graph-capturable once the shape's algorithm
-  // is cached (the first call of a shape may query cuBLASLt's heuristic on the host).
+  // of x's type (bf16 or fp16) or (out_f32) fp32; bias: [n] of x's type, or null. The plan is
+  // cached per GemmShape, dtype included. Graph-capturable once the shape's algorithm is cached
+  // (the first call of a shape may query cuBLASLt's heuristic on the host).
+  // NOTE: on the cuBLASLt path (m > gemv_max_rows()) with a bias and a bf16 / fp16 output, the
+  // BIAS epilogue rounds x . w^T to the output type before adding the bias and rounds again
+  // (measured on the H100 in bf16: about 2 % of outputs beyond half an ulp of the exact sum, the
+  // largest seen 1.3 ulps; gemm_test.cc); Gemv rounds once.
   Status Linear(const __nv_bfloat16* x, int64_t ldx, int64_t m, const __nv_bfloat16* w, int64_t n,
                 int64_t k, const __nv_bfloat16* bias, void* out, int64_t ldo, bool out_f32,
                 cudaStream_t stream);
+  Status Linear(const __half* x, int64_t ldx, int64_t m, const __half* w, int64_t n, int64_t k,
+                const __half* bias, void* out, int64_t ldo, bool out_f32, cudaStream_t stream);
 
   // Times up to `candidates` heuristic algorithms for `shape` and caches the fastest. The runs
   // cycle through `weights` (each [n, k]; e.g. one layer's matrix per layer) so that no run
-  // finds its weights in L2, as in a forward pass; with none given, scratch copies are made.
-  // Synchronizes the stream.
+  // finds its weights in L2, as in a forward pass; with none given, scratch copies of
+  // shape.dtype are made. Returns InvalidArgument when weights are given in a type other than
+  // shape.dtype. Synchronizes the stream.
   Status Tune(const GemmShape& shape, int candidates, cudaStream_t stream,
               std::span<const __nv_bfloat16* const> weights = {});
+  Status Tune(const GemmShape& shape, int candidates, cudaStream_t stream,
+              std::span<const __half* const> weights);
 
   // Shapes with at most this many rows use kernels::Gemv (0: never). Default kGemvDefaultRows.
   void set_gemv_max_rows(int32_t rows) { gemv_max_rows_ = rows; }
@@ -65,6 +80,13 @@ class Gemm {
   struct Plan;
   Gemm() = default;
   Result<Plan*> GetPlan(const GemmShape& shape, int candidates);
+  // The body of both Linear overloads; T is __nv_bfloat16 or __half.
+  template <typename T>
+  Status LinearOf(const T* x, int64_t ldx, int64_t m, const T* w, int64_t n, int64_t k,
+                  const T* bias, void* out, int64_t ldo, bool out_f32, cudaStream_t stream);
+  // The body of both Tune overloads; `weights` are of shape.dtype (may be empty).
+  Status TuneWith(const GemmShape& shape, int candidates, cudaStream_t stream,
+                  std::vector<const void*> weights);
 
   int32_t gemv_max_rows_ = kGemvDefaultRows;
   cublasLtHandle_t handle_ = nullptr;

@@ -1,0 +1,106 @@
+// cuda::Gemm against its CPU twin cpu::Linear (label gpu), with bf16 and with fp16 operands, on
+// both of its paths: kernels::Gemv (m <= gemv_max_rows) and cuBLASLt (larger m), with bias,
+// strides and fp32 output as the runner uses them. Also: the plan cache keeps one shape's two
+// dtypes apart, and Tune takes weights of the shape's dtype only. Operands, comparison and
+// tolerance (fp32 sums in different orders, plus half an ulp of bf16 resp. fp16 for those
+// outputs, and on the cuBLASLt path with a bias half an ulp more: its BIAS epilogue rounds
+// before it adds): kernels/linear_test_util.cuh.
+#include "backend/cuda/gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "kernels/linear_test_util.cuh"
+#include "kernels/test_util.cuh"
+
+namespace kiln::cuda {
+namespace {
+
+using kernels::As;
+using kernels::CheckLinear;
+using kernels::Dev;
+using kernels::Format;
+using kernels::LinearCase;
+
+std::unique_ptr<Gemm> NewGemm() {
+  Result<std::unique_ptr<Gemm>> gemm = Gemm::Create();
+  EXPECT_TRUE(gemm.ok()) << gemm.status().ToString();
+  return gemm.ok() ? std::move(gemm).value() : nullptr;
+}
+
+template <typename T>
+void RunLinear(Gemm& gemm, const LinearCase& c, uint32_t seed) {
+  CheckLinear<T>(
+      c, seed,
+      [&](const kernels::GemvArgsT<T>& a) {
+        const Status st =
+            gemm.Linear(a.x, a.ldx, a.m, a.w, a.n, a.k, a.bias, a.out, a.ldo, a.out_f32, nullptr);
+        ASSERT_TRUE(st.ok()) << st.ToString();
+      },
+      /*bias_rounded_after=*/c.m > gemm.gemv_max_rows());
+}
+
+KILN_ELEMENT_TYPED_TEST_SUITE(GemmGpu);
+
+TYPED_TEST(GemmGpu, LinearOnBothPaths) {
+  REQUIRE_GPU();
+  std::unique_ptr<Gemm> gemm = NewGemm();
+  ASSERT_NE(gemm, nullptr);
+  uint32_t seed = 1;
+  // m 1 and 2: kernels::Gemv (kGemvDefaultRows); 17 and 64: cuBLASLt.
+  for (int32_t m : {1, 2, 17, 64}) {
+    // qkv-like: bias, x inside a wider row, padded output rows.
+    RunLinear<TypeParam>(*gemm, {m, 769, 584, 24, 5, /*bias=*/true, /*out_f32=*/false}, seed++);
+    RunLinear<TypeParam>(*gemm, {m, 576, 1536, 0, 0, false, false}, seed++);
+    // lm_head-like: fp32 logits.
+    RunLinear<TypeParam>(*gemm, {m, 5125, 576, 0, 3, false, true}, seed++);
+  }
+}
+
+TYPED_TEST(GemmGpu, TunedPlanComputesTheSame) {
+  REQUIRE_GPU();
+  std::unique_ptr<Gemm> gemm = NewGemm();
+  ASSERT_NE(gemm, nullptr);
+  const GemmShape shape{64, 769, 584, 584, 769, false, true, Format<TypeParam>::kDType};
+  const Status tuned = gemm->Tune(shape, 4, nullptr);  // on scratch weights of shape.dtype
+  ASSERT_TRUE(tuned.ok()) << tuned.ToString();
+  RunLinear<TypeParam>(*gemm, {64, 769, 584, 0, 0, true, false}, 20);
+}
+
+TEST(GemmDtypesGpu, OneShapeInBothDtypes) {
+  REQUIRE_GPU();
+  std::unique_ptr<Gemm> gemm = NewGemm();
+  ASSERT_NE(gemm, nullptr);
+  // The same GemmShape but for the dtype, on one Gemm: each dtype needs its own cuBLASLt plan.
+  const LinearCase c{64, 83, 576, 0, 0, true, false};
+  RunLinear<__nv_bfloat16>(*gemm, c, 10);
+  RunLinear<__half>(*gemm, c, 11);
+  RunLinear<__nv_bfloat16>(*gemm, c, 12);
+}
+
+TEST(GemmDtypesGpu, TuneTakesWeightsOfTheShapesDtype) {
+  REQUIRE_GPU();
+  std::unique_ptr<Gemm> gemm = NewGemm();
+  ASSERT_NE(gemm, nullptr);
+  Dev<uint16_t> w(64 * 256);
+  const __nv_bfloat16* bf16_w[] = {As<__nv_bfloat16>(w.ptr)};
+  const __half* f16_w[] = {As<__half>(w.ptr)};
+  GemmShape shape{32, 64, 256, 256, 64};
+  EXPECT_TRUE(gemm->Tune(shape, 2, nullptr, std::span<const __nv_bfloat16* const>(bf16_w)).ok());
+  EXPECT_EQ(gemm->Tune(shape, 2, nullptr, std::span<const __half* const>(f16_w)).code(),
+            StatusCode::kInvalidArgument);
+  shape.dtype = DType::kF16;
+  EXPECT_TRUE(gemm->Tune(shape, 2, nullptr, std::span<const __half* const>(f16_w)).ok());
+  EXPECT_EQ(gemm->Tune(shape, 2, nullptr, std::span<const __nv_bfloat16* const>(bf16_w)).code(),
+            StatusCode::kInvalidArgument);
+  shape.dtype = DType::kF32;
+  EXPECT_EQ(gemm->Tune(shape, 2, nullptr).code(), StatusCode::kUnsupported);
+}
+
+}  // namespace
+}  // namespace kiln::cuda
