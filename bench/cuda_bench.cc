@@ -19,6 +19,7 @@
 //                          [--gpu-memory-utilization F (0.9)] [--capacity-policy P]
 //                          [--offline-requests N] [--offline-in N] [--offline-out N]
 //                          [--no-async-scheduling]  (schedule after each step's result)
+//                          [--dtype auto|bfloat16|float16]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -172,7 +173,8 @@ int main(int argc, char** argv) {
   float gpu_memory_utilization = 0.9f;
   std::string capacity_policy = "max_utilization";
   int offline_requests = 1000, offline_in = 1000, offline_out = 1000;
-  std::optional<bool> async_scheduling;  // unset: the engine's default (on for CUDA)
+  std::optional<bool> async_scheduling;
+  std::string dtype = "auto";  // unset: the engine's default (on for CUDA)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -198,6 +200,8 @@ int main(int argc, char** argv) {
       profile_ops = true;
     } else if (a == "--sections") {
       sections = next();
+    } else if (a == "--dtype") {
+      dtype = next();
     } else if (a == "--no-async-scheduling") {
       async_scheduling = false;
     } else if (a == "--skip-offline") {
@@ -235,6 +239,7 @@ int main(int argc, char** argv) {
   options.gpu_memory_utilization = gpu_memory_utilization;
   options.engine.scheduler.max_num_batched_tokens = max_num_batched_tokens;
   options.engine.async_scheduling = async_scheduling;
+  options.dtype = dtype;
   auto policy = ParseCapacityPolicy(capacity_policy);
   if (!policy.ok()) {
     std::fprintf(stderr, "cuda_bench: %s\n", policy.status().ToString().c_str());
@@ -254,6 +259,8 @@ int main(int argc, char** argv) {
   const ModelConfig& c = llm.model_config();
   auto memory = GetCudaMemoryReport(engine.runner());
   BENCH_CHECK(memory.ok());
+  out["dtype"] = DTypeName(memory->dtype);
+  out["async_scheduling"] = engine.async_scheduling();
   out["startup"] = {{"seconds", startup},
                     {"upload_seconds", memory->upload_seconds},
                     {"graph_capture_seconds", memory->graph_capture_seconds},

@@ -1,18 +1,20 @@
 #!/usr/bin/env python3
 """Whole-model check of the CUDA backend (run on the GPU machine): a synthetic checkpoint, greedy
 generation by `kiln generate --device cuda` and `--device cpu` on the same token-id prompts, and
-HF transformers (bf16, same GPU) teacher-forced on kiln's tokens.
+HF transformers (in kiln's dtype, same GPU) teacher-forced on kiln's tokens.
 
 Reports per model: greedy tokens equal CUDA vs CPU (else the first divergence and the CPU's
 top-2 gap there), and max |dlogprob| over the reference's top-20 at every generated position
-(up to the first divergence) for CUDA vs CPU, CUDA vs HF bf16, and, as the yardstick, HF bf16 vs
-HF fp32 and CUDA vs HF fp32 (both teacher-forced on kiln's tokens). Exit 1 when CUDA's error
-against HF fp32 exceeds HF bf16's own (x1.25, or 0.05 nats when that is smaller), or CUDA and CPU
+(up to the first divergence) for CUDA vs CPU, CUDA vs HF in kiln's dtype, and, as the yardstick,
+HF in that dtype vs HF fp32 and CUDA vs HF fp32 (both teacher-forced on kiln's tokens). kiln's
+dtype is --dtype, or for auto the one `kiln generate` picks (fp16 for GGUF and float16
+checkpoints, else bf16). Exit 1 when CUDA's error against HF fp32 exceeds HF's own in the same
+dtype (x1.25, or 0.05 nats when that is smaller), or CUDA and CPU
 part after a gap that the measured error does not explain (top-2 gap >= 0.05 and >= twice the
 CUDA-vs-CPU error).
 
 usage: check_cuda.py --kiln "RUNNER kiln" --model DIR|FILE.gguf --json OUT [--lengths 7,83,300]
-       [--new 16] [--vocab N] [--skip-cpu] [--skip-hf]
+       [--new 16] [--vocab N] [--dtype auto|bfloat16|float16] [--skip-cpu] [--skip-hf]
 
 A .gguf model (e.g. the default SmolLM2-135M-Instruct Q4_1) needs --vocab; transformers reads it
 with its GGUF loader (the `gguf` package), dequantized to the compared dtype.
@@ -30,9 +32,9 @@ import time
 NEAR_TIE = 0.05
 
 
-def generate(kiln, model, prompts_file, device, new_tokens):
+def generate(kiln, model, prompts_file, device, new_tokens, extra=()):
     t = time.perf_counter()
-    p = subprocess.run(kiln + ["generate", model, "--device", device, "--input", prompts_file,
+    p = subprocess.run(kiln + ["generate", model, "--device", device, *extra, "--input", prompts_file,
                                "--output", "jsonl", "--max-tokens", str(new_tokens),
                                "--temperature", "0", "--ignore-eos", "--logprobs", "20",
                                "--max-model-len", "4096"],
@@ -105,6 +107,7 @@ def main():
     ap.add_argument("--lengths", default="7,83,300,769,1500")
     ap.add_argument("--new", type=int, default=32)
     ap.add_argument("--vocab", type=int, default=0)
+    ap.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16"))
     ap.add_argument("--skip-cpu", action="store_true")
     ap.add_argument("--skip-hf", action="store_true")
     a = ap.parse_args()
@@ -114,15 +117,22 @@ def main():
             sys.exit("check_cuda.py: a .gguf model needs --vocab")
         vocab = a.vocab
     else:
-        vocab = a.vocab or json.load(open(os.path.join(a.model, "config.json")))["vocab_size"]
+        config = json.load(open(os.path.join(a.model, "config.json")))
+        vocab = a.vocab or config["vocab_size"]
+    dtype = a.dtype
+    if dtype == "auto":  # DefaultCudaDType (src/backend/cuda/cuda_runner.h)
+        declared = "" if a.model.endswith(".gguf") else config.get("torch_dtype", config.get("dtype", ""))
+        dtype = "float16" if a.model.endswith(".gguf") or declared == "float16" else "bfloat16"
+    short = {"bfloat16": "bf16", "float16": "fp16"}[dtype]
     rng = random.Random(5)
     prompts = tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False)
     for n in (int(x) for x in a.lengths.split(",")):
         prompts.write(json.dumps({"prompt_token_ids": [rng.randrange(3, min(vocab, 30000)) for _ in range(n)]}) + "\n")
     prompts.close()
-    report = {"model": a.model, "lengths": a.lengths, "new_tokens": a.new}
+    report = {"model": a.model, "lengths": a.lengths, "new_tokens": a.new, "dtype": dtype}
     ok = True
-    cuda, report["cuda_seconds"] = generate(kiln, a.model, prompts.name, "cuda", a.new)
+    cuda, report["cuda_seconds"] = generate(kiln, a.model, prompts.name, "cuda", a.new,
+                                            ["--dtype", dtype])
     if not a.skip_cpu:
         cpu, report["cpu_seconds"] = generate(kiln, a.model, prompts.name, "cpu", a.new)
         ok &= compare(cpu, cuda, "cuda_vs_cpu", report)
@@ -134,16 +144,16 @@ def main():
     if not a.skip_hf:
         # HF is teacher-forced on kiln's tokens, so only logprobs are compared (tokens are kiln's).
         hf = {}
-        for dtype in ("bfloat16", "float32"):
-            hf[dtype] = hf_logprobs(a.model, cuda, dtype)
-            for line in hf[dtype]:
+        for hf_dtype in (dtype, "float32"):
+            hf[hf_dtype] = hf_logprobs(a.model, cuda, hf_dtype)
+            for line in hf[hf_dtype]:
                 line["completions"][0]["token_ids"] = next(
                     c for c in cuda if c["index"] == line["index"])["completions"][0]["token_ids"]
-        compare(hf["float32"], hf["bfloat16"], "hf_bf16_vs_hf_fp32", report)
-        yardstick = report["hf_bf16_vs_hf_fp32"]["max_dlogprob"]
+        compare(hf["float32"], hf[dtype], f"hf_{short}_vs_hf_fp32", report)
+        yardstick = report[f"hf_{short}_vs_hf_fp32"]["max_dlogprob"]
         bound = max(0.05, 1.25 * yardstick)
         ok &= compare(hf["float32"], cuda, "cuda_vs_hf_fp32", report, bound=bound)
-        compare(hf["bfloat16"], cuda, "cuda_vs_hf_bf16", report)
+        compare(hf[dtype], cuda, f"cuda_vs_hf_{short}", report)
     report["ok"] = ok
     json.dump(report, open(a.json, "w"), indent=2)
     sys.exit(0 if ok else 1)

@@ -9,6 +9,9 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
   cmd->add_option("--chat-template", f->chat_template, "a file that replaces the chat template");
   cmd->add_option("--device", f->device, "cpu, cuda, cuda:N or auto (CUDA when a GPU is present)");
   cmd->add_option("--threads", f->threads, "CPU threads (0 = all cores)");
+  cmd->add_option("--dtype", f->dtype,
+                  "weights/activations/KV cache: auto (CUDA: float16 for GGUF and float16 "
+                  "checkpoints, else bfloat16; CPU: float32), bfloat16, float16, float32 (CPU)");
   cmd->add_option("--kv-cache-memory", f->kv_cache_memory,
                   "KV pool size, e.g. 1GiB (default: 1GiB on CPU; on CUDA what "
                   "--gpu-memory-utilization leaves)");
@@ -36,6 +39,7 @@ Result<LlmOptions> ToLlmOptions(const EngineFlags& f) {
   LlmOptions options;
   options.device = f.device;
   options.num_threads = f.threads;
+  options.dtype = f.dtype;
   options.tokenizer.chat_template_file = f.chat_template;
   EngineOptions& e = options.engine;
   if (!f.kv_cache_memory.empty()) {

@@ -25,6 +25,7 @@ struct EngineFlags {
   int32_t max_model_len = 0;
   bool no_prefix_caching = false;
   bool no_async_scheduling = false;
+  std::string dtype = "auto";
   std::string scheduling_policy = "fcfs";
   std::string capacity_policy = "max_utilization";
   std::string chat_template;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <random>
 #include <unordered_map>
 
@@ -11,6 +12,7 @@
 #endif
 #include "core/buffer.h"
 #include "core/check.h"
+#include "core/dtype.h"
 #include "core/hash.h"
 #include "engine/output_processor.h"
 
@@ -79,10 +81,26 @@ std::string ResolveDevice(const std::string& device) {
   return HasCudaDevice() ? "cuda:0" : "cpu";
 }
 
+// LlmOptions::dtype: nullopt for "auto", else f32, f16 or bf16.
+Result<std::optional<DType>> ParseComputeDType(const std::string& name) {
+  if (name == "auto") return std::optional<DType>();
+  auto dtype = ParseDType(name);
+  if (!dtype.ok() || (*dtype != DType::kF32 && *dtype != DType::kF16 && *dtype != DType::kBF16)) {
+    return InvalidArgument("dtype: expected auto, bfloat16, float16 or float32, got '" + name +
+                           "'");
+  }
+  return std::optional<DType>(*dtype);
+}
+
 Result<std::unique_ptr<ModelRunner>> CreateRunner(const Checkpoint& checkpoint,
                                                   const LlmOptions& options) {
   const std::string device = ResolveDevice(options.device);
+  KILN_ASSIGN_OR_RETURN(const std::optional<DType> dtype, ParseComputeDType(options.dtype));
   if (device == "cpu") {
+    if (dtype.has_value() && *dtype != DType::kF32) {
+      return InvalidArgument("dtype: the CPU backend computes in float32; " +
+                             std::string(DTypeName(*dtype)) + " needs --device cuda");
+    }
     CpuRunnerOptions cpu;
     cpu.num_threads = options.num_threads;
     return CreateCpuRunner(checkpoint, cpu);
@@ -90,6 +108,11 @@ Result<std::unique_ptr<ModelRunner>> CreateRunner(const Checkpoint& checkpoint,
   if (device == "cuda" || device.starts_with("cuda:")) {
 #ifdef KILN_HAS_CUDA
     CudaRunnerOptions cuda;
+    if (dtype == DType::kF32) {
+      return InvalidArgument(
+          "dtype: the CUDA backend computes in bfloat16 or float16, not float32");
+    }
+    cuda.dtype = dtype;
     if (device.size() > 5) {
       const std::string index = device.substr(5);
       if (index.empty() || index.find_first_not_of("0123456789") != std::string::npos) {

@@ -33,6 +33,9 @@ struct LlmOptions {
   // CUDA and a GPU present) or "auto" (CUDA when possible, else CPU).
   std::string device = "auto";
   int32_t num_threads = 0;  // CPU backend threads; 0 = all cores
+  // Weights, activations and KV cache (vLLM's --dtype): "auto" (CUDA: fp16 for GGUF and float16
+  // checkpoints, else bf16; CPU: fp32), "bfloat16", "float16" (CUDA), "float32" (CPU).
+  std::string dtype = "auto";
   // CUDA: the share of the device's memory kiln may hold (weights, workspace, KV cache) when
   // engine.kv_cache_memory_bytes is 0 (automatic) and engine.num_kv_blocks is 0.
   float gpu_memory_utilization = 0.9f;

@@ -66,6 +66,8 @@ expect_error "bad.jsonl:2" "${g[@]}" --input "$work/bad.jsonl"
 printf '{"prompt_token_ids": [1, 99999999]}\n' >"$work/ids.jsonl"
 expect_error "outside the vocabulary" "${g[@]}" --input "$work/ids.jsonl"
 expect_error "device" "${g[@]}" --prompt hi --device tpu
+expect_error "dtype: expected auto, bfloat16, float16 or float32" "${g[@]}" --prompt hi --dtype int8
+expect_error "CPU backend computes in float32" "${g[@]}" --prompt hi --device cpu --dtype float16
 expect_error "KV cache" generate "$work/tiny" --prompt hi --kv-cache-memory 1KB
 expect_error "max_model_len" "${g[@]}" --prompt hi --max-model-len 99999999
 expect_error "max_model_len" "${g[@]}" --prompt "a prompt longer than four tokens" --max-model-len 4

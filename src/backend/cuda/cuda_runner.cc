@@ -8,10 +8,12 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "backend/cpu/cpu_ops.h"
@@ -29,8 +31,6 @@
 
 namespace kiln {
 namespace {
-
-using bf16 = __nv_bfloat16;
 
 constexpr int64_t kAlign = 256;  // bytes; every sub-buffer starts on this boundary
 int64_t AlignUp(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
@@ -53,17 +53,18 @@ class Arena {
   int64_t used_ = 0;
 };
 
+template <typename T>
 struct LayerWeights {
-  bf16* input_norm = nullptr;
-  bf16* qkv = nullptr;  // [q_size + 2 kv_size, hidden]
-  bf16* qkv_bias = nullptr;
-  bf16* o = nullptr;  // [hidden, q_size]
-  bf16* o_bias = nullptr;
-  bf16* post_norm = nullptr;
-  bf16* gate_up = nullptr;  // [2 inter, hidden]
-  bf16* gate_up_bias = nullptr;
-  bf16* down = nullptr;  // [hidden, inter]
-  bf16* down_bias = nullptr;
+  T* input_norm = nullptr;
+  T* qkv = nullptr;  // [q_size + 2 kv_size, hidden]
+  T* qkv_bias = nullptr;
+  T* o = nullptr;  // [hidden, q_size]
+  T* o_bias = nullptr;
+  T* post_norm = nullptr;
+  T* gate_up = nullptr;  // [2 inter, hidden]
+  T* gate_up_bias = nullptr;
+  T* down = nullptr;  // [hidden, inter]
+  T* down_bias = nullptr;
 };
 
 // Per-step inputs: one pinned host block and its device twin with the same layout.
@@ -133,7 +134,15 @@ ScoredToken ToScored(const kernels::SampledToken& t, int32_t num_top) {
   return s;
 }
 
-class CudaRunner final : public ModelRunner {
+// What GetCudaMemoryReport reads, whatever the runner's activation type.
+class CudaRunnerBase : public ModelRunner {
+ public:
+  virtual CudaMemoryReport MemoryReport() const = 0;
+};
+
+// T: the activation, weight and KV cache type (__nv_bfloat16 or __half; CudaRunnerOptions::dtype).
+template <typename T>
+class CudaRunner final : public CudaRunnerBase {
  public:
   CudaRunner(const ModelConfig& config, const CudaRunnerOptions& options)
       : config_(config), options_(options) {}
@@ -155,7 +164,7 @@ class CudaRunner final : public ModelRunner {
   std::string name() const override { return "cuda:" + std::to_string(options_.device); }
   int64_t KvBlockBytes(int32_t block_size) const override {
     return int64_t{config_.num_layers} * 2 * config_.num_kv_heads * block_size * config_.head_dim *
-           static_cast<int64_t>(sizeof(bf16));
+           static_cast<int64_t>(sizeof(T));
   }
   Status AllocateKvCache(int32_t num_blocks, int32_t block_size) override;
   StepResult Execute(const StepInputs& inputs) override;
@@ -163,7 +172,7 @@ class CudaRunner final : public ModelRunner {
   StepResult Wait() override;
   bool OverlapsHost() const override { return true; }
 
-  CudaMemoryReport MemoryReport() const;
+  CudaMemoryReport MemoryReport() const override;
 
  private:
   Status UploadWeights(const Checkpoint& ckpt);
@@ -197,18 +206,18 @@ class CudaRunner final : public ModelRunner {
   bool interleaved_rope_ = false;
 
   DeviceBuffer weight_memory_;
-  std::vector<LayerWeights> layers_;
-  bf16* embedding_ = nullptr;
-  bf16* final_norm_ = nullptr;
-  bf16* lm_head_ = nullptr;  // == embedding_ when tied
+  std::vector<LayerWeights<T>> layers_;
+  T* embedding_ = nullptr;
+  T* final_norm_ = nullptr;
+  T* lm_head_ = nullptr;  // == embedding_ when tied
   float* inv_freq_ = nullptr;
 
   // Activations, [max_num_tokens, width] each.
   DeviceBuffer workspace_memory_;
-  // The residual stream is fp32 (kernels::RmsNormF32Residual), the other activations bf16.
+  // The residual stream is fp32 (kernels::RmsNormF32Residual), the other activations T.
   float* h_ = nullptr;
-  bf16 *x_ = nullptr, *qkv_ = nullptr, *attn_ = nullptr, *delta_ = nullptr, *gate_up_ = nullptr,
-       *act_ = nullptr, *rows_ = nullptr;
+  T *x_ = nullptr, *qkv_ = nullptr, *attn_ = nullptr, *delta_ = nullptr, *gate_up_ = nullptr,
+    *act_ = nullptr, *rows_ = nullptr;
   float* logits_ = nullptr;  // [logit_chunk_, vocab]
   int32_t logit_chunk_ = 0;  // logits rows computed per lm_head pass
   void* attn_workspace_ = nullptr;
@@ -218,7 +227,7 @@ class CudaRunner final : public ModelRunner {
   int32_t num_blocks_ = 0;
   int32_t block_size_ = 0;
   int32_t max_blocks_per_seq_ = 0;
-  std::vector<bf16*> k_cache_, v_cache_;
+  std::vector<T*> k_cache_, v_cache_;
 
   // Two launched steps can be in flight (async scheduling): each has its own pinned inputs and
   // results (a slot), while the device arrays are shared (the stream orders their use).
@@ -332,8 +341,15 @@ class Uploader {
   int next_ = 0;
 };
 
-// A stored weight of another dtype (bf16 ones are uploaded as they are) as bf16 values.
-Status ToBf16(const Weight& w, std::vector<uint16_t>& out) {
+// The kiln DType of an activation type.
+template <typename T>
+constexpr DType DTypeOf() {
+  return std::is_same_v<T, __half> ? DType::kF16 : DType::kBF16;
+}
+
+// A stored weight of another dtype (weights already in T are uploaded as they are) as T's bits.
+template <typename T>
+Status ToActivation(const Weight& w, std::vector<uint16_t>& out) {
   const int64_t n = w.shape.numel();
   out.resize(n);
   if (!CanDequantizeToF32(w.dtype)) {
@@ -342,11 +358,14 @@ Status ToBf16(const Weight& w, std::vector<uint16_t>& out) {
   }
   std::vector<float> f32(n);
   KILN_RETURN_IF_ERROR(DequantizeToF32(w.dtype, w.data, w.nbytes, n, f32.data()));
-  for (int64_t i = 0; i < n; ++i) out[i] = F32ToBF16(f32[i]);
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = DTypeOf<T>() == DType::kF16 ? F32ToF16(f32[i]) : F32ToBF16(f32[i]);
+  }
   return Status::Ok();
 }
 
-Status CudaRunner::Init(const Checkpoint& ckpt) {
+template <typename T>
+Status CudaRunner<T>::Init(const Checkpoint& ckpt) {
   KILN_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   KILN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   KILN_ASSIGN_OR_RETURN(gemm_, cuda::Gemm::Create());
@@ -364,28 +383,29 @@ Status CudaRunner::Init(const Checkpoint& ckpt) {
   return AllocateWorkspace();
 }
 
-Status CudaRunner::UploadWeights(const Checkpoint& ckpt) {
+template <typename T>
+Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
   const ModelConfig& c = config_;
   const int64_t h = c.hidden_size, inter = c.intermediate_size, q = c.q_size(), kv = c.kv_size();
   const int64_t qkv_rows = q + 2 * kv;
   // Sizing pass, then the real one.
   auto place = [&](Arena& a) {
-    embedding_ = a.Take<bf16>(int64_t{c.vocab_size} * h);
+    embedding_ = a.Take<T>(int64_t{c.vocab_size} * h);
     layers_.assign(c.num_layers, {});
-    for (LayerWeights& l : layers_) {
-      l.input_norm = a.Take<bf16>(h);
-      l.qkv = a.Take<bf16>(qkv_rows * h);
-      if (c.qkv_bias) l.qkv_bias = a.Take<bf16>(qkv_rows);
-      l.o = a.Take<bf16>(h * q);
-      if (c.o_bias) l.o_bias = a.Take<bf16>(h);
-      l.post_norm = a.Take<bf16>(h);
-      l.gate_up = a.Take<bf16>(2 * inter * h);
-      if (c.mlp_bias) l.gate_up_bias = a.Take<bf16>(2 * inter);
-      l.down = a.Take<bf16>(h * inter);
-      if (c.mlp_bias) l.down_bias = a.Take<bf16>(h);
+    for (LayerWeights<T>& l : layers_) {
+      l.input_norm = a.Take<T>(h);
+      l.qkv = a.Take<T>(qkv_rows * h);
+      if (c.qkv_bias) l.qkv_bias = a.Take<T>(qkv_rows);
+      l.o = a.Take<T>(h * q);
+      if (c.o_bias) l.o_bias = a.Take<T>(h);
+      l.post_norm = a.Take<T>(h);
+      l.gate_up = a.Take<T>(2 * inter * h);
+      if (c.mlp_bias) l.gate_up_bias = a.Take<T>(2 * inter);
+      l.down = a.Take<T>(h * inter);
+      if (c.mlp_bias) l.down_bias = a.Take<T>(h);
     }
-    final_norm_ = a.Take<bf16>(h);
-    lm_head_ = c.tie_word_embeddings ? embedding_ : a.Take<bf16>(int64_t{c.vocab_size} * h);
+    final_norm_ = a.Take<T>(h);
+    lm_head_ = c.tie_word_embeddings ? embedding_ : a.Take<T>(int64_t{c.vocab_size} * h);
     inv_freq_ = a.Take<float>(c.head_dim / 2);
   };
   Arena sizing(nullptr);
@@ -403,19 +423,19 @@ Status CudaRunner::UploadWeights(const Checkpoint& ckpt) {
   Uploader uploader(stream_);
   KILN_RETURN_IF_ERROR(uploader.Init());
   std::vector<uint16_t> values;
-  auto upload = [&](const std::string& name, bf16* dst) -> Status {
+  auto upload = [&](const std::string& name, T* dst) -> Status {
     const Weight* w = ckpt.Find(name);
     if (w == nullptr) return NotFound(ckpt.path() + ": missing tensor " + name);
-    if (w->dtype == DType::kBF16) {  // straight from the mapped file
+    if (w->dtype == DTypeOf<T>()) {  // straight from the mapped file
       return uploader.Upload(w->data, w->shape.numel() * sizeof(uint16_t), dst);
     }
-    KILN_RETURN_IF_ERROR(ToBf16(*w, values));
+    KILN_RETURN_IF_ERROR(ToActivation<T>(*w, values));
     return uploader.Upload(values.data(), values.size() * sizeof(uint16_t), dst);
   };
   KILN_RETURN_IF_ERROR(upload("model.embed_tokens.weight", embedding_));
   for (int i = 0; i < c.num_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
-    LayerWeights& l = layers_[i];
+    LayerWeights<T>& l = layers_[i];
     KILN_RETURN_IF_ERROR(upload(p + "input_layernorm.weight", l.input_norm));
     KILN_RETURN_IF_ERROR(upload(p + "self_attn.q_proj.weight", l.qkv));
     KILN_RETURN_IF_ERROR(upload(p + "self_attn.k_proj.weight", l.qkv + q * h));
@@ -446,7 +466,8 @@ Status CudaRunner::UploadWeights(const Checkpoint& ckpt) {
   return uploader.Finish();
 }
 
-Status CudaRunner::AllocateWorkspace() {
+template <typename T>
+Status CudaRunner<T>::AllocateWorkspace() {
   const ModelConfig& c = config_;
   const int64_t t = options_.max_num_tokens, h = c.hidden_size;
   const int64_t qkv_rows = c.q_size() + 2 * c.kv_size();
@@ -456,13 +477,13 @@ Status CudaRunner::AllocateWorkspace() {
       kernels::PagedDecodeWorkspaceBytes(options_.max_num_seqs, options_.max_model_len, dims);
   auto place = [&](Arena& a) {
     h_ = a.Take<float>(t * h);
-    x_ = a.Take<bf16>(t * h);
-    qkv_ = a.Take<bf16>(t * qkv_rows);
-    attn_ = a.Take<bf16>(t * c.q_size());
-    delta_ = a.Take<bf16>(t * h);
-    gate_up_ = a.Take<bf16>(t * 2 * c.intermediate_size);
-    act_ = a.Take<bf16>(t * c.intermediate_size);
-    rows_ = a.Take<bf16>(int64_t{logit_chunk_} * h);
+    x_ = a.Take<T>(t * h);
+    qkv_ = a.Take<T>(t * qkv_rows);
+    attn_ = a.Take<T>(t * c.q_size());
+    delta_ = a.Take<T>(t * h);
+    gate_up_ = a.Take<T>(t * 2 * c.intermediate_size);
+    act_ = a.Take<T>(t * c.intermediate_size);
+    rows_ = a.Take<T>(int64_t{logit_chunk_} * h);
     logits_ = a.Take<float>(int64_t{logit_chunk_} * c.vocab_size);
     attn_workspace_ = a.Take<uint8_t>(static_cast<int64_t>(attn_workspace_bytes_));
   };
@@ -487,7 +508,8 @@ Status CudaRunner::AllocateWorkspace() {
   return Status::Ok();
 }
 
-Status CudaRunner::AllocateKvCache(int32_t num_blocks, int32_t block_size) {
+template <typename T>
+Status CudaRunner<T>::AllocateKvCache(int32_t num_blocks, int32_t block_size) {
   if (block_size <= 0 || block_size % 16 != 0) {
     return InvalidArgument("block_size: the CUDA backend needs a multiple of 16, got " +
                            std::to_string(block_size));
@@ -508,7 +530,7 @@ Status CudaRunner::AllocateKvCache(int32_t num_blocks, int32_t block_size) {
   block_size_ = block_size;
   k_cache_.resize(config_.num_layers);
   v_cache_.resize(config_.num_layers);
-  bf16* base = static_cast<bf16*>(kv_memory_.data());
+  T* base = static_cast<T*>(kv_memory_.data());
   for (int i = 0; i < config_.num_layers; ++i) {
     k_cache_[i] = base + (2 * i) * per_layer;
     v_cache_[i] = base + (2 * i + 1) * per_layer;
@@ -555,8 +577,10 @@ Status CudaRunner::AllocateKvCache(int32_t num_blocks, int32_t block_size) {
   return Status::Ok();
 }
 
-CudaMemoryReport CudaRunner::MemoryReport() const {
+template <typename T>
+CudaMemoryReport CudaRunner<T>::MemoryReport() const {
   CudaMemoryReport r;
+  r.dtype = DTypeOf<T>();
   r.weight_bytes = static_cast<int64_t>(weight_memory_.size());
   r.workspace_bytes = static_cast<int64_t>(workspace_memory_.size() + step_memory_.size() +
                                            sampling_workspace_.size());
@@ -579,8 +603,9 @@ CudaMemoryReport CudaRunner::MemoryReport() const {
 
 #define KILN_LAUNCH(expr) KILN_CUDA_RETURN_IF_ERROR(expr)
 
-Status CudaRunner::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32_t num_decode,
-                                  int32_t max_q_len, int32_t num_rows) {
+template <typename T>
+Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32_t num_decode,
+                                     int32_t max_q_len, int32_t num_rows) {
   const ModelConfig& c = config_;
   const int64_t h = c.hidden_size, inter = c.intermediate_size, q = c.q_size(), kv = c.kv_size();
   const int64_t qkv_rows = q + 2 * kv;
@@ -593,7 +618,7 @@ Status CudaRunner::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32_t 
                                        delta_, stream_));
   Mark("embedding");
   for (int i = 0; i < c.num_layers; ++i) {
-    const LayerWeights& l = layers_[i];
+    const LayerWeights<T>& l = layers_[i];
     // Layer 0 starts the residual stream with the embeddings; later layers first add the
     // previous MLP output.
     KILN_LAUNCH(kernels::RmsNormF32Residual(delta_, h, h_, /*init=*/i == 0, nullptr, num_tokens,
@@ -602,7 +627,7 @@ Status CudaRunner::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32_t 
     KILN_RETURN_IF_ERROR(gemm_->Linear(x_, h, num_tokens, l.qkv, qkv_rows, h, l.qkv_bias, qkv_,
                                        qkv_rows, false, stream_));
     Mark("qkv");
-    kernels::RopeKvArgs rope;
+    kernels::RopeKvArgsT<T> rope;
     rope.qkv = qkv_;
     rope.ld = qkv_rows;
     rope.positions = dev_.positions;
@@ -619,7 +644,7 @@ Status CudaRunner::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32_t 
     KILN_LAUNCH(kernels::RopeStoreKv(rope, stream_));
     Mark("rope_kv_write");
 
-    kernels::PagedKvCache cache;
+    kernels::PagedKvCacheT<T> cache;
     cache.k = k_cache_[i];
     cache.v = v_cache_[i];
     cache.num_blocks = num_blocks_;
@@ -660,7 +685,8 @@ Status CudaRunner::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32_t 
 }
 
 // Logits of rows [row_offset, row_offset + num_rows) of the step's logit_rows into logits_.
-Status CudaRunner::EnqueueLogits(int32_t num_rows, int32_t row_offset) {
+template <typename T>
+Status CudaRunner<T>::EnqueueLogits(int32_t num_rows, int32_t row_offset) {
   const ModelConfig& c = config_;
   const int64_t h = c.hidden_size;
   KILN_LAUNCH(kernels::RmsNormF32Residual(delta_, h, h_, false, dev_.logit_rows + row_offset,
@@ -670,12 +696,14 @@ Status CudaRunner::EnqueueLogits(int32_t num_rows, int32_t row_offset) {
                        c.vocab_size, true, stream_);
 }
 
-int32_t CudaRunner::GraphBatch(int32_t num_seqs) const {
+template <typename T>
+int32_t CudaRunner<T>::GraphBatch(int32_t num_seqs) const {
   auto it = std::lower_bound(graph_batches_.begin(), graph_batches_.end(), num_seqs);
   return it == graph_batches_.end() ? 0 : *it;
 }
 
-Status CudaRunner::EnqueueSampling(int32_t num_rows) {
+template <typename T>
+Status CudaRunner<T>::EnqueueSampling(int32_t num_rows) {
   kernels::SamplingInputs in;
   in.logits = logits_;
   in.logits_stride = config_.vocab_size;
@@ -692,7 +720,8 @@ Status CudaRunner::EnqueueSampling(int32_t num_rows) {
   return Status::Ok();
 }
 
-Status CudaRunner::CaptureGraphs() {
+template <typename T>
+Status CudaRunner<T>::CaptureGraphs() {
   graph_batches_.clear();
   const int32_t limit =
       std::min({options_.max_graph_batch, options_.max_num_seqs, options_.max_num_tokens});
@@ -740,7 +769,8 @@ Status CudaRunner::CaptureGraphs() {
   return Status::Ok();
 }
 
-void CudaRunner::Mark(const char* op) {
+template <typename T>
+void CudaRunner<T>::Mark(const char* op) {
   if (!options_.profile_ops) return;
   if (op == nullptr) mark_ops_.clear();
   if (mark_ops_.size() == mark_events_.size()) {
@@ -752,7 +782,8 @@ void CudaRunner::Mark(const char* op) {
   mark_ops_.push_back(op);
 }
 
-void CudaRunner::CollectMarks() {
+template <typename T>
+void CudaRunner<T>::CollectMarks() {
   for (size_t i = 1; i < mark_ops_.size(); ++i) {
     float ms = 0;
     if (cudaEventElapsedTime(&ms, mark_events_[i - 1], mark_events_[i]) == cudaSuccess) {
@@ -762,13 +793,14 @@ void CudaRunner::CollectMarks() {
   mark_ops_.clear();
 }
 
-Status CudaRunner::TuneDecodeGemms(int32_t batch) {
+template <typename T>
+Status CudaRunner<T>::TuneDecodeGemms(int32_t batch) {
   if (batch <= gemm_->gemv_max_rows()) return Status::Ok();
   const ModelConfig& c = config_;
   const int64_t h = c.hidden_size, inter = c.intermediate_size, q = c.q_size();
   const int64_t qkv_rows = q + 2 * c.kv_size();
-  std::vector<const bf16*> qkv, o, gate_up, down;
-  for (const LayerWeights& l : layers_) {
+  std::vector<const T*> qkv, o, gate_up, down;
+  for (const LayerWeights<T>& l : layers_) {
     qkv.push_back(l.qkv);
     o.push_back(l.o);
     gate_up.push_back(l.gate_up);
@@ -777,22 +809,26 @@ Status CudaRunner::TuneDecodeGemms(int32_t batch) {
   // The shapes EnqueueForward and EnqueueLogits pass to Gemm::Linear.
   constexpr int kCandidates = 6;
   using Shape = cuda::GemmShape;
-  KILN_RETURN_IF_ERROR(gemm_->Tune(Shape{batch, qkv_rows, h, h, qkv_rows, false, c.qkv_bias},
-                                   kCandidates, stream_, qkv));
+  using Weights = std::span<const T* const>;
+  constexpr DType kType = DTypeOf<T>();
+  KILN_RETURN_IF_ERROR(gemm_->Tune(Shape{batch, qkv_rows, h, h, qkv_rows, false, c.qkv_bias, kType},
+                                   kCandidates, stream_, Weights(qkv)));
+  KILN_RETURN_IF_ERROR(gemm_->Tune(Shape{batch, h, q, q, h, false, c.o_bias, kType}, kCandidates,
+                                   stream_, Weights(o)));
   KILN_RETURN_IF_ERROR(
-      gemm_->Tune(Shape{batch, h, q, q, h, false, c.o_bias}, kCandidates, stream_, o));
-  KILN_RETURN_IF_ERROR(gemm_->Tune(Shape{batch, 2 * inter, h, h, 2 * inter, false, c.mlp_bias},
-                                   kCandidates, stream_, gate_up));
-  KILN_RETURN_IF_ERROR(
-      gemm_->Tune(Shape{batch, h, inter, inter, h, false, c.mlp_bias}, kCandidates, stream_, down));
-  const bf16* lm_head[] = {lm_head_};
-  return gemm_->Tune(Shape{batch, c.vocab_size, h, h, c.vocab_size, true, false}, kCandidates,
-                     stream_, lm_head);
+      gemm_->Tune(Shape{batch, 2 * inter, h, h, 2 * inter, false, c.mlp_bias, kType}, kCandidates,
+                  stream_, Weights(gate_up)));
+  KILN_RETURN_IF_ERROR(gemm_->Tune(Shape{batch, h, inter, inter, h, false, c.mlp_bias, kType},
+                                   kCandidates, stream_, Weights(down)));
+  const T* lm_head[] = {lm_head_};
+  return gemm_->Tune(Shape{batch, c.vocab_size, h, h, c.vocab_size, true, false, kType},
+                     kCandidates, stream_, Weights(lm_head));
 }
 
-bool CudaRunner::StageSampling(const StepInputs& in, const std::vector<LogitRow>& rows,
-                               int32_t num_sampled, int32_t padded_rows, StepArrays& host,
-                               SamplingCounts* counts) {
+template <typename T>
+bool CudaRunner<T>::StageSampling(const StepInputs& in, const std::vector<LogitRow>& rows,
+                                  int32_t num_sampled, int32_t padded_rows, StepArrays& host,
+                                  SamplingCounts* counts) {
   *counts = {};
   for (int32_t r = 0; r < padded_rows; ++r) {
     kernels::SamplingRow& row = host.sampling[r];
@@ -844,8 +880,9 @@ bool CudaRunner::StageSampling(const StepInputs& in, const std::vector<LogitRow>
   return true;
 }
 
-void CudaRunner::SampleOnHost(const StepInputs& in, const std::vector<LogitRow>& rows,
-                              StepResult& result) {
+template <typename T>
+void CudaRunner<T>::SampleOnHost(const StepInputs& in, const std::vector<LogitRow>& rows,
+                                 StepResult& result) {
   const int64_t vocab = config_.vocab_size;
   for (int32_t begin = 0; begin < static_cast<int32_t>(rows.size()); begin += logit_chunk_) {
     const int32_t n = std::min<int32_t>(logit_chunk_, static_cast<int32_t>(rows.size()) - begin);
@@ -868,13 +905,15 @@ void CudaRunner::SampleOnHost(const StepInputs& in, const std::vector<LogitRow>&
   }
 }
 
-StepResult CudaRunner::Execute(const StepInputs& in) {
+template <typename T>
+StepResult CudaRunner<T>::Execute(const StepInputs& in) {
   CHECK(pending_.empty()) << "Execute with launched steps not yet waited for";
   Launch(in);
   return Wait();
 }
 
-void CudaRunner::Launch(const StepInputs& in) {
+template <typename T>
+void CudaRunner<T>::Launch(const StepInputs& in) {
   const int32_t num_tokens = in.num_tokens(), num_seqs = in.num_seqs();
   CHECK_LE(num_tokens, options_.max_num_tokens) << "step larger than the CUDA workspace";
   CHECK_LE(num_seqs, options_.max_num_seqs);
@@ -1049,7 +1088,8 @@ void CudaRunner::Launch(const StepInputs& in) {
   pending_.push_back(std::move(p));
 }
 
-StepResult CudaRunner::Wait() {
+template <typename T>
+StepResult CudaRunner<T>::Wait() {
   CHECK(!pending_.empty()) << "Wait without a launched step";
   Pending p = std::move(pending_.front());
   pending_.pop_front();
@@ -1086,17 +1126,38 @@ Result<std::unique_ptr<ModelRunner>> CreateCudaRunner(const Checkpoint& ckpt,
   if (options.max_num_tokens <= 0 || options.max_num_seqs <= 0) {
     return InvalidArgument("CUDA: max_num_tokens and max_num_seqs must be positive");
   }
-  auto runner = std::make_unique<CudaRunner>(c, options);
-  KILN_RETURN_IF_ERROR(runner->Init(ckpt));
+  const DType dtype = options.dtype.value_or(DefaultCudaDType(ckpt));
+  if (dtype != DType::kBF16 && dtype != DType::kF16) {
+    return Unsupported("CUDA: dtype " + std::string(DTypeName(dtype)) +
+                       " (the CUDA backend computes in bfloat16 or float16)");
+  }
+  std::unique_ptr<CudaRunnerBase> runner;
+  if (dtype == DType::kF16) {
+    auto r = std::make_unique<CudaRunner<__half>>(c, options);
+    KILN_RETURN_IF_ERROR(r->Init(ckpt));
+    runner = std::move(r);
+  } else {
+    auto r = std::make_unique<CudaRunner<__nv_bfloat16>>(c, options);
+    KILN_RETURN_IF_ERROR(r->Init(ckpt));
+    runner = std::move(r);
+  }
   const CudaMemoryReport m = runner->MemoryReport();
-  LOG(INFO) << "CUDA runner on device " << options.device << ": weights " << (m.weight_bytes >> 20)
-            << " MiB, workspace " << (m.workspace_bytes >> 20) << " MiB, "
-            << (m.device_free_bytes >> 20) << " MiB free of " << (m.device_total_bytes >> 20);
+  LOG(INFO) << "CUDA runner on device " << options.device << " (" << DTypeName(dtype)
+            << "): weights " << (m.weight_bytes >> 20) << " MiB, workspace "
+            << (m.workspace_bytes >> 20) << " MiB, " << (m.device_free_bytes >> 20)
+            << " MiB free of " << (m.device_total_bytes >> 20);
   return std::unique_ptr<ModelRunner>(std::move(runner));
 }
 
+DType DefaultCudaDType(const Checkpoint& ckpt) {
+  // GGUF blocks carry fp16 scales (llama.cpp computes in fp16 too): fp16 keeps 3 more bits of
+  // each dequantized weight than bf16.
+  if (ckpt.format() == CheckpointFormat::kGguf) return DType::kF16;
+  return ckpt.config().dtype == DType::kF16 ? DType::kF16 : DType::kBF16;
+}
+
 Result<CudaMemoryReport> GetCudaMemoryReport(const ModelRunner& runner) {
-  const auto* cuda_runner = dynamic_cast<const CudaRunner*>(&runner);
+  const auto* cuda_runner = dynamic_cast<const CudaRunnerBase*>(&runner);
   if (cuda_runner == nullptr) return InvalidArgument("not a CUDA runner: " + runner.name());
   return cuda_runner->MemoryReport();
 }

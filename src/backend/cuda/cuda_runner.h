@@ -1,5 +1,6 @@
 // The CUDA ModelRunner (DESIGN.md §4): the Llama-family forward pass of backend/cpu/cpu_runner.h
-// on one GPU, bf16 weights and activations with fp32 accumulation, fp32 logits.
+// on one GPU, bf16 or fp16 weights, activations and KV cache (CudaRunnerOptions::dtype) with fp32
+// accumulation, an fp32 residual stream and fp32 logits.
 //
 //   h = embed(token_ids)                                            kernels::EmbeddingLookup
 //   per layer:  x = rms_norm(h (+= previous delta))                 kernels::RmsNorm (fused add)
@@ -16,7 +17,7 @@
 //
 // Memory (reported at start-up): the weights, an activation workspace sized for
 // max_num_tokens tokens per step, and the KV pool the engine asks for (AllocateKvCache), one
-// allocation of [layers][K|V][num_blocks, kv_heads, block_size, head_dim] bf16.
+// allocation of [layers][K|V][num_blocks, kv_heads, block_size, head_dim] in the runner's dtype.
 //
 // Decode steps (every sequence computes one token, no prompt logprobs, at most max_graph_batch
 // sequences) replay a CUDA graph captured per padded batch size at AllocateKvCache; other steps
@@ -29,15 +30,19 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "backend/model_runner.h"
+#include "core/dtype.h"
 #include "model/checkpoint.h"
 
 namespace kiln {
 
 struct CudaRunnerOptions {
   int device = 0;
+  // Weights, activations and KV cache: DType::kBF16 or kF16. Unset: DefaultCudaDType.
+  std::optional<DType> dtype;
   // The most tokens one step carries (the scheduler's max_num_batched_tokens, or more); sizes
   // the activation workspace.
   int32_t max_num_tokens = 8192;
@@ -55,6 +60,7 @@ struct CudaRunnerOptions {
 };
 
 struct CudaMemoryReport {
+  DType dtype = DType::kBF16;  // the runner's weights, activations and KV cache
   int64_t weight_bytes = 0;
   int64_t workspace_bytes = 0;
   int64_t kv_cache_bytes = 0;
@@ -73,12 +79,18 @@ struct CudaMemoryReport {
   std::map<std::string, double> op_seconds;
 };
 
-// Builds a runner on `options.device`: uploads every weight of `ckpt` as bf16 (other dtypes,
-// GGUF blocks included, are dequantized on the way). Errors: Unavailable without a CUDA device;
-// Unsupported for rope scaling other than none/linear/llama3 or head_dim other than 64/128;
-// ResourceExhausted when the weights and workspace do not fit; those of the checkpoint reads.
+// Builds a runner on `options.device`: uploads every weight of `ckpt` in the runner's dtype
+// (other dtypes, GGUF blocks included, are converted or dequantized on the way). Errors:
+// Unavailable without a CUDA device; Unsupported for a dtype other than bf16/fp16, rope scaling
+// other than none/linear/llama3 or head_dim other than 64/128; ResourceExhausted when the
+// weights and workspace do not fit; those of the checkpoint reads.
 Result<std::unique_ptr<ModelRunner>> CreateCudaRunner(const Checkpoint& ckpt,
                                                       const CudaRunnerOptions& options);
+
+// The dtype a runner takes when none is asked for (vLLM's --dtype auto): fp16 for GGUF files
+// (their blocks' scales are fp16, and llama.cpp computes in fp16) and for checkpoints declared
+// float16; bf16 otherwise (bfloat16, and float32 checkpoints, whose range fp16 may not hold).
+DType DefaultCudaDType(const Checkpoint& ckpt);
 
 // What a CUDA runner holds now (kInvalidArgument when `runner` is not a CUDA runner).
 Result<CudaMemoryReport> GetCudaMemoryReport(const ModelRunner& runner);
