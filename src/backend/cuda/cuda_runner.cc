@@ -1,6 +1,7 @@
 #include "backend/cuda/cuda_runner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -347,20 +348,49 @@ constexpr DType DTypeOf() {
   return std::is_same_v<T, __half> ? DType::kF16 : DType::kBF16;
 }
 
-// A stored weight of another dtype (weights already in T are uploaded as they are) as T's bits.
+// A stored weight of another dtype (weights already in T are uploaded as they are) as T's bits,
+// converted in chunks of whole blocks on several threads (one thread took ~50 s for the 16 GB
+// of an 8B bf16 checkpoint in fp16).
 template <typename T>
 Status ToActivation(const Weight& w, std::vector<uint16_t>& out) {
   const int64_t n = w.shape.numel();
-  out.resize(n);
   if (!CanDequantizeToF32(w.dtype)) {
     return Unsupported(w.file + ": tensor " + w.source_name + " has dtype " +
                        std::string(DTypeName(w.dtype)) + ", which the CUDA backend cannot load");
   }
-  std::vector<float> f32(n);
-  KILN_RETURN_IF_ERROR(DequantizeToF32(w.dtype, w.data, w.nbytes, n, f32.data()));
-  for (int64_t i = 0; i < n; ++i) {
-    out[i] = DTypeOf<T>() == DType::kF16 ? F32ToF16(f32[i]) : F32ToBF16(f32[i]);
+  const DTypeInfo& info = GetDTypeInfo(w.dtype);
+  if (n % info.block_size != 0 ||
+      static_cast<int64_t>(w.nbytes) != n / info.block_size * info.block_bytes) {
+    return InvalidArgument(w.file + ": tensor " + w.source_name + " holds " +
+                           std::to_string(w.nbytes) + " bytes, not the size of " +
+                           std::to_string(n) + " " + std::string(DTypeName(w.dtype)) + " values");
   }
+  out.resize(n);
+  const int64_t chunk = int64_t{info.block_size} * std::max(1, (1 << 16) / info.block_size);
+  const int64_t num_chunks = (n + chunk - 1) / chunk;
+  const int num_threads = static_cast<int>(std::min<int64_t>(
+      num_chunks, std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 8)));
+  std::atomic<int64_t> next{0};
+  std::vector<Status> errors(num_threads);
+  auto work = [&](int t) {
+    std::vector<float> f32(chunk);
+    for (int64_t c = next++; c < num_chunks; c = next++) {
+      const int64_t begin = c * chunk, count = std::min(chunk, n - begin);
+      const auto* src =
+          static_cast<const uint8_t*>(w.data) + begin / info.block_size * info.block_bytes;
+      errors[t] = DequantizeToF32(w.dtype, src, count / info.block_size * info.block_bytes, count,
+                                  f32.data());
+      if (!errors[t].ok()) return;
+      for (int64_t i = 0; i < count; ++i) {
+        out[begin + i] = DTypeOf<T>() == DType::kF16 ? F32ToF16(f32[i]) : F32ToBF16(f32[i]);
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 1; t < num_threads; ++t) threads.emplace_back(work, t);
+  work(0);
+  for (std::thread& th : threads) th.join();
+  for (const Status& e : errors) KILN_RETURN_IF_ERROR(e);
   return Status::Ok();
 }
 
