@@ -95,7 +95,8 @@ Result<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {
   if (f.FindTensor("blk.0.attn_output.bias") != nullptr) c.o_bias = true;
   if (f.FindTensor("blk.0.ffn_gate.bias") != nullptr) c.mlp_bias = true;
 
-  c.dtype = DType::kBF16;  // quantized blocks are dequantized to bf16 for serving
+  // GGUF declares no compute dtype; the CUDA backend runs GGUF files in fp16 (DefaultCudaDType).
+  c.dtype = DType::kBF16;
   const GenerationConfig g = GenerationConfigFromGguf(f);
   c.bos_token_id = g.bos_token_id;
   c.eos_token_ids = g.eos_token_ids;
