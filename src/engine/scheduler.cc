@@ -272,7 +272,8 @@ std::vector<Request*> Scheduler::Update(const ScheduledBatch& batch, const StepR
     }
     if (s.samples) {
       CHECK_GT(r->num_pending_tokens, 0) << "request " << r->id;
-      const int32_t index = r->num_tokens() - r->num_pending_tokens--;
+      const int32_t index = r->num_tokens() - r->num_pending_tokens;  // the oldest placeholder
+      --r->num_pending_tokens;
       const int32_t token = res.sampled.token_id;
       r->token_ids[index] = token;
       if (r->wants_logprobs) r->output_logprobs.push_back(res.sampled);
