@@ -2,7 +2,7 @@
 // both measured in the same run: device-to-device copy bandwidth (read + write bytes) and cuBLAS
 // bf16 GEMM at 8192^3.
 //
-//   attention_bench [--json PATH]
+//   attention_bench [--json PATH] [--split-sweep] [--block-sweep] [--decode-only]
 //
 // Prefill figures are TFLOP/s (causal FLOPs: 4 * heads * head_dim per (query, visible key)) over
 // the GEMM peak; decode figures are K/V bytes read per second over the copy bandwidth. Decode runs
@@ -120,7 +120,9 @@ double GemmPeak(cudaStream_t stream) {
 }
 
 // A pool of cache blocks and `num_sets` disjoint, randomly permuted block tables over it, each
-// for `num_seqs` sequences of `seq_len` positions.
+// for `num_seqs` sequences of `seq_len` positions. With min_pool_bytes (K + V) the pool is at
+// least that large and the tables take random blocks from all of it, as a runner's per-layer
+// pool after a while of serving.
 struct Pool {
   __nv_bfloat16 *k = nullptr, *v = nullptr;
   std::vector<int32_t*> tables;
@@ -128,13 +130,13 @@ struct Pool {
   int num_blocks = 0;
 
   Pool(const AttentionDims& d, int block_size, int num_seqs, int seq_len, size_t budget_bytes,
-       int max_sets) {
+       int max_sets, size_t min_pool_bytes = 0) {
     const size_t block_bytes = size_t(block_size) * d.num_kv_heads * d.head_dim * 2;
     max_blocks_per_seq = (seq_len + block_size - 1) / block_size;
     const int64_t need = int64_t{num_seqs} * max_blocks_per_seq;
     const int64_t fit = int64_t(budget_bytes / (2 * block_bytes)) / need;
     const int num_sets = int(std::clamp<int64_t>(fit, 1, max_sets));
-    num_blocks = int(need * num_sets);
+    num_blocks = int(std::max<int64_t>(need * num_sets, min_pool_bytes / (2 * block_bytes)));
     CK(cudaMalloc(&k, num_blocks * block_bytes));
     CK(cudaMalloc(&v, num_blocks * block_bytes));
     Fill(k, num_blocks * block_bytes / 2, 11);
@@ -209,11 +211,14 @@ Row BenchPrefill(const std::string& name, const AttentionDims& d, int num_seqs, 
 
 // splits > 0 forces the context splits (the sweep); max_seq_len > 0 passes a context limit
 // above the actual length, as the runner's graphs do (their limit is max_model_len).
+// block_size and pool_bytes (the block sweep): the cache block size and a pool of at least that
+// many bytes (K + V) that the sequences' blocks are drawn from at random.
 Row BenchDecode(const std::string& name, const AttentionDims& d, int num_seqs, int seq_len,
-                double copy_bw, cudaStream_t stream, int splits = 0, int max_seq_len = 0) {
-  const int bs = 16;
+                double copy_bw, cudaStream_t stream, int splits = 0, int max_seq_len = 0,
+                int block_size = 16, size_t pool_bytes = 0) {
+  const int bs = block_size;
   const int limit = max_seq_len > 0 ? max_seq_len : seq_len;
-  Pool pool(d, bs, num_seqs, limit, size_t{3} << 29, 64);
+  Pool pool(d, bs, num_seqs, limit, size_t{3} << 29, 64, pool_bytes);
   const int64_t width = int64_t{d.num_heads} * d.head_dim;
   __nv_bfloat16 *q, *out;
   int32_t* lens;
@@ -255,14 +260,20 @@ Row BenchDecode(const std::string& name, const AttentionDims& d, int num_seqs, i
 
 int main(int argc, char** argv) {
   std::string json_path;
-  bool sweep = false;
+  bool sweep = false, block_sweep = false, decode_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--json" && i + 1 < argc) {
       json_path = argv[++i];
     } else if (std::string(argv[i]) == "--split-sweep") {
       sweep = true;
+    } else if (std::string(argv[i]) == "--block-sweep") {
+      block_sweep = true;
+    } else if (std::string(argv[i]) == "--decode-only") {
+      decode_only = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--json PATH] [--split-sweep]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--json PATH] [--split-sweep] [--block-sweep] [--decode-only]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -278,20 +289,30 @@ int main(int argc, char** argv) {
   const AttentionDims llama{32, 8, 128, 1.0f / std::sqrt(128.0f)};
   const AttentionDims smol{9, 3, 64, 1.0f / 8.0f};
   std::vector<Row> rows;
-  rows.push_back(
-      BenchPrefill("prefill llama8b 1x4096 causal", llama, 1, 4096, 4096, gemm_peak, stream));
-  rows.push_back(
-      BenchPrefill("prefill llama8b 4x4096 causal", llama, 4, 4096, 4096, gemm_peak, stream));
-  rows.push_back(
-      BenchPrefill("chunked llama8b 512 new on 3584", llama, 1, 512, 4096, gemm_peak, stream));
-  rows.push_back(
-      BenchPrefill("prefill smollm2 1x4096 causal", smol, 1, 4096, 4096, gemm_peak, stream));
-  for (int batch : {1, 64, 256}) {
-    rows.push_back(BenchDecode("decode llama8b b" + std::to_string(batch) + " x 1024", llama, batch,
-                               1024, copy_bw, stream));
+  if (decode_only) {
+    for (int batch : {64, 256}) {
+      rows.push_back(BenchDecode("decode llama8b b" + std::to_string(batch) + " x 1024", llama,
+                                 batch, 1024, copy_bw, stream));
+    }
+    rows.push_back(BenchDecode("decode llama8b b224 x 1536, 1.8 GB pool", llama, 224, 1536, copy_bw,
+                               stream, 0, 0, 16, size_t{18} * (size_t{1} << 30) / 10));
   }
-  rows.push_back(BenchDecode("decode llama8b b1 x 32768", llama, 1, 32768, copy_bw, stream));
-  rows.push_back(BenchDecode("decode smollm2 b64 x 1024", smol, 64, 1024, copy_bw, stream));
+  if (!decode_only) {
+    rows.push_back(
+        BenchPrefill("prefill llama8b 1x4096 causal", llama, 1, 4096, 4096, gemm_peak, stream));
+    rows.push_back(
+        BenchPrefill("prefill llama8b 4x4096 causal", llama, 4, 4096, 4096, gemm_peak, stream));
+    rows.push_back(
+        BenchPrefill("chunked llama8b 512 new on 3584", llama, 1, 512, 4096, gemm_peak, stream));
+    rows.push_back(
+        BenchPrefill("prefill smollm2 1x4096 causal", smol, 1, 4096, 4096, gemm_peak, stream));
+    for (int batch : {1, 64, 256}) {
+      rows.push_back(BenchDecode("decode llama8b b" + std::to_string(batch) + " x 1024", llama,
+                                 batch, 1024, copy_bw, stream));
+    }
+    rows.push_back(BenchDecode("decode llama8b b1 x 32768", llama, 1, 32768, copy_bw, stream));
+    rows.push_back(BenchDecode("decode smollm2 b64 x 1024", smol, 64, 1024, copy_bw, stream));
+  }
   // Decode splits under a graph-like context limit of 8,192 (the runner's max_model_len): the
   // kernel's own choice (auto) against forced split counts.
   if (sweep) {
@@ -301,6 +322,20 @@ int main(int argc, char** argv) {
         rows.push_back(BenchDecode("sweep b" + std::to_string(batch) + " x " + std::to_string(ctx) +
                                        " splits " + (splits ? std::to_string(splits) : "auto"),
                                    llama, batch, ctx, copy_bw, stream, splits, 8192));
+      }
+    }
+  }
+
+  // Cache block size against the spread of a sequence's blocks: batch 224 x 1,536 positions
+  // (the offline figure's decode steps) drawn at random from a pool the size of one layer's in
+  // the runner (1.8 GB of K + V: 58 GB over 32 layers) and from a 8 GB pool.
+  if (block_sweep) {
+    for (size_t pool_gb10 : {18, 80}) {
+      for (int bs : {16, 32, 64, 128}) {
+        rows.push_back(BenchDecode(
+            "b224 x 1536 block " + std::to_string(bs) + " pool " + std::to_string(pool_gb10 / 10) +
+                "." + std::to_string(pool_gb10 % 10) + " GB",
+            llama, 224, 1536, copy_bw, stream, 0, 0, bs, pool_gb10 * (size_t{1} << 30) / 10));
       }
     }
   }
