@@ -6,10 +6,7 @@
 // Achieved bandwidth = (weight + activation bytes) / time; every run reads another copy of the
 // weights (16 or more copies, as the 32 layers of a forward pass do), so none comes from L2.
 //
-//   - --search: decode batches 64..256 (the offline figure's steps) against wider Tune()
-//     searches: 32 heuristic candidates, and those plus split-K variants (Gemm::set_tune_split_k).
-//
-//   build/bench/gemv_bench [--json F] [--search]
+//   build/bench/gemv_bench [--json F]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -55,15 +52,12 @@ double TimeLinear(cuda::Gemm& gemm, const std::vector<const bf16*>& weights, con
 int main(int argc, char** argv) {
   using namespace kiln;
   std::string json_path;
-  bool search = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) {
       json_path = argv[++i];
-    } else if (a == "--search") {
-      search = true;
     } else {
-      std::fprintf(stderr, "usage: gemv_bench [--json F] [--search]\n");
+      std::fprintf(stderr, "usage: gemv_bench [--json F]\n");
       return 2;
     }
   }
@@ -94,50 +88,6 @@ int main(int argc, char** argv) {
   auto gemm = cuda::Gemm::Create();
   auto tuned = cuda::Gemm::Create();
   BENCH_CHECK(gemm.ok() && tuned.ok());
-  if (search) {
-    auto wide = cuda::Gemm::Create();
-    auto split = cuda::Gemm::Create();
-    BENCH_CHECK(wide.ok() && split.ok());
-    for (auto* g : {&*tuned, &*wide, &*split}) (**g).set_gemv_max_rows(0);
-    (*split)->set_tune_split_k({2, 3, 4, 6, 8});
-    std::printf("%-8s %5s %12s %12s %12s %12s   (GB/s)\n", "layer", "m", "heuristic", "tune 6",
-                "tune 32", "32+split-K");
-    for (const Layer& l : layers) {
-      if (l.out_f32) continue;  // lm_head: one call a step
-      const int64_t bytes = l.n * l.k * 2;
-      const int copies = static_cast<int>(std::clamp<int64_t>((int64_t{4} << 30) / bytes, 1, 16));
-      DeviceBuffer w = DeviceBuffer::Allocate(bytes * copies).value();
-      BENCH_CHECK(cudaMemset(w.data(), 0x3c, w.size()) == cudaSuccess);
-      std::vector<const bf16*> weights;
-      for (int i = 0; i < copies; ++i) {
-        weights.push_back(static_cast<const bf16*>(w.data()) + i * l.n * l.k);
-      }
-      const auto* xp = static_cast<const bf16*>(x.data());
-      for (int64_t m : {64, 128, 160, 192, 224, 256}) {
-        const double moved = bytes + m * l.k * 2.0 + m * l.n * 2.0;
-        const cuda::GemmShape shape{m, l.n, l.k, l.k, l.n, false, false};
-        (*gemm)->set_gemv_max_rows(0);
-        const double heuristic = TimeLinear(**gemm, weights, xp, m, l, result.data());
-        BENCH_CHECK((*tuned)->Tune(shape, 6, nullptr, weights).ok());
-        BENCH_CHECK((*wide)->Tune(shape, 32, nullptr, weights).ok());
-        BENCH_CHECK((*split)->Tune(shape, 32, nullptr, weights).ok());
-        const double t6 = TimeLinear(**tuned, weights, xp, m, l, result.data());
-        const double t32 = TimeLinear(**wide, weights, xp, m, l, result.data());
-        const double ts = TimeLinear(**split, weights, xp, m, l, result.data());
-        std::printf("%-8s %5ld %12.0f %12.0f %12.0f %12.0f\n", l.name, static_cast<long>(m),
-                    moved / heuristic / 1e9, moved / t6 / 1e9, moved / t32 / 1e9, moved / ts / 1e9);
-        out["search"].push_back({{"layer", l.name},
-                                 {"m", m},
-                                 {"heuristic_us", heuristic * 1e6},
-                                 {"tune6_us", t6 * 1e6},
-                                 {"tune32_us", t32 * 1e6},
-                                 {"tune32_split_k_us", ts * 1e6},
-                                 {"bytes", moved}});
-      }
-    }
-    if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
-    return 0;
-  }
   std::printf("%-8s %5s %12s %12s %12s %12s\n", "layer", "m", "gemv GB/s", "cuBLASLt", "tuned",
               "gemv/cublas");
   for (const Layer& l : layers) {

@@ -1,7 +1,6 @@
 #include "backend/cuda/gemm.h"
 
 #include <algorithm>
-#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -152,44 +151,6 @@ Status Gemm::LinearOf(const T* x, int64_t ldx, int64_t m, const T* w, int64_t n,
   return Status::Ok();
 }
 
-std::optional<cublasLtMatmulAlgo_t> Gemm::WithSplitK(const Plan& plan, cublasLtMatmulAlgo_t algo,
-                                                     int32_t split) const {
-  int32_t supported = 0;
-  uint32_t schemes = 0;
-  size_t written = 0;
-  if (split < 2 ||
-      cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &supported,
-                                        sizeof(supported), &written) != CUBLAS_STATUS_SUCCESS ||
-      supported == 0 ||
-      cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &schemes,
-                                        sizeof(schemes), &written) != CUBLAS_STATUS_SUCCESS) {
-    return std::nullopt;
-  }
-  uint32_t current = 1;
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &current,
-                                       sizeof(current), &written);
-  if (current > 1) return std::nullopt;  // the heuristic's own split-K pick is timed as it is
-  // Partial sums reduced in fp32 (the compute type) when the algorithm can, else in place.
-  uint32_t scheme = (schemes & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)
-                        ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE
-                        : CUBLASLT_REDUCTION_SCHEME_INPLACE;
-  if ((schemes & scheme) == 0) return std::nullopt;
-  const uint32_t count = static_cast<uint32_t>(split);
-  if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &count,
-                                           sizeof(count)) != CUBLAS_STATUS_SUCCESS ||
-      cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
-                                           sizeof(scheme)) != CUBLAS_STATUS_SUCCESS) {
-    return std::nullopt;
-  }
-  cublasLtMatmulHeuristicResult_t check{};
-  if (cublasLtMatmulAlgoCheck(handle_, plan.desc, plan.a, plan.b, plan.d, plan.d, &algo, &check) !=
-          CUBLAS_STATUS_SUCCESS ||
-      check.workspaceSize > workspace_.size()) {
-    return std::nullopt;
-  }
-  return algo;
-}
-
 Status Gemm::Tune(const GemmShape& s, int num_candidates, cudaStream_t stream,
                   std::span<const __nv_bfloat16* const> weights) {
   KILN_ASSIGN_OR_RETURN(std::vector<const void*> w, TuneWeights(s, weights));
@@ -234,25 +195,18 @@ Status Gemm::TuneWith(const GemmShape& s, int num_candidates, cudaStream_t strea
   cudaEvent_t start, stop;
   KILN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
   KILN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
-  std::vector<cublasLtMatmulAlgo_t> algos;
-  for (const cublasLtMatmulHeuristicResult_t& c : plan->candidates) {
-    if (c.state != CUBLAS_STATUS_SUCCESS) continue;
-    algos.push_back(c.algo);
-    for (int32_t split : tune_split_k_) {
-      if (auto a = WithSplitK(*plan, c.algo, split)) algos.push_back(*a);
-    }
-  }
   float best_ms = 1e30f;
   const float alpha = 1.0f, beta = 0.0f;
   constexpr int repeats = 8;  // enough to rank candidates; start-up pays for every run
-  for (const cublasLtMatmulAlgo_t& algo : algos) {
+  for (const cublasLtMatmulHeuristicResult_t& c : plan->candidates) {
+    if (c.state != CUBLAS_STATUS_SUCCESS) continue;
     constexpr int kWarmup = 2;
     bool ok = true;
     for (int i = 0; i < kWarmup + repeats && ok; ++i) {
       if (i == kWarmup) cudaEventRecord(start, stream);
       ok = cublasLtMatmul(handle_, plan->desc, &alpha, w[i % w.size()], plan->a, x.data(), plan->b,
-                          &beta, out.data(), plan->d, out.data(), plan->d, &algo, workspace_.data(),
-                          workspace_.size(), stream) == CUBLAS_STATUS_SUCCESS;
+                          &beta, out.data(), plan->d, out.data(), plan->d, &c.algo,
+                          workspace_.data(), workspace_.size(), stream) == CUBLAS_STATUS_SUCCESS;
     }
     cudaEventRecord(stop, stream);
     KILN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop));
@@ -260,7 +214,7 @@ Status Gemm::TuneWith(const GemmShape& s, int num_candidates, cudaStream_t strea
     cudaEventElapsedTime(&ms, start, stop);
     if (ok && ms < best_ms) {
       best_ms = ms;
-      plan->algo = algo;
+      plan->algo = c.algo;
     }
   }
   cudaEventDestroy(start);

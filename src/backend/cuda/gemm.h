@@ -15,7 +15,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <optional>
 #include <span>
 #include <tuple>
 #include <vector>
@@ -73,11 +72,6 @@ class Gemm {
   Status Tune(const GemmShape& shape, int candidates, cudaStream_t stream,
               std::span<const __half* const> weights);
 
-  // Split-K counts Tune() also tries on each heuristic candidate that supports split-K (the
-  // heuristic rarely proposes them for decode shapes, where a few CTAs per output tile leave
-  // most SMs idle). Empty (the default): the heuristic's candidates only.
-  void set_tune_split_k(std::vector<int32_t> counts) { tune_split_k_ = std::move(counts); }
-
   // Shapes with at most this many rows use kernels::Gemv (0: never). Default kGemvDefaultRows.
   void set_gemv_max_rows(int32_t rows) { gemv_max_rows_ = rows; }
   int32_t gemv_max_rows() const { return gemv_max_rows_; }
@@ -90,16 +84,11 @@ class Gemm {
   template <typename T>
   Status LinearOf(const T* x, int64_t ldx, int64_t m, const T* w, int64_t n, int64_t k,
                   const T* bias, void* out, int64_t ldo, bool out_f32, cudaStream_t stream);
-  // `algo` with split-K `split` and a supported reduction, if the algorithm allows it for the
-  // plan's shape within the workspace; nullopt otherwise (or if the heuristic already split K).
-  std::optional<cublasLtMatmulAlgo_t> WithSplitK(const Plan& plan, cublasLtMatmulAlgo_t algo,
-                                                 int32_t split) const;
   // The body of both Tune overloads; `weights` are of shape.dtype (may be empty).
   Status TuneWith(const GemmShape& shape, int candidates, cudaStream_t stream,
                   std::vector<const void*> weights);
 
   int32_t gemv_max_rows_ = kGemvDefaultRows;
-  std::vector<int32_t> tune_split_k_;
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
   std::map<GemmShape, std::unique_ptr<Plan>> plans_;
