@@ -43,6 +43,79 @@ __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
+// Hopper's bulk copy engine (TMA, 1-D form): one instruction moves a contiguous global range of
+// up to megabytes into shared memory and signals an mbarrier by byte count, without the per-16-byte
+// load-store traffic of cp.async. sm_90 only: kBulkCopy tells the kernels whether this build of
+// the device code has it (the wrappers trap if called without).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+inline constexpr bool kBulkCopy = true;
+#else
+inline constexpr bool kBulkCopy = false;
+#endif
+
+__device__ __forceinline__ void MbarInit(uint64_t* bar, uint32_t count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SmemAddr(bar)), "r"(count));
+  // Makes the initialized barrier visible to the bulk copy engine (the async proxy).
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
+// One arrival that also raises the phase's expected byte count by `bytes`.
+__device__ __forceinline__ void MbarArriveExpectTx(uint64_t* bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(SmemAddr(bar)),
+               "r"(bytes)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+
+// Waits until the barrier's phase with parity `parity` has completed.
+__device__ __forceinline__ void MbarWait(uint64_t* bar, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n"
+      "}\n" ::"r"(SmemAddr(bar)),
+      "r"(parity)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
+// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory;
+// completion counts `bytes` on `bar`.
+__device__ __forceinline__ void BulkCopyToShared(void* smem, const void* gmem, uint32_t bytes,
+                                                 uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(SmemAddr(smem)),
+      "l"(gmem), "r"(bytes), "r"(SmemAddr(bar))
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
+// Orders this thread's earlier generic-proxy shared-memory writes before later bulk copies into
+// the same memory.
+__device__ __forceinline__ void FenceProxyAsyncShared() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
 __device__ __forceinline__ void Ldmatrix4(uint32_t (&r)[4], const void* smem) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
