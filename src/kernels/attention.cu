@@ -42,17 +42,11 @@
 namespace kiln::kernels {
 namespace {
 
-using attention_internal::BulkCopyToShared;
 using attention_internal::CpAsync16;
 using attention_internal::CpAsyncCommit;
 using attention_internal::CpAsyncWait;
-using attention_internal::FenceProxyAsyncShared;
-using attention_internal::kBulkCopy;
 using attention_internal::kSmemStride;
 using attention_internal::LoadQFragments;
-using attention_internal::MbarArriveExpectTx;
-using attention_internal::MbarInit;
-using attention_internal::MbarWait;
 using attention_internal::WarpAttendTile;
 using attention_internal::WarpState;
 using dtype_internal::FloatsToPair;
@@ -257,16 +251,10 @@ __device__ __forceinline__ int SplitRange(int seq_len, int num_splits, int split
   return (num_tiles + per_split - 1) / per_split;
 }
 
-// Q rows, the K and V stages, then one mbarrier per stage (used by the sm_90 bulk-copy path).
-template <int kHeadDim>
-constexpr size_t DecodeTileBytes() {
-  return sizeof(uint16_t) * kSmemStride<kHeadDim> *
-         (kDecodeRows + 2 * kDecodeStages * kDecodeTileN);
-}
 template <int kHeadDim>
 constexpr size_t DecodeSmemBytes() {
-  static_assert(DecodeTileBytes<kHeadDim>() % 8 == 0);
-  return DecodeTileBytes<kHeadDim>() + kDecodeStages * sizeof(uint64_t);
+  return sizeof(uint16_t) * kSmemStride<kHeadDim> *
+         (kDecodeRows + 2 * kDecodeStages * kDecodeTileN);
 }
 
 template <int kHeadDim, typename T>
@@ -299,45 +287,20 @@ __global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams<
     const T* src = valid ? p.q + seq * p.q_stride + (head0 + r) * kHeadDim + ch * 8 : p.q;
     CpAsync16(q_smem + r * kStride + ch * 8, src, valid);
   }
-  uint64_t* bars = reinterpret_cast<uint64_t*>(smem_raw + DecodeTileBytes<kHeadDim>());
-  if constexpr (kBulkCopy) {
-    if (lane < kDecodeStages) MbarInit(&bars[lane], 1);
-    __syncwarp();
-  }
   // A 16-key tile lies inside one cache block: one table read, 16 * kHeadDim contiguous elements.
   auto load_tile = [&](int tile, int stage) {
     const int key0 = tile * kDecodeTileN;
     const int64_t base =
         CacheOffset(table, p.block_size, p.block_shift, p.num_kv_heads, kv_head, key0, kHeadDim);
-    if constexpr (kBulkCopy) {
-      // sm_90: one bulk copy per row, lanes 0-15 the K rows and 16-31 the V rows, into the padded
-      // rows; rows past the sequence's end are zeroed by the lane instead (masked keys' V must be
-      // finite). The stage's barrier expects the valid rows' bytes.
-      static_assert(kDecodeTileN == 16, "one lane per K row and one per V row");
-      constexpr uint32_t kRowBytes = kHeadDim * sizeof(T);
-      const int valid_rows = min(kDecodeTileN, seq_len - key0);
-      if (lane == 0) MbarArriveExpectTx(&bars[stage], 2 * kRowBytes * valid_rows);
-      const int r = lane % kDecodeTileN;
-      T* dst = (lane < kDecodeTileN ? k_smem : v_smem) + stage * kStageElems + r * kStride;
-      if (r < valid_rows) {
-        BulkCopyToShared(dst, (lane < kDecodeTileN ? p.k : p.v) + base + r * kHeadDim, kRowBytes,
-                         &bars[stage]);
-      } else {
 #pragma unroll
-        for (int c = 0; c < kChunks; ++c) reinterpret_cast<uint4*>(dst)[c] = make_uint4(0, 0, 0, 0);
-        FenceProxyAsyncShared();
-      }
-    } else {
-#pragma unroll
-      for (int c = lane; c < kDecodeTileN * kChunks; c += 32) {
-        const int r = c / kChunks;
-        const int ch = c % kChunks;
-        const bool valid = key0 + r < seq_len;
-        const int64_t off = base + r * kHeadDim + ch * 8;
-        const int s = stage * kStageElems + r * kStride + ch * 8;
-        CpAsync16(k_smem + s, p.k + (valid ? off : 0), valid);
-        CpAsync16(v_smem + s, p.v + (valid ? off : 0), valid);
-      }
+    for (int c = lane; c < kDecodeTileN * kChunks; c += 32) {
+      const int r = c / kChunks;
+      const int ch = c % kChunks;
+      const bool valid = key0 + r < seq_len;
+      const int64_t off = base + r * kHeadDim + ch * 8;
+      const int s = stage * kStageElems + r * kStride + ch * 8;
+      CpAsync16(k_smem + s, p.k + (valid ? off : 0), valid);
+      CpAsync16(v_smem + s, p.v + (valid ? off : 0), valid);
     }
   };
   // Prologue: tiles 0 .. kDecodeStages - 2 (group 0 also holds Q). Empty groups keep the
@@ -355,16 +318,11 @@ __global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams<
     const int i = tile - tile_begin;
     const int ahead = tile + kDecodeStages - 1;
     if (ahead < tile_end) load_tile(ahead, (i + kDecodeStages - 1) % kDecodeStages);
-    const int stage = i % kDecodeStages;
-    if constexpr (kBulkCopy) {
-      if (i == 0) CpAsyncWait<0>();  // Q (cp.async group 0)
-      MbarWait(&bars[stage], (i / kDecodeStages) & 1);
-    } else {
-      CpAsyncCommit();
-      CpAsyncWait<kDecodeStages - 1>();
-    }
+    CpAsyncCommit();
+    CpAsyncWait<kDecodeStages - 1>();
     __syncwarp();
     if (i == 0) LoadQFragments<kHeadDim>(q_smem, qf);
+    const int stage = i % kDecodeStages;
     const int key0 = tile * kDecodeTileN;
     WarpAttendTile<kHeadDim, kDecodeTileN>(qf, k_smem + stage * kStageElems,
                                            v_smem + stage * kStageElems, p.scale_log2,
