@@ -334,6 +334,21 @@ __global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams<
   st.Finish(inv_l);
   const int g = lane / 4;
   const int t = lane % 4;
+  if (p.num_splits == 1) {
+    // One split: this is the whole softmax; write the output and skip the merge kernel.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = g + 8 * r;
+      if (row >= num_rows) continue;
+      T* o = p.out + int64_t{seq} * p.out_stride + (head0 + row) * kHeadDim;
+#pragma unroll
+      for (int d = 0; d < kHeadDim / 8; ++d) {
+        *reinterpret_cast<Pair<T>*>(o + d * 8 + 2 * t) =
+            FloatsToPair<T>(st.o[d][2 * r] * inv_l[r], st.o[d][2 * r + 1] * inv_l[r]);
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = g + 8 * r;
@@ -582,10 +597,10 @@ cudaError_t LaunchDecode(const T* q, int64_t q_stride, const PagedKvCacheT<T>& k
   const dim3 reduce_grid(dims.num_heads, num_seqs);
   if (dims.head_dim == 64) {
     PagedDecodeSplitKernel<64, T><<<grid, 32, DecodeSmemBytes<64>(), stream>>>(p);
-    PagedDecodeReduceKernel<64, T><<<reduce_grid, 64, 0, stream>>>(p);
+    if (splits > 1) PagedDecodeReduceKernel<64, T><<<reduce_grid, 64, 0, stream>>>(p);
   } else {
     PagedDecodeSplitKernel<128, T><<<grid, 32, DecodeSmemBytes<128>(), stream>>>(p);
-    PagedDecodeReduceKernel<128, T><<<reduce_grid, 128, 0, stream>>>(p);
+    if (splits > 1) PagedDecodeReduceKernel<128, T><<<reduce_grid, 128, 0, stream>>>(p);
   }
   return cudaGetLastError();
 }

@@ -276,8 +276,9 @@ TYPED_TEST(PagedPrefillAttentionGpu, MixedBatchWithStridesAndPadding) {
 
 // Decode: one query row per sequence; rows with seq_len 0 must stay untouched.
 template <typename T>
+// num_splits > 0 forces the context splits (1: the split kernel writes the output itself).
 void RunDecode(const Shape& s, const std::vector<int>& seq_lens, int max_seq_len, uint32_t seed,
-               const std::string& what, bool through_graph = false) {
+               const std::string& what, bool through_graph = false, int num_splits = 0) {
   std::mt19937 rng(seed);
   Cache<T> c(s, seq_lens, rng, max_seq_len);
   const int num_seqs = static_cast<int>(seq_lens.size());
@@ -287,7 +288,9 @@ void RunDecode(const Shape& s, const std::vector<int>& seq_lens, int max_seq_len
   const int width = s.num_heads * s.head_dim, out_stride = width + s.out_pad;
   const size_t out_elems = size_t(num_seqs) * out_stride;
   const AttentionDims dims = DimsOf(s);
-  const size_t ws_bytes = PagedDecodeWorkspaceBytes(num_seqs, max_seq_len, dims);
+  const size_t ws_bytes = num_splits > 0
+                              ? PagedDecodeWorkspaceBytesForSplits(num_seqs, num_splits, dims)
+                              : PagedDecodeWorkspaceBytes(num_seqs, max_seq_len, dims);
   ASSERT_GT(ws_bytes, 0u);
   Dev<uint16_t> dq(q.size()), dk(c.k.size()), dv(c.v.size()), dout(out_elems);
   Dev<int32_t> dtab(c.tables.size()), dlens(num_seqs);
@@ -305,7 +308,7 @@ void RunDecode(const Shape& s, const std::vector<int>& seq_lens, int max_seq_len
   auto launch = [&] {
     return PagedDecodeAttention(As<T>(dq.ptr), width + s.q_pad, DeviceCache(c, dk, dv, dtab),
                                 dlens.ptr, num_seqs, max_seq_len, dims, ws.ptr, ws_bytes,
-                                As<T>(dout.ptr), out_stride, stream);
+                                As<T>(dout.ptr), out_stride, stream, num_splits);
   };
   if (through_graph) {
     // Capture with all-zero lengths (nothing to do), then set the real ones and replay.
@@ -380,6 +383,23 @@ TYPED_TEST(PagedDecodeAttentionGpu, LongContextManySplits) {
   RunDecode<TypeParam>({8, 2, 128, 64}, {3333, 1}, 4096, 31, "decode hd128 bs64 g4 b2");
 }
 
+TYPED_TEST(PagedDecodeAttentionGpu, OneSplitSkipsTheMerge) {
+  REQUIRE_GPU();
+  // Forced: the split kernel normalizes and writes the output; padding rows stay untouched.
+  Shape s = kLlama8b;
+  s.out_pad = 8;
+  RunDecode<TypeParam>(s, {1, 17, 0, 1024, 300}, 1024, 70, "decode one split forced",
+                       /*through_graph=*/false, /*num_splits=*/1);
+  RunDecode<TypeParam>({40, 2, 64, 16}, {77, 1500}, 2048, 71, "decode hd64 g20 one split",
+                       /*through_graph=*/false, /*num_splits=*/1);
+  // Automatic: a batch large enough for one wave without splitting (132 SMs x 5 warps on an
+  // H100 is 660 items; 96 sequences x 8 kv heads is 768).
+  std::mt19937 rng(72);
+  std::vector<int> lens(96);
+  for (int& n : lens) n = static_cast<int>(rng() % 700);
+  RunDecode<TypeParam>(kLlama8b, lens, 8192, 73, "decode b96 automatic splits");
+}
+
 TYPED_TEST(PagedDecodeAttentionGpu, LargeGroupsSpanHeadChunks) {
   REQUIRE_GPU();
   // group 20 > 16 query rows per warp: two head chunks per kv head; group 1 (MHA).
@@ -404,6 +424,8 @@ TYPED_TEST(PagedAttentionGpu, SmallShapesForSanitizers) {
   RunPrefill<TypeParam>(t, {19, 1}, {19, 200}, 61, "small prefill hd128 bs32");
   RunDecode<TypeParam>(s, {1, 0, 17, 150}, 160, 62, "small decode hd64");
   RunDecode<TypeParam>(t, {33, 0, 1}, 64, 63, "small decode hd128 bs32");
+  RunDecode<TypeParam>(t, {33, 0, 1}, 64, 64, "small decode hd128 bs32 one split",
+                       /*through_graph=*/false, /*num_splits=*/1);
 }
 
 TYPED_TEST(PagedAttentionGpu, RejectsBadArguments) {

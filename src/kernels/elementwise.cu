@@ -295,6 +295,31 @@ __global__ void SiluMulKernel(const T* gate_up, int64_t ld, int32_t dim, T* out,
   }
 }
 
+// SiluMulKernel over 8 elements a thread (16-byte loads and stores), for rows whose dim and
+// strides are multiples of 8: the scalar kernel's 2-byte accesses reached ~40 % of the copy
+// bandwidth on prefill-sized inputs. Same arithmetic and rounding points.
+template <typename T>
+__global__ void SiluMulVec8Kernel(const T* gate_up, int64_t ld, int32_t dim, T* out, int64_t ldo) {
+  const auto* g = reinterpret_cast<const uint4*>(gate_up + int64_t{blockIdx.x} * ld);
+  const auto* u = reinterpret_cast<const uint4*>(gate_up + int64_t{blockIdx.x} * ld + dim);
+  auto* o = reinterpret_cast<uint4*>(out + int64_t{blockIdx.x} * ldo);
+  for (int c = blockIdx.y * blockDim.x + threadIdx.x; c < dim / 8; c += gridDim.y * blockDim.x) {
+    const uint4 gv = g[c];
+    const uint4 uv = u[c];
+    const T* ge = reinterpret_cast<const T*>(&gv);
+    const T* ue = reinterpret_cast<const T*>(&uv);
+    uint4 ov;
+    T* oe = reinterpret_cast<T*>(&ov);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const float x = ToFloat(ge[k]);
+      const float silu = RoundTo<T>(x / (1.0f + __expf(-x)));
+      oe[k] = FromFloat<T>(silu * ToFloat(ue[k]));
+    }
+    o[c] = ov;
+  }
+}
+
 template <typename T>
 __global__ void FloatToKernel(const float* in, int64_t n, T* out) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
@@ -338,6 +363,13 @@ cudaError_t LaunchSiluMul(const T* gate_up, int64_t ld, int32_t num_rows, int32_
                           int64_t ldo, cudaStream_t stream) {
   if (num_rows == 0) return cudaSuccess;
   const int threads = 256;
+  if (dim % 8 == 0 && ld % 8 == 0 && ldo % 8 == 0 &&
+      reinterpret_cast<uintptr_t>(gate_up) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(out) % 16 == 0) {
+    const dim3 grid(num_rows, (dim / 8 + threads - 1) / threads);
+    SiluMulVec8Kernel<<<grid, threads, 0, stream>>>(gate_up, ld, dim, out, ldo);
+    return cudaGetLastError();
+  }
   const dim3 grid(num_rows, (dim + threads - 1) / threads);
   SiluMulKernel<<<grid, threads, 0, stream>>>(gate_up, ld, dim, out, ldo);
   return cudaGetLastError();

@@ -796,6 +796,8 @@ TYPED_TEST(SiluMulGpu, OddShapes) {
   }
   RunSiluMul<TypeParam>(769, 14336, 0, 0, seed++, "silu_mul t=769 dim=14336");
   RunSiluMul<TypeParam>(83, 5125, 77, 5, seed++, "silu_mul t=83 dim=5125 ld+77 ldo+5");
+  // The 16-byte path with strides beyond the row (multiples of 8).
+  RunSiluMul<TypeParam>(83, 1536, 8, 16, seed++, "silu_mul t=83 dim=1536 ld+8 ldo+16");
   for (int dim : {1, 3, 257}) {
     RunSiluMul<TypeParam>(7, dim, 1, 2, seed++,
                           "silu_mul t=7 dim=" + std::to_string(dim) + " strided");
