@@ -17,6 +17,7 @@
 //                          [--profile-ops]  (per-op device time of the decode steps; no graphs)
 //                          [--max-num-seqs N (256)] [--max-num-batched-tokens N (8192)]
 //                          [--gpu-memory-utilization F (0.9)] [--capacity-policy P]
+//                          [--block-size N (16)]
 //                          [--offline-requests N] [--offline-in N] [--offline-out N]
 //                          [--no-async-scheduling]  (schedule after each step's result)
 //                          [--dtype auto|bfloat16|float16]
@@ -88,6 +89,14 @@ struct Timeline {
   std::vector<double> decode_step_gpu_seconds;      // their device time (CUDA events)
   std::vector<double> decode_step_bookkeeping_us;   // their schedule + build + update
   std::map<std::string, double> decode_op_seconds;  // their device time per op (--profile-ops)
+  // Every step, for the offline breakdown: decode-only steps (every sequence computes one
+  // token) against steps that carry prompt tokens.
+  int64_t decode_only_steps = 0, mixed_steps = 0;
+  double decode_only_seconds = 0, mixed_seconds = 0;
+  int64_t decode_only_seqs = 0;     // summed batch sizes of the decode-only steps
+  int64_t mixed_prompt_tokens = 0;  // tokens of mixed steps beyond one per sequence
+  std::map<std::string, double> decode_only_op_seconds;  // --profile-ops, decode-only steps
+  std::map<std::string, double> mixed_op_seconds;        // --profile-ops, steps with prompts
   double total_seconds = 0;
 };
 
@@ -125,12 +134,29 @@ Timeline RunEngine(Engine& engine, const std::vector<std::vector<int32_t>>& prom
     std::vector<RequestOutput> outputs = engine.Step();
     const double now = Seconds(start, Clock::now());
     const StepStats& step = engine.stats().last_step;
+    const double step_seconds = Seconds(s0, Clock::now());
+    const std::map<std::string, double> ops1 = op_seconds();
+    if (step.num_decode_seqs == step.num_seqs) {
+      for (const auto& [op, seconds] : ops1) {
+        t.decode_only_op_seconds[op] += seconds - (ops0.contains(op) ? ops0.at(op) : 0.0);
+      }
+      ++t.decode_only_steps;
+      t.decode_only_seconds += step_seconds;
+      t.decode_only_seqs += step.num_seqs;
+    } else {
+      for (const auto& [op, seconds] : ops1) {
+        t.mixed_op_seconds[op] += seconds - (ops0.contains(op) ? ops0.at(op) : 0.0);
+      }
+      ++t.mixed_steps;
+      t.mixed_seconds += step_seconds;
+      t.mixed_prompt_tokens += step.num_batched_tokens - step.num_decode_seqs;
+    }
     if (step.num_seqs == static_cast<int32_t>(prompts.size()) &&
         step.num_decode_seqs == step.num_seqs) {
-      t.decode_step_seconds.push_back(Seconds(s0, Clock::now()));
+      t.decode_step_seconds.push_back(step_seconds);
       t.decode_step_gpu_seconds.push_back(gpu_seconds() - gpu0);
       t.decode_step_bookkeeping_us.push_back(step.bookkeeping_us());
-      for (const auto& [op, seconds] : op_seconds()) {
+      for (const auto& [op, seconds] : ops1) {
         t.decode_op_seconds[op] += seconds - (ops0.contains(op) ? ops0.at(op) : 0.0);
       }
     }
@@ -169,7 +195,7 @@ int main(int argc, char** argv) {
   bool skip_offline = false;
   std::string sections = "123456";  // which figures to measure (start-up is always measured)
   bool profile_ops = false;
-  int max_num_seqs = 256, max_num_batched_tokens = 8192;
+  int max_num_seqs = 256, max_num_batched_tokens = 8192, block_size = 16;
   float gpu_memory_utilization = 0.9f;
   std::string capacity_policy = "max_utilization";
   int offline_requests = 1000, offline_in = 1000, offline_out = 1000;
@@ -192,6 +218,8 @@ int main(int argc, char** argv) {
       max_num_seqs = std::stoi(next());
     } else if (a == "--max-num-batched-tokens") {
       max_num_batched_tokens = std::stoi(next());
+    } else if (a == "--block-size") {
+      block_size = std::stoi(next());
     } else if (a == "--capacity-policy") {
       capacity_policy = next();
     } else if (a == "--gpu-memory-utilization") {
@@ -247,6 +275,7 @@ int main(int argc, char** argv) {
   }
   options.engine.scheduler.capacity_policy = *policy;
   options.engine.max_model_len = 8192;
+  options.engine.block_size = block_size;
   const auto t0 = Clock::now();
   auto created = LLM::Create(model, options);
   const double startup = Seconds(t0, Clock::now());
@@ -376,22 +405,54 @@ int main(int argc, char** argv) {
     next_id += offline_requests;
     const double tok_s = t.generated / t.total_seconds;
     const EngineStats& stats = engine.stats();
-    out["offline"] = {{"requests", offline_requests},
-                      {"input_len", offline_in},
-                      {"max_num_seqs", max_num_seqs},
-                      {"preemptions", stats.num_preemptions},
-                      {"capacity_policy", capacity_policy},
-                      {"max_num_batched_tokens", max_num_batched_tokens},
-                      {"gpu_memory_utilization", gpu_memory_utilization},
-                      {"output_len", offline_out},
-                      {"seconds", t.total_seconds},
-                      {"output_tok_s", tok_s},
-                      {"trtllm_published_h100_fp16", 7055},
-                      {"ratio_to_trtllm", tok_s / 7055}};
+    out["offline"] = {
+        {"requests", offline_requests},
+        {"input_len", offline_in},
+        {"max_num_seqs", max_num_seqs},
+        {"preemptions", stats.num_preemptions},
+        {"capacity_policy", capacity_policy},
+        {"max_num_batched_tokens", max_num_batched_tokens},
+        {"gpu_memory_utilization", gpu_memory_utilization},
+        {"output_len", offline_out},
+        {"seconds", t.total_seconds},
+        {"output_tok_s", tok_s},
+        {"trtllm_published_h100_fp16", 7055},
+        {"ratio_to_trtllm", tok_s / 7055},
+        {"block_size", block_size},
+        {"steps",
+         {{"decode_only", t.decode_only_steps},
+          {"decode_only_seconds", t.decode_only_seconds},
+          {"decode_only_mean_batch",
+           t.decode_only_steps > 0 ? static_cast<double>(t.decode_only_seqs) / t.decode_only_steps
+                                   : 0.0},
+          {"mixed", t.mixed_steps},
+          {"mixed_seconds", t.mixed_seconds},
+          {"mixed_prompt_tokens", t.mixed_prompt_tokens}}}};
+    if (!t.decode_only_op_seconds.empty()) {
+      Json decode_ops, mixed_ops;
+      std::printf(
+          "   device seconds by op (kernels one by one): decode-only steps, with prompts\n");
+      for (const auto& [op, seconds] : t.decode_only_op_seconds) {
+        const double mixed = t.mixed_op_seconds.contains(op) ? t.mixed_op_seconds.at(op) : 0.0;
+        decode_ops[op] = seconds;
+        mixed_ops[op] = mixed;
+        std::printf("     %-20s %8.2f s %8.2f s\n", op.c_str(), seconds, mixed);
+      }
+      out["offline"]["decode_only_op_seconds"] = decode_ops;
+      out["offline"]["mixed_op_seconds"] = mixed_ops;
+    }
     std::printf(
         "4. offline %d x %d/%d: %.0f output tok/s in %.1f s (TensorRT-LLM published 7055 "
         "on H100 FP16: %.2fx)\n",
         offline_requests, offline_in, offline_out, tok_s, t.total_seconds, tok_s / 7055);
+    std::printf(
+        "   decode-only steps %ld (%.1f s, mean batch %.1f); steps with prompt tokens %ld (%.1f s, "
+        "%ld prompt tokens)\n",
+        static_cast<long>(t.decode_only_steps), t.decode_only_seconds,
+        t.decode_only_steps > 0 ? static_cast<double>(t.decode_only_seqs) / t.decode_only_steps
+                                : 0.0,
+        static_cast<long>(t.mixed_steps), t.mixed_seconds,
+        static_cast<long>(t.mixed_prompt_tokens));
   }
   if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
   std::printf("%s\n", out.dump(2).c_str());

@@ -686,13 +686,14 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
                                                 options_.max_model_len, dims, attn_workspace_,
                                                 attn_workspace_bytes_, attn_, q, stream_));
     }
+    Mark("decode_attention");
     if (num_seqs > num_decode) {
       cache.block_tables = dev_.block_tables + int64_t{num_decode} * max_blocks_per_seq_;
       KILN_LAUNCH(kernels::PagedPrefillAttention(
           qkv_, qkv_rows, cache, dev_.cu_seqlens + num_decode, dev_.seq_lens + num_decode,
           num_seqs - num_decode, max_q_len, dims, attn_, q, stream_));
     }
-    Mark("attention");
+    Mark("prefill_attention");
     KILN_RETURN_IF_ERROR(
         gemm_->Linear(attn_, q, num_tokens, l.o, h, q, l.o_bias, delta_, h, false, stream_));
     Mark("o");
