@@ -4,6 +4,9 @@
 //
 //   attention_bench [--json PATH] [--split-sweep] [--block-sweep] [--decode-only]
 //
+// --decode-only: decode at batch 64 and 256 x 1,024 and 224 x 1,536 (a runner-sized pool), each
+// next to a read-only kernel over the same block tables (the access pattern's ceiling).
+//
 // Prefill figures are TFLOP/s (causal FLOPs: 4 * heads * head_dim per (query, visible key)) over
 // the GEMM peak; decode figures are K/V bytes read per second over the copy bandwidth. Decode runs
 // through a CUDA graph that cycles over several disjoint sets of cache blocks, so small cases read
@@ -211,6 +214,79 @@ Row BenchPrefill(const std::string& name, const AttentionDims& d, int num_seqs, 
 
 // splits > 0 forces the context splits (the sweep); max_seq_len > 0 passes a context limit
 // above the actual length, as the runner's graphs do (their limit is max_model_len).
+// Milliseconds per table set of `launch(set)` for every set of `pool`, all captured in one CUDA
+// graph (median of 15 replays), so that each launch reads blocks the previous ones did not.
+template <typename Launch>
+float GraphMsPerSet(const Pool& pool, cudaStream_t stream, Launch launch) {
+  const int sets = int(pool.tables.size());
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  for (int s = 0; s < sets; ++s) launch(s);
+  CK(cudaStreamEndCapture(stream, &graph));
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  const float ms =
+      MedianMs(stream, 2, 15, [&] { CK(cudaGraphLaunch(exec, stream)); }) / float(sets);
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(graph));
+  return ms;
+}
+
+// K + V bytes a decode of num_seqs sequences of seq_len positions reads.
+double DecodeBytes(const AttentionDims& d, int num_seqs, int seq_len) {
+  return 2.0 * num_seqs * double(seq_len) * d.num_kv_heads * d.head_dim * 2;
+}
+
+// The read ceiling of decode attention's access pattern: every (sequence, kv head) block of
+// 256 threads streams its K and V rows through the same block tables as PagedDecodeAttention
+// (16-byte loads, 8 in flight a thread, up to 8 blocks an SM) and only folds them into a checksum.
+// head_dim 128, block_size a multiple of 16.
+__global__ void __launch_bounds__(256)
+    PagedReadKernel(const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* tables,
+                    int max_blocks, int block_size, int num_kv_heads, int seq_len, uint4* sink) {
+  constexpr int kRowChunks = 128 / 8;  // 16-byte chunks per row
+  const int head = blockIdx.x;
+  const int seq = blockIdx.y;
+  const int32_t* table = tables + int64_t{seq} * max_blocks;
+  const int chunks = seq_len * kRowChunks;
+  const uint4* k4 = reinterpret_cast<const uint4*>(k);
+  const uint4* v4 = reinterpret_cast<const uint4*>(v);
+  uint32_t acc = 0;
+  for (int base = threadIdx.x; base < chunks; base += 4 * blockDim.x) {
+    uint4 kk[4], vv[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int c = base + u * blockDim.x;
+      const int pos = c / kRowChunks;
+      const int64_t row =
+          (int64_t{table[pos / block_size]} * num_kv_heads + head) * block_size + pos % block_size;
+      const int64_t at = row * kRowChunks + c % kRowChunks;
+      kk[u] = c < chunks ? k4[at] : make_uint4(0, 0, 0, 0);
+      vv[u] = c < chunks ? v4[at] : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc ^= kk[u].x ^ kk[u].w ^ vv[u].y ^ vv[u].z;
+  }
+  if (acc == 0x12345678u) sink[0] = make_uint4(acc, 0, 0, 0);  // keeps the loads
+}
+
+// PagedReadKernel over the same pools and tables as BenchDecode: the bandwidth a decode kernel
+// could reach on this access pattern.
+Row BenchRead(const std::string& name, const AttentionDims& d, int num_seqs, int seq_len,
+              double copy_bw, cudaStream_t stream, size_t pool_bytes = 0) {
+  const int bs = 16;
+  Pool pool(d, bs, num_seqs, seq_len, size_t{3} << 29, 64, pool_bytes);
+  uint4* sink;
+  CK(cudaMalloc(&sink, 16));
+  const float ms = GraphMsPerSet(pool, stream, [&](int s) {
+    PagedReadKernel<<<dim3(d.num_kv_heads, num_seqs), 256, 0, stream>>>(
+        pool.k, pool.v, pool.tables[s], pool.max_blocks_per_seq, bs, d.num_kv_heads, seq_len, sink);
+  });
+  CK(cudaFree(sink));
+  return {name, ms * 1e3, DecodeBytes(d, num_seqs, seq_len) / (ms * 1e-3) / 1e9, copy_bw / 1e9,
+          "GB/s"};
+}
+
 // block_size and pool_bytes (the block sweep): the cache block size and a pool of at least that
 // many bytes (K + V) that the sequences' blocks are drawn from at random.
 Row BenchDecode(const std::string& name, const AttentionDims& d, int num_seqs, int seq_len,
@@ -233,22 +309,11 @@ Row BenchDecode(const std::string& name, const AttentionDims& d, int num_seqs, i
                  : kiln::kernels::PagedDecodeWorkspaceBytes(num_seqs, limit, d);
   void* ws;
   CK(cudaMalloc(&ws, ws_bytes));
-  // One graph launching the kernel once per table set.
-  const int sets = int(pool.tables.size());
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  for (int s = 0; s < sets; ++s) {
+  const float ms = GraphMsPerSet(pool, stream, [&](int s) {
     CK(kiln::kernels::PagedDecodeAttention(q, width, pool.Cache(s, bs), lens, num_seqs, limit, d,
                                            ws, ws_bytes, out, width, stream, splits));
-  }
-  CK(cudaStreamEndCapture(stream, &graph));
-  CK(cudaGraphInstantiate(&exec, graph, 0));
-  const float ms =
-      MedianMs(stream, 2, 15, [&] { CK(cudaGraphLaunch(exec, stream)); }) / float(sets);
-  const double bytes = 2.0 * num_seqs * double(seq_len) * d.num_kv_heads * d.head_dim * 2;
-  CK(cudaGraphExecDestroy(exec));
-  CK(cudaGraphDestroy(graph));
+  });
+  const double bytes = DecodeBytes(d, num_seqs, seq_len);
   CK(cudaFree(q));
   CK(cudaFree(out));
   CK(cudaFree(lens));
@@ -296,6 +361,13 @@ int main(int argc, char** argv) {
     }
     rows.push_back(BenchDecode("decode llama8b b224 x 1536, 1.8 GB pool", llama, 224, 1536, copy_bw,
                                stream, 0, 0, 16, size_t{18} * (size_t{1} << 30) / 10));
+    // The same access patterns read without attention's arithmetic (the ceiling).
+    for (int batch : {64, 256}) {
+      rows.push_back(BenchRead("read-only b" + std::to_string(batch) + " x 1024", llama, batch,
+                               1024, copy_bw, stream));
+    }
+    rows.push_back(BenchRead("read-only b224 x 1536, 1.8 GB pool", llama, 224, 1536, copy_bw,
+                             stream, size_t{18} * (size_t{1} << 30) / 10));
   }
   if (!decode_only) {
     rows.push_back(
