@@ -17,13 +17,14 @@ struct InspectOptions {
   std::string gpu_memory;  // "80GB"; empty = the real GPU when present
   double gpu_memory_utilization = 0.9;
   int64_t max_model_len = 0;
-  std::string kv_cache_dtype = "bf16";
+  std::string kv_cache_dtype = "auto";  // auto: the checkpoint's GPU compute dtype
   int block_size = 16;
   bool json = false;
 };
 
-// Bytes the weights take on the GPU: kiln serves f32/f16/bf16 and GGUF-quantized weights as
-// bf16 (GGUF blocks are dequantized on upload) and keeps fp8 weights in fp8.
+// Bytes the weights take on the GPU: kiln serves f32/f16/bf16 and GGUF-quantized weights in a
+// 16-bit type (DefaultGpuDType; GGUF blocks are dequantized on upload) and keeps fp8 weights in
+// fp8.
 int64_t RuntimeWeightBytes(const Checkpoint& ckpt) {
   int64_t bytes = 0;
   for (const Weight& w : ckpt.weights()) {
@@ -43,10 +44,12 @@ void Run(const InspectOptions& o) {
   const Checkpoint& ckpt = *opened;
   const ModelConfig& c = ckpt.config();
 
-  auto kv_dtype = ParseDType(o.kv_cache_dtype);
+  const DType compute_dtype = DefaultGpuDType(ckpt);
+  Result<DType> kv_dtype =
+      o.kv_cache_dtype == "auto" ? Result<DType>(compute_dtype) : ParseDType(o.kv_cache_dtype);
   if (!kv_dtype.ok() ||
       (*kv_dtype != DType::kBF16 && *kv_dtype != DType::kF16 && *kv_dtype != DType::kF8E4M3)) {
-    Fail("inspect", InvalidArgument("--kv-cache-dtype must be bf16, f16 or fp8_e4m3, got '" +
+    Fail("inspect", InvalidArgument("--kv-cache-dtype must be auto, bf16, f16 or fp8_e4m3, got '" +
                                     o.kv_cache_dtype + "'"));
   }
 
@@ -104,6 +107,7 @@ void Run(const InspectOptions& o) {
       j["weight_bytes_by_dtype"][std::string(DTypeName(dtype))] = bytes;
     }
     j["runtime_weight_bytes"] = runtime_weight_bytes;
+    j["compute_dtype"] = DTypeName(compute_dtype);
     j["kv_cache_dtype"] = DTypeName(*kv_dtype);
     j["kv_bytes_per_token"] = kv_per_token;
     if (plan) {
@@ -164,7 +168,8 @@ void Run(const InspectOptions& o) {
     by_dtype += std::string(DTypeName(dtype)) + " " + FormatBytes(bytes);
   }
   Print("weights (stored)", FormatBytes(ckpt.WeightBytes()) + ": " + by_dtype);
-  Print("weights (on GPU)", FormatBytes(runtime_weight_bytes) + " (bf16; fp8 stays fp8)");
+  Print("weights (on GPU)", FormatBytes(runtime_weight_bytes) + " (" +
+                                std::string(DTypeName(compute_dtype)) + "; fp8 stays fp8)");
   Print("KV cache per token",
         FormatCount(kv_per_token) + " B in " + std::string(DTypeName(*kv_dtype)) + " (2 x " +
             std::to_string(c.num_layers) + " layers x " + std::to_string(c.num_kv_heads) +
@@ -211,7 +216,8 @@ void AddInspectCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-model-len", opts->max_model_len,
                   "longest request to plan for (default: the model's context length)");
-  cmd->add_option("--kv-cache-dtype", opts->kv_cache_dtype, "bf16, f16 or fp8_e4m3")
+  cmd->add_option("--kv-cache-dtype", opts->kv_cache_dtype,
+                  "auto (the checkpoint's GPU compute dtype), bf16, f16 or fp8_e4m3")
       ->capture_default_str();
   cmd->add_option("--block-size", opts->block_size, "tokens per KV block")->capture_default_str();
   cmd->add_flag("--json", opts->json, "print JSON instead of a table");

@@ -34,6 +34,11 @@ const Weight* Checkpoint::Find(std::string_view hf_name) const {
   return nullptr;
 }
 
+DType DefaultGpuDType(const Checkpoint& ckpt) {
+  if (ckpt.format() == CheckpointFormat::kGguf) return DType::kF16;
+  return ckpt.config().dtype == DType::kF16 ? DType::kF16 : DType::kBF16;
+}
+
 int64_t Checkpoint::WeightBytes() const {
   int64_t n = 0;
   for (const Weight& w : weights_) n += w.nbytes;

@@ -92,4 +92,11 @@ class Checkpoint {
   static Result<Checkpoint> OpenGguf(const std::string& file);
 };
 
+// The 16-bit type kiln's GPU backend computes `ckpt` in unless told otherwise (vLLM's --dtype
+// auto): fp16 for GGUF files (their blocks' scales are fp16, llama.cpp computes in fp16, and fp16
+// keeps 3 more bits of each dequantized weight than bf16) and
+// for checkpoints declared float16; bf16 otherwise (bfloat16, and float32 checkpoints, whose
+// range fp16 may not hold). Also the KV cache's type. `kiln inspect` reports it.
+DType DefaultGpuDType(const Checkpoint& ckpt);
+
 }  // namespace kiln

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "model/config.h"
 #include "model/test_util.h"
@@ -37,6 +38,22 @@ TEST(Checkpoint, OpensSingleFileHfDirectory) {
   ASSERT_NE(q, nullptr);
   EXPECT_EQ(q->shape, (Shape{64, 64}));
   EXPECT_TRUE(q->file.ends_with("model.safetensors"));
+}
+
+TEST(Checkpoint, DefaultGpuDTypeFollowsTheDeclaredDtype) {
+  // float16 checkpoints run in fp16; bfloat16 and float32 ones (fp16 may not hold their range)
+  // in bf16.
+  const std::pair<DType, DType> cases[] = {
+      {DType::kBF16, DType::kBF16}, {DType::kF16, DType::kF16}, {DType::kF32, DType::kBF16}};
+  for (const auto& [declared, expected] : cases) {
+    const std::string dir = MakeTempDir("ckpt_dtype");
+    ModelConfig c = TinyLlamaConfig();
+    c.dtype = declared;
+    WriteTinyCheckpoint(dir, c, 1);
+    auto ckpt = Checkpoint::Open(dir);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    EXPECT_EQ(DefaultGpuDType(*ckpt), expected) << DTypeName(declared);
+  }
 }
 
 TEST(Checkpoint, OpensShardedDirectoryAndMovesSafely) {

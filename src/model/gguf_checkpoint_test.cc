@@ -100,6 +100,7 @@ TEST(GgufCheckpoint, OpensTinyLlama) {
   EXPECT_EQ(q->shape, (Shape{64, 64}));
   EXPECT_EQ(q->dtype, DType::kF32);
   EXPECT_EQ(ckpt->NumStoredParameters(), c.NumParameters());
+  EXPECT_EQ(DefaultGpuDType(*ckpt), DType::kF16);  // GGUF runs in fp16 on the GPU
 }
 
 TEST(GgufCheckpoint, Qwen2KeepsHalfSplitRopeAndNeedsBiases) {

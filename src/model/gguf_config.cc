@@ -95,7 +95,7 @@ Result<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {
   if (f.FindTensor("blk.0.attn_output.bias") != nullptr) c.o_bias = true;
   if (f.FindTensor("blk.0.ffn_gate.bias") != nullptr) c.mlp_bias = true;
 
-  // GGUF declares no compute dtype; the CUDA backend runs GGUF files in fp16 (DefaultCudaDType).
+  // GGUF declares no compute dtype; the CUDA backend runs GGUF files in fp16 (DefaultGpuDType).
   c.dtype = DType::kBF16;
   const GenerationConfig g = GenerationConfigFromGguf(f);
   c.bos_token_id = g.bos_token_id;

@@ -1157,7 +1157,7 @@ Result<std::unique_ptr<ModelRunner>> CreateCudaRunner(const Checkpoint& ckpt,
   if (options.max_num_tokens <= 0 || options.max_num_seqs <= 0) {
     return InvalidArgument("CUDA: max_num_tokens and max_num_seqs must be positive");
   }
-  const DType dtype = options.dtype.value_or(DefaultCudaDType(ckpt));
+  const DType dtype = options.dtype.value_or(DefaultGpuDType(ckpt));
   if (dtype != DType::kBF16 && dtype != DType::kF16) {
     return Unsupported("CUDA: dtype " + std::string(DTypeName(dtype)) +
                        " (the CUDA backend computes in bfloat16 or float16)");
@@ -1178,13 +1178,6 @@ Result<std::unique_ptr<ModelRunner>> CreateCudaRunner(const Checkpoint& ckpt,
             << (m.workspace_bytes >> 20) << " MiB, " << (m.device_free_bytes >> 20)
             << " MiB free of " << (m.device_total_bytes >> 20);
   return std::unique_ptr<ModelRunner>(std::move(runner));
-}
-
-DType DefaultCudaDType(const Checkpoint& ckpt) {
-  // GGUF blocks carry fp16 scales (llama.cpp computes in fp16 too): fp16 keeps 3 more bits of
-  // each dequantized weight than bf16.
-  if (ckpt.format() == CheckpointFormat::kGguf) return DType::kF16;
-  return ckpt.config().dtype == DType::kF16 ? DType::kF16 : DType::kBF16;
 }
 
 Result<CudaMemoryReport> GetCudaMemoryReport(const ModelRunner& runner) {

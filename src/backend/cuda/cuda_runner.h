@@ -41,7 +41,8 @@ namespace kiln {
 
 struct CudaRunnerOptions {
   int device = 0;
-  // Weights, activations and KV cache: DType::kBF16 or kF16. Unset: DefaultCudaDType.
+  // Weights, activations and KV cache: DType::kBF16 or kF16. Unset: DefaultGpuDType
+  // (model/checkpoint.h).
   std::optional<DType> dtype;
   // The most tokens one step carries (the scheduler's max_num_batched_tokens, or more); sizes
   // the activation workspace.
@@ -86,11 +87,6 @@ struct CudaMemoryReport {
 // weights and workspace do not fit; those of the checkpoint reads.
 Result<std::unique_ptr<ModelRunner>> CreateCudaRunner(const Checkpoint& ckpt,
                                                       const CudaRunnerOptions& options);
-
-// The dtype a runner takes when none is asked for (vLLM's --dtype auto): fp16 for GGUF files
-// (their blocks' scales are fp16, and llama.cpp computes in fp16) and for checkpoints declared
-// float16; bf16 otherwise (bfloat16, and float32 checkpoints, whose range fp16 may not hold).
-DType DefaultCudaDType(const Checkpoint& ckpt);
 
 // What a CUDA runner holds now (kInvalidArgument when `runner` is not a CUDA runner).
 Result<CudaMemoryReport> GetCudaMemoryReport(const ModelRunner& runner);
