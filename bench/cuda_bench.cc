@@ -135,18 +135,20 @@ Timeline RunEngine(Engine& engine, const std::vector<std::vector<int32_t>>& prom
     const double now = Seconds(start, Clock::now());
     const StepStats& step = engine.stats().last_step;
     const double step_seconds = Seconds(s0, Clock::now());
+    // This step's device seconds per op (--profile-ops), added to `into`.
     const std::map<std::string, double> ops1 = op_seconds();
-    if (step.num_decode_seqs == step.num_seqs) {
+    auto add_step_ops = [&](std::map<std::string, double>& into) {
       for (const auto& [op, seconds] : ops1) {
-        t.decode_only_op_seconds[op] += seconds - (ops0.contains(op) ? ops0.at(op) : 0.0);
+        into[op] += seconds - (ops0.contains(op) ? ops0.at(op) : 0.0);
       }
+    };
+    if (step.num_decode_seqs == step.num_seqs) {
+      add_step_ops(t.decode_only_op_seconds);
       ++t.decode_only_steps;
       t.decode_only_seconds += step_seconds;
       t.decode_only_seqs += step.num_seqs;
     } else {
-      for (const auto& [op, seconds] : ops1) {
-        t.mixed_op_seconds[op] += seconds - (ops0.contains(op) ? ops0.at(op) : 0.0);
-      }
+      add_step_ops(t.mixed_op_seconds);
       ++t.mixed_steps;
       t.mixed_seconds += step_seconds;
       t.mixed_prompt_tokens += step.num_batched_tokens - step.num_decode_seqs;
@@ -156,9 +158,7 @@ Timeline RunEngine(Engine& engine, const std::vector<std::vector<int32_t>>& prom
       t.decode_step_seconds.push_back(step_seconds);
       t.decode_step_gpu_seconds.push_back(gpu_seconds() - gpu0);
       t.decode_step_bookkeeping_us.push_back(step.bookkeeping_us());
-      for (const auto& [op, seconds] : ops1) {
-        t.decode_op_seconds[op] += seconds - (ops0.contains(op) ? ops0.at(op) : 0.0);
-      }
+      add_step_ops(t.decode_op_seconds);
     }
     for (const RequestOutput& o : outputs) {
       if (!o.new_token_ids.empty() && !t.first_token.contains(o.id)) t.first_token[o.id] = now;
@@ -405,29 +405,29 @@ int main(int argc, char** argv) {
     next_id += offline_requests;
     const double tok_s = t.generated / t.total_seconds;
     const EngineStats& stats = engine.stats();
-    out["offline"] = {
-        {"requests", offline_requests},
-        {"input_len", offline_in},
-        {"max_num_seqs", max_num_seqs},
-        {"preemptions", stats.num_preemptions},
-        {"capacity_policy", capacity_policy},
-        {"max_num_batched_tokens", max_num_batched_tokens},
-        {"gpu_memory_utilization", gpu_memory_utilization},
-        {"output_len", offline_out},
-        {"seconds", t.total_seconds},
-        {"output_tok_s", tok_s},
-        {"trtllm_published_h100_fp16", 7055},
-        {"ratio_to_trtllm", tok_s / 7055},
-        {"block_size", block_size},
-        {"steps",
-         {{"decode_only", t.decode_only_steps},
-          {"decode_only_seconds", t.decode_only_seconds},
-          {"decode_only_mean_batch",
-           t.decode_only_steps > 0 ? static_cast<double>(t.decode_only_seqs) / t.decode_only_steps
-                                   : 0.0},
-          {"mixed", t.mixed_steps},
-          {"mixed_seconds", t.mixed_seconds},
-          {"mixed_prompt_tokens", t.mixed_prompt_tokens}}}};
+    const double mean_batch = t.decode_only_steps > 0
+                                  ? static_cast<double>(t.decode_only_seqs) / t.decode_only_steps
+                                  : 0.0;
+    out["offline"] = {{"requests", offline_requests},
+                      {"input_len", offline_in},
+                      {"max_num_seqs", max_num_seqs},
+                      {"preemptions", stats.num_preemptions},
+                      {"capacity_policy", capacity_policy},
+                      {"max_num_batched_tokens", max_num_batched_tokens},
+                      {"gpu_memory_utilization", gpu_memory_utilization},
+                      {"output_len", offline_out},
+                      {"seconds", t.total_seconds},
+                      {"output_tok_s", tok_s},
+                      {"trtllm_published_h100_fp16", 7055},
+                      {"ratio_to_trtllm", tok_s / 7055},
+                      {"block_size", block_size},
+                      {"steps",
+                       {{"decode_only", t.decode_only_steps},
+                        {"decode_only_seconds", t.decode_only_seconds},
+                        {"decode_only_mean_batch", mean_batch},
+                        {"mixed", t.mixed_steps},
+                        {"mixed_seconds", t.mixed_seconds},
+                        {"mixed_prompt_tokens", t.mixed_prompt_tokens}}}};
     if (!t.decode_only_op_seconds.empty()) {
       Json decode_ops, mixed_ops;
       std::printf(
@@ -448,9 +448,7 @@ int main(int argc, char** argv) {
     std::printf(
         "   decode-only steps %ld (%.1f s, mean batch %.1f); steps with prompt tokens %ld (%.1f s, "
         "%ld prompt tokens)\n",
-        static_cast<long>(t.decode_only_steps), t.decode_only_seconds,
-        t.decode_only_steps > 0 ? static_cast<double>(t.decode_only_seqs) / t.decode_only_steps
-                                : 0.0,
+        static_cast<long>(t.decode_only_steps), t.decode_only_seconds, mean_batch,
         static_cast<long>(t.mixed_steps), t.mixed_seconds,
         static_cast<long>(t.mixed_prompt_tokens));
   }

@@ -274,9 +274,9 @@ TYPED_TEST(PagedPrefillAttentionGpu, MixedBatchWithStridesAndPadding) {
   RunPrefill<TypeParam>(t, q_lens, seq_lens, 12, "mixed hd64 bs32 fused-qkv stride");
 }
 
-// Decode: one query row per sequence; rows with seq_len 0 must stay untouched.
+// Decode: one query row per sequence; rows with seq_len 0 must stay untouched. num_splits > 0
+// forces the context splits (1: the split kernel writes the output itself).
 template <typename T>
-// num_splits > 0 forces the context splits (1: the split kernel writes the output itself).
 void RunDecode(const Shape& s, const std::vector<int>& seq_lens, int max_seq_len, uint32_t seed,
                const std::string& what, bool through_graph = false, int num_splits = 0) {
   std::mt19937 rng(seed);

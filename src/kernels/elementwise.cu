@@ -195,15 +195,16 @@ __global__ void RmsNormVecKernel(const T* x, int64_t ldx, R* residual, NormResid
   }
 }
 
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 template <typename T, typename R>
 cudaError_t LaunchRmsNorm(const T* x, int64_t ldx, R* residual, NormResidual mode,
                           const int32_t* row_ids, int32_t num_rows, int32_t dim, const T* weight,
                           float eps, T* out, int64_t ldo, cudaStream_t stream) {
   if (num_rows == 0) return cudaSuccess;
   if (dim <= 0 || dim > kNormMaxDim) return cudaErrorInvalidValue;
-  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool vec = dim % 8 == 0 && ldx % 8 == 0 && ldo % 8 == 0 && aligned(x) && aligned(out) &&
-                   aligned(weight) && (residual == nullptr || aligned(residual));
+  const bool vec = dim % 8 == 0 && ldx % 8 == 0 && ldo % 8 == 0 && Aligned16(x) && Aligned16(out) &&
+                   Aligned16(weight) && (residual == nullptr || Aligned16(residual));
   if (!vec) {
     RmsNormKernel<T, R><<<num_rows, kNormThreads, 0, stream>>>(x, ldx, residual, mode, row_ids, dim,
                                                                weight, eps, out, ldo);
@@ -281,6 +282,14 @@ __global__ void RopeStoreKvKernel(RopeKvArgsT<T> a) {
   }
 }
 
+// silu(g) * u at HF's rounding points: act_fn(gate) is rounded to the model's dtype before the
+// product with up.
+template <typename T>
+__device__ __forceinline__ T SiluTimes(T g, T u) {
+  const float x = ToFloat(g);
+  return FromFloat<T>(RoundTo<T>(x / (1.0f + __expf(-x))) * ToFloat(u));
+}
+
 // Rows on the grid's x (up to 2^31 - 1; y stops at 65535), column blocks on y.
 template <typename T>
 __global__ void SiluMulKernel(const T* gate_up, int64_t ld, int32_t dim, T* out, int64_t ldo) {
@@ -288,16 +297,13 @@ __global__ void SiluMulKernel(const T* gate_up, int64_t ld, int32_t dim, T* out,
   const T* u = g + dim;
   T* o = out + int64_t{blockIdx.x} * ldo;
   for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < dim; i += gridDim.y * blockDim.x) {
-    const float gv = ToFloat(g[i]);
-    // HF: act_fn(gate) is rounded to the model's dtype before the product with up.
-    const float silu = RoundTo<T>(gv / (1.0f + __expf(-gv)));
-    o[i] = FromFloat<T>(silu * ToFloat(u[i]));
+    o[i] = SiluTimes(g[i], u[i]);
   }
 }
 
 // SiluMulKernel over 8 elements a thread (16-byte loads and stores), for rows whose dim and
 // strides are multiples of 8: the scalar kernel's 2-byte accesses reached ~40 % of the copy
-// bandwidth on prefill-sized inputs. Same arithmetic and rounding points.
+// bandwidth on prefill-sized inputs.
 template <typename T>
 __global__ void SiluMulVec8Kernel(const T* gate_up, int64_t ld, int32_t dim, T* out, int64_t ldo) {
   const auto* g = reinterpret_cast<const uint4*>(gate_up + int64_t{blockIdx.x} * ld);
@@ -311,11 +317,7 @@ __global__ void SiluMulVec8Kernel(const T* gate_up, int64_t ld, int32_t dim, T* 
     uint4 ov;
     T* oe = reinterpret_cast<T*>(&ov);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const float x = ToFloat(ge[k]);
-      const float silu = RoundTo<T>(x / (1.0f + __expf(-x)));
-      oe[k] = FromFloat<T>(silu * ToFloat(ue[k]));
-    }
+    for (int k = 0; k < 8; ++k) oe[k] = SiluTimes(ge[k], ue[k]);
     o[c] = ov;
   }
 }
@@ -363,9 +365,7 @@ cudaError_t LaunchSiluMul(const T* gate_up, int64_t ld, int32_t num_rows, int32_
                           int64_t ldo, cudaStream_t stream) {
   if (num_rows == 0) return cudaSuccess;
   const int threads = 256;
-  if (dim % 8 == 0 && ld % 8 == 0 && ldo % 8 == 0 &&
-      reinterpret_cast<uintptr_t>(gate_up) % 16 == 0 &&
-      reinterpret_cast<uintptr_t>(out) % 16 == 0) {
+  if (dim % 8 == 0 && ld % 8 == 0 && ldo % 8 == 0 && Aligned16(gate_up) && Aligned16(out)) {
     const dim3 grid(num_rows, (dim / 8 + threads - 1) / threads);
     SiluMulVec8Kernel<<<grid, threads, 0, stream>>>(gate_up, ld, dim, out, ldo);
     return cudaGetLastError();
