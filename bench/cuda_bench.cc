@@ -17,7 +17,7 @@
 //                          [--profile-ops]  (per-op device time of the decode steps; no graphs)
 //                          [--max-num-seqs N (256)] [--max-num-batched-tokens N (8192)]
 //                          [--gpu-memory-utilization F (0.9)] [--capacity-policy P]
-//                          [--block-size N (16)]
+//                          [--block-size N (16)] [--swap-space SIZE (4GiB; 0 = recompute)]
 //                          [--offline-requests N] [--offline-in N] [--offline-out N]
 //                          [--no-async-scheduling]  (schedule after each step's result)
 //                          [--dtype auto|bfloat16|float16]
@@ -37,6 +37,7 @@
 #include "backend/cuda/cuda_runner.h"
 #include "backend/cuda/gemm.h"
 #include "core/buffer.h"
+#include "core/units.h"
 #include "cuda_yardstick.h"
 #include "engine/llm.h"
 
@@ -198,6 +199,7 @@ int main(int argc, char** argv) {
   int max_num_seqs = 256, max_num_batched_tokens = 8192, block_size = 16;
   float gpu_memory_utilization = 0.9f;
   std::string capacity_policy = "max_utilization";
+  std::string swap_space;  // "" = the engine's default
   int offline_requests = 1000, offline_in = 1000, offline_out = 1000;
   std::optional<bool> async_scheduling;
   std::string dtype = "auto";  // unset: the engine's default (on for CUDA)
@@ -220,6 +222,8 @@ int main(int argc, char** argv) {
       max_num_batched_tokens = std::stoi(next());
     } else if (a == "--block-size") {
       block_size = std::stoi(next());
+    } else if (a == "--swap-space") {
+      swap_space = next();
     } else if (a == "--capacity-policy") {
       capacity_policy = next();
     } else if (a == "--gpu-memory-utilization") {
@@ -276,6 +280,16 @@ int main(int argc, char** argv) {
   options.engine.scheduler.capacity_policy = *policy;
   options.engine.max_model_len = 8192;
   options.engine.block_size = block_size;
+  if (swap_space == "0") {
+    options.swap_space_bytes = 0;
+  } else if (!swap_space.empty()) {
+    auto bytes = ParseByteSize(swap_space);
+    if (!bytes.ok()) {
+      std::fprintf(stderr, "cuda_bench: --swap-space: %s\n", bytes.status().ToString().c_str());
+      return 2;
+    }
+    options.swap_space_bytes = *bytes;
+  }
   const auto t0 = Clock::now();
   auto created = LLM::Create(model, options);
   const double startup = Seconds(t0, Clock::now());
@@ -412,6 +426,9 @@ int main(int argc, char** argv) {
                       {"input_len", offline_in},
                       {"max_num_seqs", max_num_seqs},
                       {"preemptions", stats.num_preemptions},
+                      {"swap_preemptions", stats.num_swap_preemptions},
+                      {"swap_space_blocks", stats.num_host_kv_blocks},
+                      {"swapped_out_blocks", stats.kv.num_swapped_out_blocks},
                       {"capacity_policy", capacity_policy},
                       {"max_num_batched_tokens", max_num_batched_tokens},
                       {"gpu_memory_utilization", gpu_memory_utilization},
@@ -451,6 +468,10 @@ int main(int argc, char** argv) {
         static_cast<long>(t.decode_only_steps), t.decode_only_seconds, mean_batch,
         static_cast<long>(t.mixed_steps), t.mixed_seconds,
         static_cast<long>(t.mixed_prompt_tokens));
+    std::printf("   preemptions %ld (%ld swapped to host, %ld blocks out; swap space %d blocks)\n",
+                static_cast<long>(stats.num_preemptions),
+                static_cast<long>(stats.num_swap_preemptions),
+                static_cast<long>(stats.kv.num_swapped_out_blocks), stats.num_host_kv_blocks);
   }
   if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
   std::printf("%s\n", out.dump(2).c_str());

@@ -2,11 +2,14 @@
 // copy bandwidth measured in the same run.
 //   - few rows (m = 1, 2, 4, 8): kernels::Gemv against cuBLASLt's heuristic pick: which one
 //     cuda::Gemm should use up to which m (its gemv_max_rows);
-//   - decode batches (m = 16, 64, 256): cuBLASLt's heuristic pick against Gemm::Tune's choice.
+//   - decode batches (m = 16, 64, 256): cuBLASLt's heuristic pick against Gemm::Tune's choice;
+//   - with --prefill, prompt steps instead (m = 2,048, 8,192, 16,384): the same two in TFLOP/s,
+//     on random-looking operands (constant ones flatter the tensor cores), next to the bf16
+//     8192^3 GEMM (tuned) of the same run.
 // Achieved bandwidth = (weight + activation bytes) / time; every run reads another copy of the
 // weights (16 or more copies, as the 32 layers of a forward pass do), so none comes from L2.
 //
-//   build/bench/gemv_bench [--json F]
+//   build/bench/gemv_bench [--json F] [--prefill]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -46,18 +49,88 @@ double TimeLinear(cuda::Gemm& gemm, const std::vector<const bf16*>& weights, con
   return round / static_cast<double>(weights.size());
 }
 
+// Random-looking bf16 bits in [0.5, 2) (scaled by 2^-6 for activations: ~[0.008, 0.03)).
+void FillRandom(DeviceBuffer& b, uint16_t exponent_bits) {
+  std::vector<uint16_t> host(b.size() / 2);
+  std::mt19937 rng(3);
+  for (uint16_t& v : host) v = static_cast<uint16_t>(exponent_bits + (rng() & 0xff));
+  BENCH_CHECK(b.CopyFromHost(host.data(), host.size() * 2).ok());
+}
+
+// Prompt-step GEMMs: TFLOP/s of cuBLASLt's heuristic pick and of Tune's, against the 8192^3
+// GEMM of the same run.
+int RunPrefill(const std::string& json_path) {
+  Json out;
+  const Layer layers[] = {{"qkv", 6144, 4096, false},
+                          {"o", 4096, 4096, false},
+                          {"gate_up", 28672, 4096, false},
+                          {"down", 4096, 14336, false}};
+  constexpr int64_t kMaxRows = 16384;
+  DeviceBuffer x = DeviceBuffer::Allocate(kMaxRows * 14336 * 2).value();
+  DeviceBuffer result = DeviceBuffer::Allocate(kMaxRows * 28672 * 2).value();
+  FillRandom(x, 0x3c00);
+  double peak = 0;
+  {
+    const Layer square{"8192^3", 8192, 8192, false};
+    DeviceBuffer w = DeviceBuffer::Allocate(8192 * 8192 * 2).value();
+    FillRandom(w, 0x3f00);
+    auto g = cuda::Gemm::Create();
+    BENCH_CHECK(g.ok());
+    (*g)->set_gemv_max_rows(0);
+    const std::vector<const bf16*> weights = {static_cast<const bf16*>(w.data())};
+    BENCH_CHECK((*g)->Tune({8192, 8192, 8192, 8192, 8192, false, false}, 8, nullptr, weights).ok());
+    peak =
+        2.0 * 8192 * 8192 * 8192 /
+        TimeLinear(**g, weights, static_cast<const bf16*>(x.data()), 8192, square, result.data());
+  }
+  out["gemm_bf16_8192_tflops"] = peak / 1e12;
+  std::printf("bf16 8192^3 (tuned): %.0f TFLOP/s\n%-8s %6s %14s %14s\n", peak / 1e12, "layer", "m",
+              "heuristic", "tuned (of 8)");
+  auto heuristic = cuda::Gemm::Create();
+  auto tuned = cuda::Gemm::Create();
+  BENCH_CHECK(heuristic.ok() && tuned.ok());
+  (*heuristic)->set_gemv_max_rows(0);
+  (*tuned)->set_gemv_max_rows(0);
+  for (const Layer& l : layers) {
+    DeviceBuffer w = DeviceBuffer::Allocate(l.n * l.k * 2 * 2).value();
+    FillRandom(w, 0x3f00);
+    const std::vector<const bf16*> weights = {static_cast<const bf16*>(w.data()),
+                                              static_cast<const bf16*>(w.data()) + l.n * l.k};
+    const auto* xp = static_cast<const bf16*>(x.data());
+    for (int64_t m : {2048, 8192, 16384}) {
+      const double flops = 2.0 * m * l.n * l.k;
+      const double h = TimeLinear(**heuristic, weights, xp, m, l, result.data());
+      const cuda::GemmShape shape{m, l.n, l.k, l.k, l.n, l.out_f32, false};
+      BENCH_CHECK((*tuned)->Tune(shape, 8, nullptr, weights).ok());
+      const double t = TimeLinear(**tuned, weights, xp, m, l, result.data());
+      out["prefill"].push_back({{"layer", l.name},
+                                {"m", m},
+                                {"heuristic_tflops", flops / h / 1e12},
+                                {"tuned_tflops", flops / t / 1e12}});
+      std::printf("%-8s %6ld %8.0f (%3.0f%%) %8.0f (%3.0f%%)\n", l.name, static_cast<long>(m),
+                  flops / h / 1e12, 100 * flops / h / peak, flops / t / 1e12,
+                  100 * flops / t / peak);
+    }
+  }
+  if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
+  return 0;
+}
+
 }  // namespace
 }  // namespace kiln
 
 int main(int argc, char** argv) {
   using namespace kiln;
   std::string json_path;
+  bool prefill = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) {
       json_path = argv[++i];
+    } else if (a == "--prefill") {
+      prefill = true;
     } else {
-      std::fprintf(stderr, "usage: gemv_bench [--json F]\n");
+      std::fprintf(stderr, "usage: gemv_bench [--json F] [--prefill]\n");
       return 2;
     }
   }
@@ -66,6 +139,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gemv_bench: needs a CUDA device\n");
     return 2;
   }
+  if (prefill) return RunPrefill(json_path);
   const double copy_bw = bench::DeviceCopyBandwidth();
   std::printf("copy bandwidth %.0f GB/s\n", copy_bw / 1e9);
   Json out;

@@ -37,8 +37,14 @@ class ModelRunner {
   // start undefined. Errors: kResourceExhausted when the memory cannot be had.
   virtual Status AllocateKvCache(int32_t num_blocks, int32_t block_size) = 0;
 
-  // Runs the forward pass over inputs.token_ids, writes the new tokens' K/V into their slots,
-  // and samples/scores as each StepSequence asks.
+  // (Re)allocates the host swap space: num_blocks blocks of the KV pool's block size (0 frees
+  // it), where StepInputs::swap_out/swap_in move preempted requests' KV (swap-to-host
+  // preemption). Call after AllocateKvCache. Errors: kResourceExhausted when the (pinned) host
+  // memory cannot be had.
+  virtual Status AllocateSwapSpace(int32_t num_blocks) = 0;
+
+  // Runs the swap copies of inputs, then the forward pass over inputs.token_ids, writes the new
+  // tokens' K/V into their slots, and samples/scores as each StepSequence asks.
   // REQUIRES: AllocateKvCache was called; inputs are consistent (the engine builds them):
   // every slot and block id is inside the pool, positions match num_computed_tokens, token ids
   // are < vocab_size. A violated precondition is a bug and aborts through CHECK.

@@ -76,7 +76,20 @@ constexpr int32_t PreviousStepToken(int32_t seq) { return -1 - seq; }
 constexpr bool IsPreviousStepToken(int32_t token_id) { return token_id < 0; }
 constexpr int32_t PreviousStepSeq(int32_t token_id) { return -1 - token_id; }
 
+// Swap-to-host preemption: one KV block's contents (every layer, K and V) moved between block
+// `device_block` of the device pool and block `host_block` of the runner's host swap space
+// (ModelRunner::AllocateSwapSpace). The engine's KV cache manager picks both ids.
+struct BlockCopy {
+  int32_t device_block = 0;
+  int32_t host_block = 0;
+};
+
 struct StepInputs {
+  // Done before the forward pass, in this order: swap_out (device -> host: the blocks of requests
+  // preempted this step, which the step may already hand to others), then swap_in (host ->
+  // device: requests resuming this step). A step may hold copies and no sequence.
+  std::vector<BlockCopy> swap_out;
+  std::vector<BlockCopy> swap_in;
   // [num_tokens]; an entry may be PreviousStepToken(j) in a step given to ModelRunner::Launch.
   std::vector<int32_t> token_ids;
   std::vector<int32_t> positions;     // [num_tokens] position of each token in its sequence

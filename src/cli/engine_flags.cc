@@ -15,6 +15,9 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
   cmd->add_option("--kv-cache-memory", f->kv_cache_memory,
                   "KV pool size, e.g. 1GiB (default: 1GiB on CPU; on CUDA what "
                   "--gpu-memory-utilization leaves)");
+  cmd->add_option("--swap-space", f->swap_space,
+                  "host memory for swapping preempted requests' KV cache out of the pool, e.g. "
+                  "8GiB; 0 = recompute them instead (default: 4GiB on CUDA, 0 on CPU)");
   cmd->add_option("--gpu-memory-utilization", f->gpu_memory_utilization,
                   "CUDA: share of the device's memory for weights, workspace and KV cache")
       ->check(CLI::Range(0.01, 1.0));
@@ -46,6 +49,13 @@ Result<LlmOptions> ToLlmOptions(const EngineFlags& f) {
     auto kv_bytes = ParseByteSize(f.kv_cache_memory);
     if (!kv_bytes.ok()) return kv_bytes.status().WithContext("--kv-cache-memory");
     e.kv_cache_memory_bytes = *kv_bytes;
+  }
+  if (f.swap_space == "0") {
+    options.swap_space_bytes = 0;
+  } else if (!f.swap_space.empty()) {
+    auto swap_bytes = ParseByteSize(f.swap_space);
+    if (!swap_bytes.ok()) return swap_bytes.status().WithContext("--swap-space");
+    options.swap_space_bytes = *swap_bytes;
   }
   options.gpu_memory_utilization = f.gpu_memory_utilization;
   options.enable_cuda_graphs = !f.no_cuda_graphs;

@@ -16,6 +16,7 @@ struct EngineFlags {
   std::string device = "auto";
   int32_t threads = 0;
   std::string kv_cache_memory;  // "" = automatic (1 GiB on CPU; CUDA: gpu_memory_utilization)
+  std::string swap_space;       // "" = automatic (CUDA: 4 GiB, CPU: none); "0" = none
   float gpu_memory_utilization = 0.9f;
   bool no_cuda_graphs = false;
   int32_t block_size = 16;

@@ -1,9 +1,15 @@
 #include "core/buffer.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
+
+#include <sys/mman.h>
 
 #ifdef KILN_HAS_CUDA
 #include <cuda_runtime_api.h>
@@ -75,6 +81,23 @@ TensorView DeviceBuffer::View(DType dtype, Shape shape) const {
   return ViewInto(data_, size_, dtype, shape, Device::kCuda);
 }
 
+PinnedHostBuffer::PinnedHostBuffer(PinnedHostBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      device_data_(std::exchange(other.device_data_, nullptr)),
+      size_(std::exchange(other.size_, 0)) {}
+
+PinnedHostBuffer& PinnedHostBuffer::operator=(PinnedHostBuffer&& other) noexcept {
+  if (this != &other) {
+    Release();
+    data_ = std::exchange(other.data_, nullptr);
+    device_data_ = std::exchange(other.device_data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+PinnedHostBuffer::~PinnedHostBuffer() { Release(); }
+
 #ifdef KILN_HAS_CUDA
 
 namespace {
@@ -118,6 +141,51 @@ Status DeviceBuffer::CopyToHost(void* dst, size_t nbytes) const {
   return CudaStatus(cudaMemcpy(dst, data_, nbytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
 }
 
+Result<PinnedHostBuffer> PinnedHostBuffer::Allocate(size_t nbytes) {
+  PinnedHostBuffer b;
+  if (nbytes == 0) return b;
+  void* p = mmap(nullptr, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    return ResourceExhausted("cannot map " + std::to_string(nbytes >> 20) +
+                             " MiB of host memory: " + std::strerror(errno));
+  }
+  // First touch in parallel: the kernel's page faults, not the copy, bound the single thread.
+  const size_t num_threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
+  const size_t page = 4096;
+  const size_t per_thread = (nbytes / num_threads + page - 1) / page * page;
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < num_threads; ++t) {
+    const size_t begin = std::min(nbytes, t * per_thread);
+    const size_t end = std::min(nbytes, begin + per_thread);
+    threads.emplace_back([p, begin, end] {
+      for (size_t i = begin; i < end; i += 4096) static_cast<volatile char*>(p)[i] = 0;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const cudaError_t err = cudaHostRegister(p, nbytes, cudaHostRegisterMapped);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    munmap(p, nbytes);
+    return ResourceExhausted("cannot pin " + std::to_string(nbytes >> 20) +
+                             " MiB of host memory: " + cudaGetErrorString(err));
+  }
+  b.data_ = p;
+  b.size_ = nbytes;
+  KILN_RETURN_IF_ERROR(
+      CudaStatus(cudaHostGetDevicePointer(&b.device_data_, p, 0), "cudaHostGetDevicePointer"));
+  return b;
+}
+
+void PinnedHostBuffer::Release() {
+  if (data_ != nullptr) {
+    const cudaError_t err = cudaHostUnregister(data_);
+    CHECK(err == cudaSuccess) << "cudaHostUnregister: " << cudaGetErrorString(err);
+    munmap(data_, size_);
+    data_ = device_data_ = nullptr;
+    size_ = 0;
+  }
+}
+
 bool HasCudaDevice() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -147,6 +215,10 @@ Result<DeviceBuffer> DeviceBuffer::Allocate(size_t) {
       "with the CUDA toolkit)");
 }
 void DeviceBuffer::Release() {}
+Result<PinnedHostBuffer> PinnedHostBuffer::Allocate(size_t) {
+  return Unsupported("this kiln was built without CUDA");
+}
+void PinnedHostBuffer::Release() {}
 Status DeviceBuffer::CopyFromHost(const void*, size_t) {
   return Unsupported("this kiln was built without CUDA");
 }

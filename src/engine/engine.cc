@@ -81,28 +81,46 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<ModelRunner> runn
         std::to_string(max_model_len) + ")");
   }
 
+  if (options.swap_space_bytes < 0) {
+    return InvalidArgument("swap_space: must be >= 0 bytes, got " +
+                           std::to_string(options.swap_space_bytes));
+  }
+  const int64_t num_host_blocks = std::min<int64_t>(
+      options.swap_space_bytes / runner->KvBlockBytes(options.block_size), int64_t{1} << 30);
+
   std::unique_ptr<Engine> engine(new Engine());
   engine->options_ = options;
   KILN_RETURN_IF_ERROR(
       runner->AllocateKvCache(static_cast<int32_t>(num_blocks), options.block_size));
+  KILN_RETURN_IF_ERROR(
+      runner->AllocateSwapSpace(static_cast<int32_t>(num_host_blocks))
+          .WithContext("swap space of " + std::to_string(options.swap_space_bytes >> 20) +
+                       " MiB (lower it, or set it to 0 to recompute preempted requests)"));
   engine->runner_ = std::move(runner);
   engine->max_model_len_ = static_cast<int32_t>(max_model_len);
   engine->kv_ = std::make_unique<KvCacheManager>(KvCacheOptions{
       .num_blocks = static_cast<int32_t>(num_blocks),
       .block_size = options.block_size,
       .enable_prefix_caching = options.enable_prefix_caching,
+      .num_host_blocks = static_cast<int32_t>(num_host_blocks),
   });
   engine->scheduler_ =
       std::make_unique<Scheduler>(options.scheduler, engine->kv_.get(), engine->max_model_len_);
   engine->scheduler_->set_eos_token_ids(options.eos_token_ids.empty() ? config.eos_token_ids
                                                                       : options.eos_token_ids);
   engine->stats_.num_kv_blocks = static_cast<int32_t>(num_blocks);
+  engine->stats_.num_host_kv_blocks = static_cast<int32_t>(num_host_blocks);
   engine->async_ = options.async_scheduling.value_or(engine->runner_->OverlapsHost());
   LOG(INFO) << "KV cache: " << num_blocks << " blocks of " << options.block_size << " tokens ("
             << pool_tokens << " tokens, "
             << (num_blocks * engine->runner_->KvBlockBytes(options.block_size) >> 20) << " MiB) on "
             << engine->runner_->name() << "; max_model_len " << max_model_len
             << (engine->async_ ? "; async scheduling" : "");
+  if (num_host_blocks > 0) {
+    LOG(INFO) << "swap space: " << num_host_blocks << " blocks ("
+              << (num_host_blocks * engine->runner_->KvBlockBytes(options.block_size) >> 20)
+              << " MiB of host memory) for preempted requests";
+  }
   return engine;
 }
 
@@ -254,6 +272,8 @@ std::vector<RequestOutput> Engine::Step() {
 
 const EngineStats& Engine::stats() {
   stats_.kv = kv_->stats();
+  stats_.num_swap_preemptions = scheduler_->stats().num_swap_preemptions;
+  stats_.num_free_host_kv_blocks = kv_->NumFreeHostBlocks();
   stats_.num_free_kv_blocks = kv_->NumFreeBlocks();
   return stats_;
 }

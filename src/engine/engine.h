@@ -51,6 +51,10 @@ struct EngineOptions {
   // automatic: 1 GiB here; LLM::Create sizes a CUDA pool from gpu_memory_utilization instead.
   int32_t num_kv_blocks = 0;
   int64_t kv_cache_memory_bytes = 0;
+  // Host memory for swap-to-host preemption (the runner pins it on CUDA), in bytes; whole KV
+  // blocks of it are used. 0 = none: every preemption recomputes. LLM::Create picks 4 GiB on
+  // CUDA and 0 on the CPU when unset there.
+  int64_t swap_space_bytes = 0;
   bool enable_prefix_caching = true;
   // The longest sequence (prompt + output). 0 = the model's max_position_embeddings, capped to
   // what the KV pool holds.
@@ -97,6 +101,9 @@ struct EngineStats {
   int64_t num_prompt_tokens = 0;  // computed prompt tokens (excluding cache hits)
   int64_t num_generated_tokens = 0;
   int64_t num_preemptions = 0;
+  int64_t num_swap_preemptions = 0;  // of num_preemptions, those swapped to host
+  int32_t num_host_kv_blocks = 0;    // the swap space, in KV blocks
+  int32_t num_free_host_kv_blocks = 0;
   double total_bookkeeping_us = 0;  // schedule + build + update over all steps
   double total_execute_us = 0;
   int64_t num_steps_ahead = 0;  // steps whose successor was launched before their result

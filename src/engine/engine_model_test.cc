@@ -1,7 +1,8 @@
 // Batch invariance on the real default model (SmolLM2-135M, CPU backend): a request's greedy
 // tokens, and a seeded sampled request's tokens, are identical alone and inside a batch of 16
 // random others, with step budgets (chunk sizes) 1, 7 and 64, with prefix-cache hits, and after
-// preemption and recompute. Skipped without KILN_DEFAULT_MODEL (scripts/test sets it).
+// preemption (recompute, and swap to host memory). Skipped without KILN_DEFAULT_MODEL (scripts/test
+// sets it).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -17,6 +18,7 @@ struct Config {
   int32_t max_prefill_chunk_tokens;  // the chunk size of every prompt
   int32_t num_kv_blocks;             // 0 = default pool
   bool warm_prefix_cache;
+  int64_t swap_space_bytes = 0;  // preempted requests swap to host memory (CPU: 0 by default)
 };
 
 class EngineModelTest : public ::testing::Test {
@@ -35,6 +37,7 @@ class EngineModelTest : public ::testing::Test {
     o.engine.max_model_len = c.num_kv_blocks > 0 ? c.num_kv_blocks * 16 : 2048;
     o.engine.scheduler.max_prefill_chunk_tokens = c.max_prefill_chunk_tokens;
     o.engine.check_invariants = true;
+    o.swap_space_bytes = c.swap_space_bytes;
     auto llm = LLM::Create(model_, o);
     EXPECT_TRUE(llm.ok()) << llm.status().ToString();
     return std::move(*llm);
@@ -80,7 +83,8 @@ TEST_F(EngineModelTest, GreedyAndSeededTokensAreBatchInvariant) {
   for (const Config& c :
        {Config{"chunk 1", 1, 0, false}, Config{"chunk 7", 7, 0, false},
         Config{"chunk 64", 64, 0, false}, Config{"prefix-cache hits", 64, 0, true},
-        Config{"preemption (24 blocks)", 64, 24, false}}) {
+        Config{"preemption (24 blocks)", 64, 24, false},
+        Config{"preemption swapped to host (24 blocks)", 64, 24, false, int64_t{256} << 20}}) {
     std::unique_ptr<LLM> llm = Make(c);
     if (c.warm_prefix_cache) {
       ASSERT_TRUE(llm->Generate(batch, greedy).ok());
@@ -96,6 +100,7 @@ TEST_F(EngineModelTest, GreedyAndSeededTokensAreBatchInvariant) {
     EXPECT_EQ(Tokens((*s)[0]), want_seeded) << c.name << ": seeded";
     if (c.num_kv_blocks > 0) {
       EXPECT_GT(llm->engine().stats().num_preemptions, 0) << c.name << ": nothing preempted";
+      EXPECT_EQ(llm->engine().stats().num_swap_preemptions > 0, c.swap_space_bytes > 0) << c.name;
     }
     EXPECT_EQ(llm->engine().stats().num_free_kv_blocks, llm->engine().stats().num_kv_blocks);
   }

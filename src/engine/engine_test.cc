@@ -148,14 +148,17 @@ TEST(EngineTest, GreedyAndSeededOutputsAreBatchInvariant) {
     int32_t chunk;  // max_num_batched_tokens
     int32_t num_blocks;
     bool prefix_caching;
-    bool warm_cache;  // run the requests once first so the second run hits the cache
+    bool warm_cache;          // run the requests once first so the second run hits the cache
+    int32_t swap_blocks = 0;  // host swap space, in blocks (0: preemption recomputes)
   };
   for (const Setup& s : std::vector<Setup>{{"chunk 1", 1, 1024, true, false},
                                            {"chunk 7", 7, 1024, true, false},
                                            {"chunk 64", 64, 1024, true, false},
                                            {"no prefix cache", 64, 1024, false, false},
                                            {"prefix hits", 64, 1024, true, true},
-                                           {"preemption (tiny pool)", 64, 40, true, false}}) {
+                                           {"preemption (tiny pool)", 64, 40, true, false},
+                                           {"preemption, swapped", 64, 40, true, false, 64},
+                                           {"preemption, some swapped", 7, 40, true, false, 6}}) {
     for (int variant = 0; variant < 4; ++variant) {
       const bool batched = variant % 2 == 1, async = variant >= 2;
       EngineOptions o;
@@ -164,6 +167,7 @@ TEST(EngineTest, GreedyAndSeededOutputsAreBatchInvariant) {
       o.num_kv_blocks = s.num_blocks;
       o.enable_prefix_caching = s.prefix_caching;
       o.scheduler.max_num_batched_tokens = s.chunk;
+      o.swap_space_bytes = int64_t{s.swap_blocks} * FakeRunner(kVocab, kEos).KvBlockBytes(4);
       std::unique_ptr<Engine> engine = MakeEngine(o);
       const std::string what =
           s.name + (batched ? ", batched" : ", alone") + (async ? ", async" : "");
@@ -200,6 +204,17 @@ TEST(EngineTest, GreedyAndSeededOutputsAreBatchInvariant) {
       }
       if (s.num_blocks == 40 && batched) {
         EXPECT_GT(engine->stats().num_preemptions, 0) << what;
+        if (s.swap_blocks > 0) {
+          EXPECT_GT(engine->stats().num_swap_preemptions, 0) << what;
+          EXPECT_EQ(engine->stats().kv.num_swapped_in_blocks,
+                    engine->stats().kv.num_swapped_out_blocks)
+              << what;
+        } else {
+          EXPECT_EQ(engine->stats().num_swap_preemptions, 0) << what;
+        }
+        if (s.swap_blocks == 6) {  // too small for every victim: some recompute
+          EXPECT_LT(engine->stats().num_swap_preemptions, engine->stats().num_preemptions) << what;
+        }
       }
       if (async) {
         EXPECT_GT(engine->stats().num_steps_ahead, 0) << what;
@@ -323,6 +338,10 @@ TEST_P(EngineAsyncTest, RandomOperationsAgainstTheReference) {
     o.scheduler.capacity_policy =
         seed == 3 ? CapacityPolicy::kGuaranteedNoEvict : CapacityPolicy::kMaxUtilization;
     o.max_model_len = 200;
+    // Seeds 1 and 2 swap preempted requests to host memory (seed 2's space fits few of them);
+    // seed 3 never preempts.
+    const int64_t block_bytes = FakeRunner(kVocab, kEos).KvBlockBytes(o.block_size);
+    o.swap_space_bytes = seed == 1 ? 200 * block_bytes : seed == 2 ? 12 * block_bytes : 0;
     std::unique_ptr<Engine> engine = MakeEngine(o);
     std::vector<int32_t> shared(30);
     for (int32_t& t : shared) t = std::uniform_int_distribution<int32_t>(4, kVocab - 1)(rng);
@@ -367,6 +386,14 @@ TEST_P(EngineAsyncTest, RandomOperationsAgainstTheReference) {
     for (const auto& [id, r] : live) engine->Abort(id);
     Drain(*engine);
     EXPECT_EQ(engine->stats().num_free_kv_blocks, o.num_kv_blocks) << "leaked blocks";
+    if (seed != 3) {
+      EXPECT_GT(engine->stats().num_swap_preemptions, 0) << "seed " << seed;
+      // Aborted while swapped out: never swapped back in.
+      EXPECT_LE(engine->stats().kv.num_swapped_in_blocks,
+                engine->stats().kv.num_swapped_out_blocks);
+      EXPECT_EQ(engine->stats().num_free_host_kv_blocks, engine->stats().num_host_kv_blocks)
+          << "leaked host blocks";
+    }
     EXPECT_FALSE(engine->HasWork());
     if (GetParam()) {  // the async path ran (penalties, tiny pools and idle steps run sync)
       EXPECT_GT(engine->stats().num_steps_ahead, engine->stats().num_steps / 4);

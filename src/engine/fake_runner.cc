@@ -50,8 +50,39 @@ Status FakeRunner::AllocateKvCache(int32_t num_blocks, int32_t block_size) {
   return Status::Ok();
 }
 
+Status FakeRunner::AllocateSwapSpace(int32_t num_blocks) {
+  CHECK_GT(block_size_, 0) << "AllocateSwapSpace before AllocateKvCache";
+  host_token_.assign(static_cast<size_t>(num_blocks) * block_size_, -1);
+  host_position_.assign(host_token_.size(), -1);
+  return Status::Ok();
+}
+
 StepResult FakeRunner::Execute(const StepInputs& in) {
   ++num_steps_;
+  // Copies block `from` of (tokens, positions) to block `to` of the other pair; `poison` sets
+  // the source to -1 afterwards.
+  auto copy_block = [this](std::vector<int32_t>& from_tokens, std::vector<int32_t>& from_pos,
+                           int32_t from, std::vector<int32_t>& to_tokens,
+                           std::vector<int32_t>& to_pos, int32_t to, bool poison) {
+    const size_t src = static_cast<size_t>(from) * block_size_;
+    const size_t dst = static_cast<size_t>(to) * block_size_;
+    CHECK(src + block_size_ <= from_tokens.size() && dst + block_size_ <= to_tokens.size());
+    for (int32_t i = 0; i < block_size_; ++i) {
+      to_tokens[dst + i] = from_tokens[src + i];
+      to_pos[dst + i] = from_pos[src + i];
+      if (poison) from_tokens[src + i] = from_pos[src + i] = -1;
+    }
+  };
+  for (const BlockCopy& c : in.swap_out) {
+    copy_block(slot_token_, slot_position_, c.device_block, host_token_, host_position_,
+               c.host_block, /*poison=*/false);
+  }
+  for (const BlockCopy& c : in.swap_in) {
+    copy_block(host_token_, host_position_, c.host_block, slot_token_, slot_position_,
+               c.device_block, /*poison=*/true);
+  }
+  num_blocks_swapped_out_ += static_cast<int64_t>(in.swap_out.size());
+  num_blocks_swapped_in_ += static_cast<int64_t>(in.swap_in.size());
   if (step_delay_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(step_delay_us_));
   num_tokens_computed_ += in.num_tokens();
   for (int32_t t = 0; t < in.num_tokens(); ++t) {

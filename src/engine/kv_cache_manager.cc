@@ -39,6 +39,7 @@ struct KvCacheManager::Impl {
 
   struct Request {
     std::vector<int32_t> block_table;
+    std::vector<int32_t> host_table;  // while swapped out (block_table is then empty)
     // Blocks [0, num_cached_blocks) have been registered (or found already cached, or came
     // from a hit); the chain continues from the last one's hash and (canonical) serial.
     int32_t num_cached_blocks = 0;
@@ -51,6 +52,9 @@ struct KvCacheManager::Impl {
     CHECK_GT(o.block_size, 0) << "KvCacheOptions::block_size";
     CHECK(o.hash_bits >= 1 && o.hash_bits <= 64)
         << "KvCacheOptions::hash_bits must be in [1, 64], got " << o.hash_bits;
+    CHECK_GE(o.num_host_blocks, 0) << "KvCacheOptions::num_host_blocks";
+    // Popped from the back: block 0 first.
+    for (int32_t h = o.num_host_blocks - 1; h >= 0; --h) host_free.push_back(h);
     hash_mask = o.hash_bits == 64 ? ~uint64_t{0} : (uint64_t{1} << o.hash_bits) - 1;
     blocks.resize(o.num_blocks);
     tokens.resize(static_cast<size_t>(o.num_blocks) * o.block_size);
@@ -89,6 +93,32 @@ struct KvCacheManager::Impl {
     CHECK_NE(b, sentinel()) << "KvCacheManager: pop from an empty free queue";
     RemoveFree(b);
     return b;
+  }
+
+  // The next free block for a table, its hash dropped if it was cached, with ref 1.
+  int32_t TakeFreeBlock() {
+    const int32_t b = PopFreeFront();
+    Block& blk = blocks[b];
+    if (blk.is_cached) {
+      RemoveFromIndex(b);
+      ++stats.num_evictions;
+    }
+    blk.ref = 1;
+    return b;
+  }
+
+  // Drops a request's device table (last block first, see Free) and its prefix-cache chain.
+  void ReleaseTable(RequestId id, Request& req) {
+    // NOTE: last block first, so a sequence's tail is evicted before its (more shareable) head.
+    for (auto b = req.block_table.rbegin(); b != req.block_table.rend(); ++b) {
+      Block& blk = blocks[*b];
+      CHECK_GT(blk.ref, 0) << "KvCacheManager: block " << *b << " of request " << id;
+      if (--blk.ref == 0) PushFreeBack(*b);
+    }
+    req.block_table.clear();
+    req.num_cached_blocks = 0;
+    req.chain_hash = kRootHash;
+    req.chain_serial = 0;
   }
 
   // --- Hash index: hash -> first block of the chain of cached blocks with that hash.
@@ -173,6 +203,7 @@ struct KvCacheManager::Impl {
   uint64_t next_serial = 1;
   std::unordered_map<uint64_t, int32_t> hash_to_block;
   std::unordered_map<RequestId, Request> requests;
+  std::vector<int32_t> host_free;  // free host blocks (a stack)
   KvCacheStats stats;
 };
 
@@ -264,16 +295,9 @@ std::optional<std::span<const int32_t>> KvCacheManager::Allocate(RequestId id, i
     req.chain_hash = last.hash;
     req.chain_serial = last.serial;
   }
-  for (int32_t i = 0; i < num_new; ++i) {
-    const int32_t b = m.PopFreeFront();
-    Impl::Block& blk = m.blocks[b];
-    if (blk.is_cached) {
-      m.RemoveFromIndex(b);
-      ++m.stats.num_evictions;
-    }
-    blk.ref = 1;
-    req.block_table.push_back(b);
-  }
+  CHECK(req.host_table.empty()) << "KvCacheManager::Allocate: request " << id
+                                << " is swapped out (SwapIn first)";
+  for (int32_t i = 0; i < num_new; ++i) req.block_table.push_back(m.TakeFreeBlock());
 #ifndef NDEBUG
   CheckInvariants();
 #endif
@@ -324,17 +348,75 @@ void KvCacheManager::Free(RequestId id) {
   Impl& m = *impl_;
   auto it = m.requests.find(id);
   if (it == m.requests.end()) return;
-  const std::vector<int32_t>& table = it->second.block_table;
-  // NOTE: last block first, so a sequence's tail is evicted before its (more shareable) head.
-  for (auto b = table.rbegin(); b != table.rend(); ++b) {
-    Impl::Block& blk = m.blocks[*b];
-    CHECK_GT(blk.ref, 0) << "KvCacheManager::Free: block " << *b << " of request " << id;
-    if (--blk.ref == 0) m.PushFreeBack(*b);
-  }
+  m.ReleaseTable(id, it->second);
+  for (int32_t h : it->second.host_table) m.host_free.push_back(h);
   m.requests.erase(it);
 #ifndef NDEBUG
   CheckInvariants();
 #endif
+}
+
+bool KvCacheManager::SwapOut(RequestId id, int32_t num_tokens, std::vector<BlockCopy>* copies) {
+  Impl& m = *impl_;
+  auto it = m.requests.find(id);
+  CHECK(it != m.requests.end()) << "KvCacheManager::SwapOut: unknown request " << id;
+  Impl::Request& req = it->second;
+  const int32_t n = NumBlocksFor(num_tokens);
+  CHECK(num_tokens > 0 && n <= static_cast<int32_t>(req.block_table.size()))
+      << "KvCacheManager::SwapOut: request " << id << " has " << req.block_table.size()
+      << " blocks, not the " << n << " that " << num_tokens << " tokens fill";
+  CHECK(req.host_table.empty()) << "KvCacheManager::SwapOut: request " << id << " already swapped";
+  if (n > static_cast<int32_t>(m.host_free.size())) return false;
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t h = m.host_free.back();
+    m.host_free.pop_back();
+    req.host_table.push_back(h);
+    copies->push_back({req.block_table[i], h});
+  }
+  m.ReleaseTable(id, req);
+  m.stats.num_swapped_out_blocks += n;
+#ifndef NDEBUG
+  CheckInvariants();
+#endif
+  return true;
+}
+
+std::optional<std::span<const int32_t>> KvCacheManager::SwapIn(RequestId id, int32_t num_tokens,
+                                                               std::vector<BlockCopy>* copies) {
+  Impl& m = *impl_;
+  auto it = m.requests.find(id);
+  CHECK(it != m.requests.end()) << "KvCacheManager::SwapIn: unknown request " << id;
+  Impl::Request& req = it->second;
+  const int32_t num_host = static_cast<int32_t>(req.host_table.size());
+  CHECK(num_host > 0 && req.block_table.empty())
+      << "KvCacheManager::SwapIn: request " << id << " is not swapped out";
+  const int32_t n = NumBlocksFor(num_tokens);
+  CHECK_GE(n, num_host) << "KvCacheManager::SwapIn: request " << id << " swapped " << num_host
+                        << " blocks, more than " << num_tokens << " tokens fill";
+  if (n > m.num_free) return std::nullopt;
+  for (int32_t i = 0; i < n; ++i) req.block_table.push_back(m.TakeFreeBlock());
+  for (int32_t i = 0; i < num_host; ++i) {
+    copies->push_back({req.block_table[i], req.host_table[i]});
+    m.host_free.push_back(req.host_table[i]);
+  }
+  req.host_table.clear();
+  m.stats.num_swapped_in_blocks += num_host;
+#ifndef NDEBUG
+  CheckInvariants();
+#endif
+  return std::span<const int32_t>(req.block_table);
+}
+
+int32_t KvCacheManager::num_host_blocks() const { return impl_->options.num_host_blocks; }
+
+int32_t KvCacheManager::NumFreeHostBlocks() const {
+  return static_cast<int32_t>(impl_->host_free.size());
+}
+
+std::span<const int32_t> KvCacheManager::HostBlockTable(RequestId id) const {
+  auto it = impl_->requests.find(id);
+  if (it == impl_->requests.end()) return {};
+  return it->second.host_table;
 }
 
 std::span<const int32_t> KvCacheManager::BlockTable(RequestId id) const {
@@ -419,6 +501,25 @@ void KvCacheManager::CheckInvariants() const {
       }
     }
   }
+  // Host blocks: each free or held by exactly one swapped-out request.
+  const int32_t num_host = m.options.num_host_blocks;
+  std::vector<int32_t> host_owners(num_host, 0);
+  for (int32_t h : m.host_free) {
+    CHECK(h >= 0 && h < num_host) << kWhere << "free host block id " << h;
+    ++host_owners[h];
+  }
+  for (const auto& [id, req] : m.requests) {
+    CHECK(req.host_table.empty() || req.block_table.empty())
+        << kWhere << "request " << id << " holds device and host blocks";
+    for (int32_t h : req.host_table) {
+      CHECK(h >= 0 && h < num_host) << kWhere << "request " << id << " holds host block " << h;
+      ++host_owners[h];
+    }
+  }
+  for (int32_t h = 0; h < num_host; ++h) {
+    CHECK_EQ(host_owners[h], 1) << kWhere << "host block " << h << " free or held once";
+  }
+
   int32_t num_cached = 0;
   for (int32_t b = 0; b < n; ++b) {
     const Impl::Block& blk = m.blocks[b];

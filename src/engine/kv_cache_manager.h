@@ -25,12 +25,19 @@
 // to the back in reverse order (its last block first), so the least recently used cached blocks
 // and the tails of sequences are evicted first (LRU).
 //
+// Swap space: num_host_blocks blocks in the runner's host memory. SwapOut moves a preempted
+// request's computed blocks there (the caller copies their contents, BlockCopy) and gives its
+// device blocks back as Free does; SwapIn gives it a fresh device table and returns the host
+// blocks. A swapped-in table starts private: its blocks are registered in the prefix cache again
+// by the next CacheFullBlocks, from block 0.
+//
 // Thread safety: none; owned by the scheduler on the engine thread.
 // Invariants (CheckInvariants): each block is either in the free queue (ref 0) or referenced
 // (ref = number of block tables holding it); the hash map indexes exactly the cached blocks;
 // NumFreeBlocks() == free queue length; no block table holds a block twice; no two cached blocks
 // hold the same verified content (tokens, adapter, salt, parent); nothing is cached while prefix
-// caching is off. Debug builds check them after every mutating call.
+// caching is off; each host block is either free or in exactly one request's host table, and no
+// request holds both device and host blocks. Debug builds check them after every mutating call.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +46,8 @@
 #include <span>
 #include <string>
 #include <vector>
+
+#include "backend/step.h"
 
 namespace kiln {
 
@@ -52,6 +61,8 @@ struct KvCacheOptions {
   // force hash collisions and show they never give a wrong hit (the index keeps several blocks
   // per hash, so they do not even cost a miss, only longer scans). Leave at 64 in production.
   int32_t hash_bits = 64;
+  // Host blocks for swap-to-host preemption (0 = none: preemption recomputes).
+  int32_t num_host_blocks = 0;
 };
 
 // What makes two identical token prefixes shareable: the same adapter and the same tenant salt.
@@ -70,6 +81,8 @@ struct KvCacheStats {
   int64_t num_lookup_tokens = 0;  // tokens asked about
   int64_t num_hit_tokens = 0;     // tokens found
   int64_t num_evictions = 0;      // cached blocks whose hash was dropped to reuse the block
+  int64_t num_swapped_out_blocks = 0;
+  int64_t num_swapped_in_blocks = 0;
 };
 
 class KvCacheManager {
@@ -113,8 +126,28 @@ class KvCacheManager {
                        int32_t num_computed_tokens, const PrefixCacheKey& key);
 
   // Drops request `id`'s table: each block's ref count falls; blocks reaching 0 join the back
-  // of the free queue, last block first. A no-op for an unknown id.
+  // of the free queue, last block first. Its host blocks (if swapped out) become free. A no-op
+  // for an unknown id.
   void Free(RequestId id);
+
+  // Swap-out: request `id`'s blocks holding its first num_tokens positions get host blocks, one
+  // BlockCopy each (device -> host) is appended to `copies`, and its device table is dropped as
+  // by Free. Returns false, with nothing changed, when too few host blocks are free.
+  // REQUIRES: `id` has a device table covering num_tokens (> 0) and no host blocks.
+  bool SwapOut(RequestId id, int32_t num_tokens, std::vector<BlockCopy>* copies);
+
+  // Swap-in: gives swapped-out request `id` a new device table covering num_tokens positions
+  // (at least the swapped ones), appends one BlockCopy per host block (host -> device, same
+  // order as the table) to `copies` and frees the host blocks. Returns the table, or nullopt
+  // with nothing changed when the free device blocks do not suffice.
+  // REQUIRES: `id` is swapped out (host blocks, no device table).
+  std::optional<std::span<const int32_t>> SwapIn(RequestId id, int32_t num_tokens,
+                                                 std::vector<BlockCopy>* copies);
+
+  int32_t num_host_blocks() const;
+  int32_t NumFreeHostBlocks() const;
+  // The host blocks of a swapped-out request (empty otherwise).
+  std::span<const int32_t> HostBlockTable(RequestId id) const;
 
   // The block table of `id` (empty for an unknown id).
   std::span<const int32_t> BlockTable(RequestId id) const;

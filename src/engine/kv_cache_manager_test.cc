@@ -500,6 +500,127 @@ TEST(KvCacheManager, MoveKeepsState) {
   moved.CheckInvariants();
 }
 
+KvCacheManager MakeWithHost(int32_t num_blocks, int32_t num_host_blocks) {
+  KvCacheOptions o;
+  o.num_blocks = num_blocks;
+  o.block_size = 4;
+  o.num_host_blocks = num_host_blocks;
+  return KvCacheManager(o);
+}
+
+std::vector<std::pair<int32_t, int32_t>> Pairs(const std::vector<BlockCopy>& copies) {
+  std::vector<std::pair<int32_t, int32_t>> out;
+  for (const BlockCopy& c : copies) out.push_back({c.device_block, c.host_block});
+  return out;
+}
+
+using PairList = std::vector<std::pair<int32_t, int32_t>>;
+
+TEST(KvCacheManager, SwapOutAndInMovesComputedBlocksThroughHost) {
+  KvCacheManager m = MakeWithHost(6, 3);
+  EXPECT_EQ(m.num_host_blocks(), 3);
+  EXPECT_EQ(m.NumFreeHostBlocks(), 3);
+  EXPECT_EQ(Alloc(m, 1, 11), (Ids{0, 1, 2}));
+  // 9 computed tokens fill 3 blocks; a 4th block allocated for the step is just dropped.
+  EXPECT_EQ(Alloc(m, 1, 13), (Ids{0, 1, 2, 3}));
+  std::vector<BlockCopy> out;
+  ASSERT_TRUE(m.SwapOut(1, 9, &out));
+  m.CheckInvariants();
+  EXPECT_EQ(Pairs(out), (PairList{{0, 0}, {1, 1}, {2, 2}}));
+  EXPECT_TRUE(m.BlockTable(1).empty());
+  EXPECT_EQ(Vec(m.HostBlockTable(1)), (Ids{0, 1, 2}));
+  EXPECT_EQ(m.NumFreeBlocks(), 6);
+  EXPECT_EQ(m.NumFreeHostBlocks(), 0);
+  EXPECT_EQ(m.stats().num_swapped_out_blocks, 3);
+  // Another request takes device blocks meanwhile; the swap-in gets others, in table order.
+  EXPECT_EQ(Alloc(m, 2, 5), (Ids{4, 5}));
+  std::vector<BlockCopy> in;
+  auto table = m.SwapIn(1, 10, &in);
+  m.CheckInvariants();
+  ASSERT_TRUE(table.has_value());
+  EXPECT_EQ(Vec(*table), (Ids{3, 2, 1}));  // the free queue's order: 3 first, then 2, 1 (Free's)
+  EXPECT_EQ(Pairs(in), (PairList{{3, 0}, {2, 1}, {1, 2}}));
+  EXPECT_TRUE(m.HostBlockTable(1).empty());
+  EXPECT_EQ(m.NumFreeHostBlocks(), 3);
+  EXPECT_EQ(m.stats().num_swapped_in_blocks, 3);
+  // It grows as any table.
+  EXPECT_EQ(Alloc(m, 1, 13), (Ids{3, 2, 1, 0}));
+}
+
+TEST(KvCacheManager, SwapFailsWithoutRoomAndChangesNothing) {
+  KvCacheManager m = MakeWithHost(4, 1);
+  Alloc(m, 1, 8);
+  const Snapshot before = Take(m, 1);
+  std::vector<BlockCopy> out;
+  EXPECT_FALSE(m.SwapOut(1, 8, &out));  // two blocks, one host block
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(Take(m, 1), before);
+  EXPECT_EQ(m.NumFreeHostBlocks(), 1);
+  ASSERT_TRUE(m.SwapOut(1, 3, &out));  // one block's worth fits
+  EXPECT_EQ(Pairs(out), (PairList{{0, 0}}));
+  // Swap-in needs device room: the whole pool is taken.
+  Alloc(m, 2, 16);
+  std::vector<BlockCopy> in;
+  EXPECT_FALSE(m.SwapIn(1, 4, &in).has_value());
+  EXPECT_TRUE(in.empty());
+  EXPECT_EQ(Vec(m.HostBlockTable(1)), (Ids{0}));
+  m.CheckInvariants();
+}
+
+TEST(KvCacheManager, FreeReleasesHostBlocks) {
+  KvCacheManager m = MakeWithHost(4, 4);
+  Alloc(m, 1, 12);
+  std::vector<BlockCopy> out;
+  ASSERT_TRUE(m.SwapOut(1, 12, &out));
+  EXPECT_EQ(m.NumFreeHostBlocks(), 1);
+  Free(m, 1);  // an abort while swapped out
+  EXPECT_EQ(m.NumFreeHostBlocks(), 4);
+  EXPECT_TRUE(m.HostBlockTable(1).empty());
+}
+
+TEST(KvCacheManager, SwappedInBlocksAreCachedAgainFromTheFirst) {
+  const Ids tokens = Range(0, 12);
+  // Caches a 12-token request's 3 blocks, swaps it out and straight back in (13 tokens: 4
+  // blocks), registers its full blocks again; returns the swapped-in table.
+  auto round_trip = [&](KvCacheManager& m) {
+    EXPECT_EQ(Alloc(m, 1, 12), (Ids{0, 1, 2}));
+    Cache(m, 1, tokens, 12);
+    std::vector<BlockCopy> out, in;
+    EXPECT_TRUE(m.SwapOut(1, 12, &out));
+    auto table = m.SwapIn(1, 13, &in);
+    EXPECT_TRUE(table.has_value());
+    const Ids swapped_in = table ? Vec(*table) : Ids{};
+    for (int32_t b : swapped_in) EXPECT_FALSE(m.IsCached(b)) << "block " << b;
+    Cache(m, 1, tokens, 12);
+    return swapped_in;
+  };
+  const Ids query = Concat(tokens, {99});
+  {
+    SCOPED_TRACE("the cached originals survive: the swapped-in copies stay private");
+    KvCacheManager m = MakeWithHost(8, 4);
+    EXPECT_EQ(round_trip(m), (Ids{3, 4, 5, 6}));  // the free queue: 3..7, then the cached tail
+    EXPECT_EQ(Cached(m), (Ids{0, 1, 2}));
+    EXPECT_EQ(m.FindCachedPrefix(query, {}).block_ids, (Ids{0, 1, 2}));
+  }
+  {
+    SCOPED_TRACE("the originals were evicted: the swapped-in copies are indexed");
+    KvCacheManager m = MakeWithHost(4, 4);
+    EXPECT_EQ(round_trip(m), (Ids{3, 2, 1, 0}));  // block 3, then the cached 2, 1, 0 (evicted)
+    EXPECT_EQ(m.stats().num_evictions, 3);
+    EXPECT_EQ(Cached(m), (Ids{1, 2, 3}));
+    EXPECT_EQ(m.FindCachedPrefix(query, {}).block_ids, (Ids{3, 2, 1}));
+  }
+}
+
+TEST(KvCacheManagerDeathTest, AllocateForASwappedRequestAborts) {
+  KvCacheManager m = MakeWithHost(4, 4);
+  Alloc(m, 1, 4);
+  std::vector<BlockCopy> out;
+  ASSERT_TRUE(m.SwapOut(1, 4, &out));
+  EXPECT_DEATH(m.Allocate(1, 8), "swapped out");
+  EXPECT_DEATH(m.SwapOut(1, 4, &out), "");
+}
+
 TEST(KvCacheManagerDeathTest, HitForARequestWithATableAborts) {
   KvCacheManager m = Make(4);
   EXPECT_EQ(Alloc(m, 1, 5), Ids({0, 1}));

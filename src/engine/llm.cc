@@ -6,6 +6,8 @@
 #include <random>
 #include <unordered_map>
 
+#include <unistd.h>
+
 #include "backend/cpu/cpu_runner.h"
 #ifdef KILN_HAS_CUDA
 #include "backend/cuda/cuda_runner.h"
@@ -143,6 +145,12 @@ Result<std::unique_ptr<LLM>> LLM::Create(const std::string& model, const LlmOpti
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner,
                         CreateRunner(*llm->checkpoint_, options));
   EngineOptions engine_options = options.engine;
+  if (options.swap_space_bytes.has_value()) {
+    engine_options.swap_space_bytes = *options.swap_space_bytes;
+  } else if (runner->name().starts_with("cuda")) {
+    const int64_t host_bytes = int64_t{sysconf(_SC_PHYS_PAGES)} * sysconf(_SC_PAGE_SIZE);
+    engine_options.swap_space_bytes = std::min(int64_t{4} << 30, host_bytes / 8);
+  }
   if (engine_options.num_kv_blocks == 0 && engine_options.kv_cache_memory_bytes == 0) {
     KILN_ASSIGN_OR_RETURN(engine_options.kv_cache_memory_bytes,
                           AutomaticKvCacheBytes(*runner, options));

@@ -39,6 +39,10 @@ struct LlmOptions {
   // CUDA: the share of the device's memory kiln may hold (weights, workspace, KV cache) when
   // engine.kv_cache_memory_bytes is 0 (automatic) and engine.num_kv_blocks is 0.
   float gpu_memory_utilization = 0.9f;
+  // Host memory for swap-to-host preemption (engine.swap_space_bytes). Unset: 4 GiB (at most an
+  // eighth of the host's memory) on CUDA, where recomputing a long request costs a prefill, and
+  // none on the CPU, where the KV pool is host memory already.
+  std::optional<int64_t> swap_space_bytes;
   bool enable_cuda_graphs = true;  // CUDA: replay captured graphs for decode steps
   // CUDA: device time per op for benchmarks (CudaMemoryReport::op_seconds); no graphs.
   bool profile_cuda_ops = false;

@@ -9,8 +9,8 @@
 // already counts the launched steps. Outputs never show placeholders.
 //
 // After preemption by recompute, num_computed_tokens falls back to 0 and the whole token list
-// (prompt and output) is computed again; the output and its RNG position are kept, so a
-// request's tokens do not depend on whether it was preempted.
+// (prompt and output) is computed again; after a swap to host it is kept. Either way the output
+// and its RNG position are kept, so a request's tokens do not depend on whether it was preempted.
 #pragma once
 
 #include <chrono>
@@ -30,7 +30,9 @@ namespace kiln {
 enum class FinishReason : uint8_t { kStop, kLength, kAbort };
 std::string_view FinishReasonName(FinishReason reason);  // "stop", "length", "abort"
 
-enum class RequestStatus : uint8_t { kWaiting, kRunning, kFinished };
+// kSwapped: preempted with its computed K/V in the host swap space; it waits (in the waiting
+// queue) to resume at num_computed_tokens.
+enum class RequestStatus : uint8_t { kWaiting, kRunning, kSwapped, kFinished };
 
 // What the engine needs to start a request (tokens, already validated parameters). One
 // EngineRequest is one sequence: `n > 1` is expanded into n requests above the engine.

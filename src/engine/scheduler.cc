@@ -72,7 +72,7 @@ void Scheduler::Release(Request* r) {
   kv_->Free(r->id);
   if (r->status == RequestStatus::kRunning) {
     running_.erase(std::find(running_.begin(), running_.end(), r));
-  } else if (r->status == RequestStatus::kWaiting) {
+  } else if (r->status == RequestStatus::kWaiting || r->status == RequestStatus::kSwapped) {
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), r));
   }
   r->status = RequestStatus::kFinished;
@@ -91,7 +91,10 @@ const Request* Scheduler::Finish(RequestId id, FinishReason reason) {
 
 void Scheduler::Preempt(Request* r, ScheduledBatch* batch) {
   CHECK(r->status == RequestStatus::kRunning);
-  kv_->Free(r->id);
+  // Swap when the host space has room; there is nothing to keep before the first token.
+  const bool swapped =
+      r->num_computed_tokens > 0 && kv_->SwapOut(r->id, r->num_computed_tokens, &batch->swap_out);
+  if (!swapped) kv_->Free(r->id);
   running_.erase(std::find(running_.begin(), running_.end(), r));
   // Already scheduled in this step (a decode scheduled before a later request ran out of
   // blocks): take it back out and return its tokens to the budget.
@@ -101,12 +104,17 @@ void Scheduler::Preempt(Request* r, ScheduledBatch* batch) {
     batch->num_batched_tokens -= seq->num_new_tokens;
     batch->seqs.erase(seq);
   }
-  r->status = RequestStatus::kWaiting;
-  r->num_computed_tokens = 0;
-  r->num_cached_tokens = 0;
-  // NOTE: recomputation yields the same prompt logprobs (the forward is batch-invariant); they
-  // are recomputed rather than tracked through partial chunks.
-  r->prompt_logprobs.clear();
+  if (swapped) {
+    r->status = RequestStatus::kSwapped;
+    ++stats_.num_swap_preemptions;
+  } else {
+    r->status = RequestStatus::kWaiting;
+    r->num_computed_tokens = 0;
+    r->num_cached_tokens = 0;
+    // NOTE: recomputation yields the same prompt logprobs (the forward is batch-invariant); they
+    // are recomputed rather than tracked through partial chunks.
+    r->prompt_logprobs.clear();
+  }
   ++r->num_preemptions;
   ++stats_.num_preemptions;
   batch->preempted.push_back(r->id);
@@ -198,6 +206,21 @@ ScheduledBatch Scheduler::Schedule(bool ahead) {
   while (!waiting_.empty() && batch.preempted.empty() &&
          static_cast<int32_t>(running_.size()) < options_.max_num_seqs && budget() > 0) {
     Request* r = waiting_.front();
+    if (r->status == RequestStatus::kSwapped) {
+      // Resumes where it stopped: its blocks come back from the host, no prefix lookup.
+      const int32_t remaining = r->num_tokens() - r->num_computed_tokens;
+      const int32_t num_new = chunk(remaining);
+      if (!options_.enable_chunked_prefill && num_new < remaining) break;
+      auto table = kv_->SwapIn(r->id, r->num_computed_tokens + num_new, &batch.swap_in);
+      if (!table.has_value()) break;
+      waiting_.pop_front();
+      r->status = RequestStatus::kRunning;
+      running_.push_back(r);
+      batch.seqs.push_back({r, r->num_computed_tokens, num_new,
+                            r->num_computed_tokens + num_new == r->num_tokens(), *table});
+      batch.num_batched_tokens += num_new;
+      continue;
+    }
     PrefixHit hit;
     // NOTE: requests asking for prompt logprobs compute their whole prompt (a cached prefix
     // has no logits).
@@ -224,6 +247,8 @@ ScheduledBatch Scheduler::Schedule(bool ahead) {
         {r, r->num_computed_tokens, num_new, hit.num_tokens + num_new == r->num_tokens(), *table});
     batch.num_batched_tokens += num_new;
   }
+  CHECK(!batch.seqs.empty() || (batch.swap_out.empty() && batch.swap_in.empty()))
+      << "a batch of block copies without sequences";
   stats_.num_running = num_running();
   stats_.num_waiting = num_waiting();
   return batch;
@@ -310,8 +335,19 @@ void Scheduler::CheckInvariants() const {
       ++num_waiting;
       CHECK_EQ(r->num_computed_tokens, 0);
       CHECK(kv_->BlockTable(id).empty()) << "waiting request " << id << " holds blocks";
+      CHECK(kv_->HostBlockTable(id).empty()) << "waiting request " << id << " holds host blocks";
+    } else if (r->status == RequestStatus::kSwapped) {
+      ++num_waiting;
+      CHECK(std::find(waiting_.begin(), waiting_.end(), r.get()) != waiting_.end());
+      CHECK(kv_->BlockTable(id).empty()) << "swapped request " << id << " holds device blocks";
+      CHECK(r->num_computed_tokens > 0 && r->num_computed_tokens < r->num_tokens())
+          << "swapped request " << id;
+      CHECK_EQ(static_cast<int32_t>(kv_->HostBlockTable(id).size()),
+               kv_->NumBlocksFor(r->num_computed_tokens))
+          << "swapped request " << id << " host blocks vs computed tokens";
     } else {
-      CHECK(kv_->BlockTable(id).empty()) << "finished request " << id << " holds blocks";
+      CHECK(kv_->BlockTable(id).empty() && kv_->HostBlockTable(id).empty())
+          << "finished request " << id << " holds blocks";
     }
   }
   CHECK_EQ(num_running, running_.size());

@@ -19,9 +19,11 @@
 // dropped.
 //
 // When a running request's blocks cannot grow:
-//   max_utilization:      preempt the running request that comes last in policy order (free its
-//                         blocks, back to the front of the waiting queue, recompute later) and
-//                         retry;
+//   max_utilization:      preempt the running request that comes last in policy order and retry.
+//                         The victim goes back to the front of the waiting queue. When the swap
+//                         space has room its computed blocks are swapped out to host memory
+//                         (kSwapped: it resumes where it stopped, its blocks copied back in);
+//                         otherwise they are freed and it is recomputed from its first token.
 //   guaranteed_no_evict:  cannot happen: a request is admitted only when the worst case of every
 //                         running request plus its own fits in the pool.
 //
@@ -49,7 +51,7 @@ enum class SchedulingPolicy : uint8_t {
   kPriority,  // smaller SamplingParams::priority first, then arrival
 };
 enum class CapacityPolicy : uint8_t {
-  kMaxUtilization,     // admit greedily; preempt by recompute when blocks run out
+  kMaxUtilization,     // admit greedily; preempt (swap or recompute) when blocks run out
   kGuaranteedNoEvict,  // admit only when the worst case fits; never preempt
 };
 Result<SchedulingPolicy> ParseSchedulingPolicy(std::string_view name);  // "fcfs", "priority"
@@ -85,12 +87,17 @@ struct ScheduledSeq {
 struct ScheduledBatch {
   std::vector<ScheduledSeq> seqs;    // decodes first, then prefills, then new admissions
   std::vector<RequestId> preempted;  // preempted during this Schedule()
+  // Block copies the step runs before its forward pass (StepInputs::swap_out / swap_in). A batch
+  // with copies always has sequences: a preemption leaves at least the request it made room for.
+  std::vector<BlockCopy> swap_out;
+  std::vector<BlockCopy> swap_in;
   int32_t num_batched_tokens = 0;
   bool empty() const { return seqs.empty(); }
 };
 
 struct SchedulerStats {
   int64_t num_preemptions = 0;
+  int64_t num_swap_preemptions = 0;  // of which swapped to host (the rest recompute)
   int32_t num_running = 0;
   int32_t num_waiting = 0;
 };

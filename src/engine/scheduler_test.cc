@@ -40,8 +40,9 @@ std::vector<Request*> Apply(Scheduler& s, const ScheduledBatch& b) {
 using Shares_t = std::vector<std::pair<RequestId, int32_t>>;
 
 struct Fixture {
-  explicit Fixture(SchedulerOptions o, int32_t num_blocks = 64, int32_t block_size = 4)
-      : kv(KvCacheOptions{num_blocks, block_size, true}), sched(o, &kv, 1024) {
+  explicit Fixture(SchedulerOptions o, int32_t num_blocks = 64, int32_t block_size = 4,
+                   int32_t num_host_blocks = 0)
+      : kv(KvCacheOptions{num_blocks, block_size, true, 64, num_host_blocks}), sched(o, &kv, 1024) {
     sched.set_eos_token_ids({0});
   }
   ScheduledBatch Step() {
@@ -56,6 +57,17 @@ struct Fixture {
   Scheduler sched;
   Shares_t last;
 };
+
+// Two 7-token prompts with 6 new tokens each in a pool of 4 blocks of 4: the third step is the
+// first decode that needs a third block for request 1, so request 2 (the later arrival) is
+// preempted there. Returns that step's batch.
+ScheduledBatch RunToPreemption(Fixture& f) {
+  f.sched.Add(Req(1, 7, 6));
+  f.sched.Add(Req(2, 7, 6));
+  f.Step();
+  f.Step();
+  return f.Step();
+}
 
 TEST(SchedulerTest, ChunkedPrefillWithinTheTokenBudget) {
   Fixture f({.max_num_batched_tokens = 10});
@@ -154,6 +166,79 @@ TEST(SchedulerTest, MaxUtilizationPreemptsTheLatestArrival) {
   while (f.sched.HasWork()) f.Step();
   EXPECT_EQ(f.sched.stats().num_preemptions, 1);
   EXPECT_EQ(f.kv.NumFreeBlocks(), 4);
+}
+
+TEST(SchedulerTest, PreemptionSwapsToHostWhenItHasRoom) {
+  // As above, with 4 host blocks: request 2's 8 computed tokens (2 blocks) go to the host and
+  // come back when request 1 ends; it resumes with a decode, nothing recomputed.
+  Fixture f({}, /*num_blocks=*/4, /*block_size=*/4, /*num_host_blocks=*/4);
+  ScheduledBatch b = RunToPreemption(f);
+  EXPECT_EQ(f.last, (Shares_t{{1, 1}}));
+  EXPECT_EQ(b.preempted, (std::vector<RequestId>{2}));
+  ASSERT_EQ(b.swap_out.size(), 2u);
+  EXPECT_TRUE(b.swap_in.empty());
+  const Request* r2 = f.sched.Find(2);
+  EXPECT_EQ(r2->status, RequestStatus::kSwapped);
+  EXPECT_EQ(r2->num_computed_tokens, 8);
+  EXPECT_EQ(r2->num_output_tokens(), 2);
+  EXPECT_EQ(f.kv.NumFreeHostBlocks(), 2);
+  EXPECT_EQ(f.sched.num_waiting(), 1);
+  int resumed_at = -1;
+  for (int step = 0; f.sched.HasWork(); ++step) {
+    b = f.Step();
+    if (!b.swap_in.empty()) {
+      EXPECT_EQ(resumed_at, -1) << "swapped in twice";
+      resumed_at = step;
+      EXPECT_EQ(f.last, (Shares_t{{2, 1}}));  // a decode: its 8 tokens came back
+      ASSERT_EQ(b.swap_in.size(), 2u);
+      EXPECT_EQ(f.kv.NumFreeHostBlocks(), 4);
+    }
+  }
+  EXPECT_GE(resumed_at, 0) << "request 2 never came back";
+  EXPECT_EQ(f.sched.stats().num_preemptions, 1);
+  EXPECT_EQ(f.sched.stats().num_swap_preemptions, 1);
+  EXPECT_EQ(f.kv.stats().num_swapped_out_blocks, 2);
+  EXPECT_EQ(f.kv.stats().num_swapped_in_blocks, 2);
+  EXPECT_EQ(f.kv.NumFreeBlocks(), 4);
+}
+
+TEST(SchedulerTest, SwapInUsesTheHostBlocksOfTheSwapOut) {
+  Fixture f({}, 4, 4, 4);
+  const ScheduledBatch out = RunToPreemption(f);
+  ASSERT_EQ(out.swap_out.size(), 2u);
+  while (f.sched.HasWork()) {
+    const ScheduledBatch in = f.Step();
+    if (in.swap_in.empty()) continue;
+    ASSERT_EQ(in.swap_in.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(in.swap_in[i].host_block, out.swap_out[i].host_block) << "block " << i;
+      EXPECT_EQ(in.swap_in[i].device_block, in.seqs[0].block_table[i]) << "block " << i;
+    }
+  }
+}
+
+TEST(SchedulerTest, PreemptionRecomputesWhenTheHostIsFull) {
+  Fixture f({}, 4, 4, /*num_host_blocks=*/1);  // request 2 needs 2
+  const ScheduledBatch b = RunToPreemption(f);
+  EXPECT_EQ(b.preempted, (std::vector<RequestId>{2}));
+  EXPECT_TRUE(b.swap_out.empty());
+  EXPECT_EQ(f.sched.Find(2)->status, RequestStatus::kWaiting);
+  EXPECT_EQ(f.sched.Find(2)->num_computed_tokens, 0);
+  while (f.sched.HasWork()) f.Step();
+  EXPECT_EQ(f.sched.stats().num_preemptions, 1);
+  EXPECT_EQ(f.sched.stats().num_swap_preemptions, 0);
+}
+
+TEST(SchedulerTest, FinishingASwappedRequestFreesItsHostBlocks) {
+  Fixture f({}, 4, 4, 4);
+  RunToPreemption(f);
+  ASSERT_NE(f.sched.Find(2), nullptr);
+  ASSERT_EQ(f.sched.Find(2)->status, RequestStatus::kSwapped);
+  EXPECT_NE(f.sched.Finish(2, FinishReason::kAbort), nullptr);
+  EXPECT_EQ(f.kv.NumFreeHostBlocks(), 4);
+  EXPECT_EQ(f.sched.num_waiting(), 0);
+  f.sched.CheckInvariants();
+  while (f.sched.HasWork()) f.Step();
 }
 
 TEST(SchedulerTest, GuaranteedNoEvictAdmitsOnlyWhatFitsAndNeverPreempts) {

@@ -19,6 +19,8 @@ SamplingSpec MakeSamplingSpec(const Request& r) {
 
 StepInputs BuildStepInputs(const ScheduledBatch& batch, const KvCacheManager& kv) {
   StepInputs in;
+  in.swap_out = batch.swap_out;
+  in.swap_in = batch.swap_in;
   const int32_t block_size = kv.block_size();
   in.token_ids.reserve(batch.num_batched_tokens);
   in.positions.reserve(batch.num_batched_tokens);

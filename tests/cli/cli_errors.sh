@@ -73,6 +73,10 @@ expect_error "max_model_len" "${g[@]}" --prompt hi --max-model-len 99999999
 expect_error "max_model_len" "${g[@]}" --prompt "a prompt longer than four tokens" --max-model-len 4
 expect_error "scheduling policy" "${g[@]}" --prompt hi --scheduling-policy lifo
 expect_error "capacity policy" "${g[@]}" --prompt hi --capacity-policy most
+expect_error "--swap-space" "${g[@]}" --prompt hi --swap-space 4XB
+expect_error "swap space" "${g[@]}" --prompt hi --swap-space 1000TiB
+"$kiln" "${g[@]}" --prompt hi --max-tokens 2 --swap-space 8MiB >/dev/null 2>&1 \
+  && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: kiln generate with --swap-space 8MiB"; }
 expect_error "no such file or directory" generate "$work/missing" --prompt hi
 # kiln serve: flags are checked before anything listens; a model that fails to load exits 1
 s=(serve "$work/tiny" --kv-cache-memory 64MiB --host 127.0.0.1 --port 0)

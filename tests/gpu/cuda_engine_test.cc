@@ -18,6 +18,9 @@
 //     equal greedy tokens except after a near-tie (a request that stops mid-flight changes the
 //     next batch's size, and so its GEMM path), through stop tokens, prompt logprobs over chunks
 //     and penalties (which fall back to synchronous steps);
+//   - preemption in a small KV pool, swapping to host memory and recomputing, against an ample
+//     pool: equal greedy tokens except after a near-tie (the batches differ), every swapped-out
+//     block swapped back in;
 //   - 10,000 requests leave device memory where the first 500 left it (no leak).
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -328,6 +331,66 @@ TEST(CudaEngine, AsyncSchedulingMatchesSync) {
   EXPECT_EQ(sync->engine().stats().num_steps_ahead, 0);
   EXPECT_GT(async->engine().stats().num_steps_ahead, async->engine().stats().num_steps / 4);
   EXPECT_EQ(async->engine().stats().num_free_kv_blocks, async->engine().stats().num_kv_blocks);
+  std::filesystem::remove_all(m.dir);
+}
+
+TEST(CudaEngine, SwapAndRecomputePreemptionMatchAnAmplePool) {
+  ASSERT_TRUE(HasCudaDevice()) << "needs a CUDA device";
+  const Model m = Synth("swap", PresetConfig("smollm2-135m").value(), 0.02f);
+  // 48 requests of 150-450 prompt tokens and 96 new ones need ~20,000 token slots at once; the
+  // small pools hold 2,048, so requests are preempted again and again.
+  auto make = [&](int32_t num_kv_blocks, int64_t swap_bytes) -> std::unique_ptr<LLM> {
+    LlmOptions options;
+    options.device = "cuda";
+    options.swap_space_bytes = swap_bytes;
+    options.engine.num_kv_blocks = num_kv_blocks;
+    options.engine.max_model_len = 1024;
+    options.engine.scheduler.max_num_batched_tokens = 1024;
+    options.engine.check_invariants = true;
+    auto llm = LLM::Create(m.dir, options);
+    EXPECT_TRUE(llm.ok()) << llm.status().ToString();
+    return llm.ok() ? std::move(llm).value() : nullptr;
+  };
+  auto ample = make(4096, 0);
+  auto swapped = make(128, int64_t{1} << 30);
+  auto recomputed = make(128, 0);
+  ASSERT_TRUE(ample && swapped && recomputed);
+  std::vector<int> lengths;
+  for (int i = 0; i < 48; ++i) lengths.push_back(150 + (i * 67) % 300);
+  const std::vector<Prompt> prompts = RandomPrompts(lengths, m.config.vocab_size, 31);
+  auto want = ample->Generate(prompts, Greedy(96, 2));
+  auto got_swap = swapped->Generate(prompts, Greedy(96, 2));
+  auto got_recompute = recomputed->Generate(prompts, Greedy(96, 2));
+  ASSERT_TRUE(want.ok() && got_swap.ok() && got_recompute.ok());
+  int swap_divergences = 0, recompute_divergences = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const CompletionOutput& w = (*want)[i].completions[0];
+    const CompletionOutput& s = (*got_swap)[i].completions[0];
+    const CompletionOutput& r = (*got_recompute)[i].completions[0];
+    swap_divergences += w.token_ids != s.token_ids;
+    recompute_divergences += w.token_ids != r.token_ids;
+    CompareCompletion(w, s, "swap request " + std::to_string(i), kBatchNearTie, 0.0f);
+    CompareCompletion(w, r, "recompute request " + std::to_string(i), kBatchNearTie, 0.0f);
+    EXPECT_EQ(s.token_ids.size(), 96u) << "request " << i;
+  }
+  const EngineStats& ss = swapped->engine().stats();
+  const EngineStats& rs = recomputed->engine().stats();
+  std::printf(
+      "swap: %lld preemptions (%lld swapped, %lld blocks out, %lld in), %d of %zu diverge; "
+      "recompute: %lld preemptions, %d diverge; ample pool: %lld preemptions\n",
+      static_cast<long long>(ss.num_preemptions), static_cast<long long>(ss.num_swap_preemptions),
+      static_cast<long long>(ss.kv.num_swapped_out_blocks),
+      static_cast<long long>(ss.kv.num_swapped_in_blocks), swap_divergences, prompts.size(),
+      static_cast<long long>(rs.num_preemptions), recompute_divergences,
+      static_cast<long long>(ample->engine().stats().num_preemptions));
+  EXPECT_EQ(ample->engine().stats().num_preemptions, 0);
+  EXPECT_GT(ss.num_swap_preemptions, 0);
+  EXPECT_EQ(ss.num_swap_preemptions, ss.num_preemptions) << "1 GiB holds every victim";
+  EXPECT_EQ(ss.kv.num_swapped_in_blocks, ss.kv.num_swapped_out_blocks);
+  EXPECT_EQ(ss.num_free_host_kv_blocks, ss.num_host_kv_blocks);
+  EXPECT_GT(rs.num_preemptions, 0);
+  EXPECT_EQ(rs.num_swap_preemptions, 0);
+  EXPECT_EQ(ss.num_free_kv_blocks, ss.num_kv_blocks);
   std::filesystem::remove_all(m.dir);
 }
 

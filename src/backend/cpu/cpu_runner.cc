@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <utility>
@@ -47,10 +48,13 @@ class CpuRunner final : public ModelRunner {
   }
 
   Status AllocateKvCache(int32_t num_blocks, int32_t block_size) override;
+  Status AllocateSwapSpace(int32_t num_blocks) override;
   StepResult Execute(const StepInputs& inputs) override;
 
  private:
   void CheckInputs(const StepInputs& in) const;
+  // The step's swap copies (StepInputs::swap_out, then swap_in).
+  void SwapBlocks(const StepInputs& in);
   void RunLayer(int layer, const StepInputs& in);
   std::vector<float> ComputeLogits(const std::vector<int64_t>& token_rows);
 
@@ -64,6 +68,10 @@ class CpuRunner final : public ModelRunner {
   // [num_layers, num_blocks, block_size, num_kv_heads, head_dim] each.
   HostBuffer k_cache_;
   HostBuffer v_cache_;
+  // [num_host_blocks][num_layers][K, V][block_size, num_kv_heads, head_dim]: a host block is
+  // one contiguous KvBlockBytes() span.
+  HostBuffer swap_;
+  int32_t num_host_blocks_ = 0;
 
   // Activations of the current step, reused across steps.
   std::vector<float> hidden_;   // [num_tokens, hidden] the residual stream
@@ -98,6 +106,47 @@ Status CpuRunner::AllocateKvCache(int32_t num_blocks, int32_t block_size) {
   num_blocks_ = num_blocks;
   block_size_ = block_size;
   return Status::Ok();
+}
+
+Status CpuRunner::AllocateSwapSpace(int32_t num_blocks) {
+  CHECK_GT(block_size_, 0) << "AllocateSwapSpace before AllocateKvCache";
+  swap_ = HostBuffer();
+  num_host_blocks_ = 0;
+  if (num_blocks <= 0) return Status::Ok();
+  auto swap = HostBuffer::Allocate(static_cast<size_t>(KvBlockBytes(block_size_)) * num_blocks);
+  if (!swap.ok()) return swap.status().WithContext("allocating the CPU swap space");
+  swap_ = std::move(*swap);
+  num_host_blocks_ = num_blocks;
+  return Status::Ok();
+}
+
+void CpuRunner::SwapBlocks(const StepInputs& in) {
+  const size_t chunk = static_cast<size_t>(KvBlockBytes(block_size_)) / (2 * config_.num_layers);
+  const size_t layer_bytes = chunk * num_blocks_;
+  auto* k = static_cast<uint8_t*>(k_cache_.data());
+  auto* v = static_cast<uint8_t*>(v_cache_.data());
+  auto* swap = static_cast<uint8_t*>(swap_.data());
+  // Device block b of layer l, K or V, and host block h's copy of it.
+  auto each_chunk = [&](const BlockCopy& c, bool to_host) {
+    CHECK(c.device_block >= 0 && c.device_block < num_blocks_ && c.host_block >= 0 &&
+          c.host_block < num_host_blocks_)
+        << "swap copy " << c.device_block << " <-> " << c.host_block;
+    uint8_t* host = swap + static_cast<size_t>(c.host_block) * 2 * config_.num_layers * chunk;
+    for (int l = 0; l < config_.num_layers; ++l) {
+      uint8_t* pools[2] = {k + l * layer_bytes + c.device_block * chunk,
+                           v + l * layer_bytes + c.device_block * chunk};
+      for (uint8_t* dev : pools) {
+        if (to_host) {
+          std::memcpy(host, dev, chunk);
+        } else {
+          std::memcpy(dev, host, chunk);
+        }
+        host += chunk;
+      }
+    }
+  };
+  for (const BlockCopy& c : in.swap_out) each_chunk(c, /*to_host=*/true);
+  for (const BlockCopy& c : in.swap_in) each_chunk(c, /*to_host=*/false);
 }
 
 void CpuRunner::CheckInputs(const StepInputs& in) const {
@@ -210,6 +259,7 @@ std::vector<float> CpuRunner::ComputeLogits(const std::vector<int64_t>& token_ro
 
 StepResult CpuRunner::Execute(const StepInputs& in) {
   CheckInputs(in);
+  SwapBlocks(in);
   const ModelConfig& c = config_;
   const int64_t num_tokens = in.num_tokens();
   const int64_t hidden = c.hidden_size;

@@ -27,6 +27,7 @@
 #include "core/logging.h"
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
+#include "kernels/kv_swap.h"
 #include "kernels/sampling.h"
 #include "model/dequant.h"
 
@@ -154,6 +155,7 @@ class CudaRunner final : public CudaRunnerBase {
       if (slot.start != nullptr) cudaEventDestroy(slot.start);
       if (slot.end != nullptr) cudaEventDestroy(slot.end);
       if (slot.staging != nullptr) cudaFreeHost(slot.staging);
+      if (slot.swap_pairs != nullptr) cudaFreeHost(slot.swap_pairs);
     }
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
     if (host_logits_ != nullptr) cudaFreeHost(host_logits_);
@@ -168,6 +170,7 @@ class CudaRunner final : public CudaRunnerBase {
            static_cast<int64_t>(sizeof(T));
   }
   Status AllocateKvCache(int32_t num_blocks, int32_t block_size) override;
+  Status AllocateSwapSpace(int32_t num_blocks) override;
   StepResult Execute(const StepInputs& inputs) override;
   void Launch(const StepInputs& inputs) override;
   StepResult Wait() override;
@@ -198,6 +201,8 @@ class CudaRunner final : public CudaRunnerBase {
   bool StageSampling(const StepInputs& in, const std::vector<LogitRow>& rows, int32_t num_sampled,
                      int32_t padded_rows, StepArrays& host, SamplingCounts* counts);
   Status EnqueueSampling(int32_t num_rows);
+  // Enqueues the step's swap copies (swap_out, then swap_in) through the slot's pair list.
+  Status EnqueueSwaps(const StepInputs& in, int slot_index);
   void SampleOnHost(const StepInputs& in, const std::vector<LogitRow>& rows, StepResult& result);
 
   ModelConfig config_;
@@ -229,12 +234,19 @@ class CudaRunner final : public CudaRunnerBase {
   int32_t block_size_ = 0;
   int32_t max_blocks_per_seq_ = 0;
   std::vector<T*> k_cache_, v_cache_;
+  // Swap space: num_host_blocks_ blocks of pinned, mapped host memory (kernels/kv_swap.h layout).
+  PinnedHostBuffer swap_;
+  int32_t num_host_blocks_ = 0;
 
   // Two launched steps can be in flight (async scheduling): each has its own pinned inputs and
   // results (a slot), while the device arrays are shared (the stream orders their use).
   struct StepSlot {
     uint8_t* staging = nullptr;
     StepArrays host{};
+    // The step's swap copies as (device block, host block) pairs, pinned and mapped: the swap
+    // kernels read them from here.
+    int32_t* swap_pairs = nullptr;
+    int32_t swap_pairs_capacity = 0;  // pairs
     cudaEvent_t start = nullptr, end = nullptr;
   };
   // A launched step: what Wait needs to finish it.
@@ -535,6 +547,64 @@ Status CudaRunner<T>::AllocateWorkspace() {
   KILN_CUDA_RETURN_IF_ERROR(cudaHostAlloc(reinterpret_cast<void**>(&host_logits_),
                                           int64_t{logit_chunk_} * c.vocab_size * sizeof(float),
                                           cudaHostAllocDefault));
+  return Status::Ok();
+}
+
+template <typename T>
+Status CudaRunner<T>::AllocateSwapSpace(int32_t num_blocks) {
+  CHECK_GT(num_blocks_, 0) << "AllocateSwapSpace before AllocateKvCache";
+  CHECK(pending_.empty()) << "AllocateSwapSpace with steps in flight";
+  swap_ = PinnedHostBuffer();
+  num_host_blocks_ = 0;
+  if (num_blocks <= 0) return Status::Ok();
+  KILN_ASSIGN_OR_RETURN(swap_, PinnedHostBuffer::Allocate(
+                                   static_cast<size_t>(KvBlockBytes(block_size_)) * num_blocks));
+  num_host_blocks_ = num_blocks;
+  return Status::Ok();
+}
+
+template <typename T>
+Status CudaRunner<T>::EnqueueSwaps(const StepInputs& in, int slot_index) {
+  StepSlot& slot = slots_[slot_index];
+  const size_t num_pairs = in.swap_out.size() + in.swap_in.size();
+  if (num_pairs > static_cast<size_t>(slot.swap_pairs_capacity)) {
+    // The slot's previous step was waited for: nothing reads the old list.
+    if (slot.swap_pairs != nullptr) cudaFreeHost(slot.swap_pairs);
+    slot.swap_pairs = nullptr;
+    slot.swap_pairs_capacity = 0;
+    const size_t capacity = std::max<size_t>(num_pairs, 1024);
+    KILN_CUDA_RETURN_IF_ERROR(cudaHostAlloc(reinterpret_cast<void**>(&slot.swap_pairs),
+                                            capacity * 2 * sizeof(int32_t), cudaHostAllocMapped));
+    slot.swap_pairs_capacity = static_cast<int32_t>(capacity);
+  }
+  int32_t* pairs = slot.swap_pairs;
+  for (const std::vector<BlockCopy>* list : {&in.swap_out, &in.swap_in}) {
+    for (const BlockCopy& c : *list) {
+      CHECK(c.device_block >= 0 && c.device_block < num_blocks_ && c.host_block >= 0 &&
+            c.host_block < num_host_blocks_)
+          << "swap copy " << c.device_block << " <-> " << c.host_block << " outside the pool ("
+          << num_blocks_ << ") or swap space (" << num_host_blocks_ << ")";
+      *pairs++ = c.device_block;
+      *pairs++ = c.host_block;
+    }
+  }
+  void* pairs_device = nullptr;
+  KILN_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&pairs_device, slot.swap_pairs, 0));
+  const int64_t per_layer =
+      int64_t{num_blocks_} * config_.num_kv_heads * block_size_ * config_.head_dim;
+  const kernels::KvSwapLayout layout{
+      .pool = kv_memory_.data(),
+      .plane_stride = per_layer * static_cast<int64_t>(sizeof(T)),
+      .num_planes = 2 * config_.num_layers,
+      .chunk_bytes = KvBlockBytes(block_size_) / (2 * config_.num_layers),
+      .host = swap_.device_data(),
+  };
+  const auto* out_pairs = static_cast<const int32_t*>(pairs_device);
+  KILN_CUDA_RETURN_IF_ERROR(kernels::SwapKvBlocks(
+      layout, out_pairs, static_cast<int32_t>(in.swap_out.size()), /*to_host=*/true, stream_));
+  KILN_CUDA_RETURN_IF_ERROR(kernels::SwapKvBlocks(layout, out_pairs + 2 * in.swap_out.size(),
+                                                  static_cast<int32_t>(in.swap_in.size()),
+                                                  /*to_host=*/false, stream_));
   return Status::Ok();
 }
 
@@ -1037,6 +1107,10 @@ void CudaRunner<T>::Launch(const StepInputs& in) {
     host.targets[r] = real && rows[r].target >= 0 ? rows[r].target : 0;
   }
   CHECK(cudaEventRecord(slot.start, stream_) == cudaSuccess);
+  if (!in.swap_out.empty() || !in.swap_in.empty()) {
+    const Status swapped = EnqueueSwaps(in, p.slot);
+    CHECK(swapped.ok()) << "swap copies: " << swapped.ToString();
+  }
   auto copy = [&](void* dst, const void* src, size_t bytes) {
     if (bytes > 0) {
       CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_) == cudaSuccess);
