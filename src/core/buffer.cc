@@ -149,18 +149,22 @@ Result<PinnedHostBuffer> PinnedHostBuffer::Allocate(size_t nbytes) {
     return ResourceExhausted("cannot map " + std::to_string(nbytes >> 20) +
                              " MiB of host memory: " + std::strerror(errno));
   }
-  // First touch in parallel: the kernel's page faults, not the copy, bound the single thread.
-  const size_t num_threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
-  const size_t page = 4096;
-  const size_t per_thread = (nbytes / num_threads + page - 1) / page * page;
+  // First touch, in parallel for large buffers: the kernel's page faults bound one thread.
+  constexpr size_t kPage = 4096;
+  const size_t num_threads = nbytes < (size_t{64} << 20)
+                                 ? 1
+                                 : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
+  const size_t per_thread = (nbytes / num_threads + kPage - 1) / kPage * kPage;
+  auto touch = [p, nbytes](size_t begin, size_t end) {
+    for (size_t i = begin; i < std::min(end, nbytes); i += kPage) {
+      static_cast<volatile char*>(p)[i] = 0;
+    }
+  };
   std::vector<std::thread> threads;
-  for (size_t t = 0; t < num_threads; ++t) {
-    const size_t begin = std::min(nbytes, t * per_thread);
-    const size_t end = std::min(nbytes, begin + per_thread);
-    threads.emplace_back([p, begin, end] {
-      for (size_t i = begin; i < end; i += 4096) static_cast<volatile char*>(p)[i] = 0;
-    });
+  for (size_t t = 1; t < num_threads; ++t) {
+    threads.emplace_back(touch, t * per_thread, (t + 1) * per_thread);
   }
+  touch(0, per_thread);
   for (std::thread& t : threads) t.join();
   const cudaError_t err = cudaHostRegister(p, nbytes, cudaHostRegisterMapped);
   if (err != cudaSuccess) {

@@ -206,45 +206,36 @@ ScheduledBatch Scheduler::Schedule(bool ahead) {
   while (!waiting_.empty() && batch.preempted.empty() &&
          static_cast<int32_t>(running_.size()) < options_.max_num_seqs && budget() > 0) {
     Request* r = waiting_.front();
-    if (r->status == RequestStatus::kSwapped) {
-      // Resumes where it stopped: its blocks come back from the host, no prefix lookup.
-      const int32_t remaining = r->num_tokens() - r->num_computed_tokens;
-      const int32_t num_new = chunk(remaining);
-      if (!options_.enable_chunked_prefill && num_new < remaining) break;
-      auto table = kv_->SwapIn(r->id, r->num_computed_tokens + num_new, &batch.swap_in);
-      if (!table.has_value()) break;
-      waiting_.pop_front();
-      r->status = RequestStatus::kRunning;
-      running_.push_back(r);
-      batch.seqs.push_back({r, r->num_computed_tokens, num_new,
-                            r->num_computed_tokens + num_new == r->num_tokens(), *table});
-      batch.num_batched_tokens += num_new;
-      continue;
-    }
+    // A swapped-out request resumes where it stopped, its blocks copied back from the host;
+    // any other starts from its prefix-cache hit.
+    const bool swapped = r->status == RequestStatus::kSwapped;
     PrefixHit hit;
     // NOTE: requests asking for prompt logprobs compute their whole prompt (a cached prefix
     // has no logits).
-    if (!r->wants_prompt_logprobs) hit = kv_->FindCachedPrefix(r->token_ids, r->cache_key);
-    const int32_t remaining = r->num_tokens() - hit.num_tokens;
+    if (!swapped && !r->wants_prompt_logprobs) {
+      hit = kv_->FindCachedPrefix(r->token_ids, r->cache_key);
+    }
+    const int32_t num_computed = swapped ? r->num_computed_tokens : hit.num_tokens;
+    const int32_t remaining = r->num_tokens() - num_computed;
     const int32_t num_new = chunk(remaining);
     if (!options_.enable_chunked_prefill && num_new < remaining) break;
     if (options_.capacity_policy == CapacityPolicy::kGuaranteedNoEvict && !FitsWorstCase(*r)) {
       break;
     }
-    auto table = kv_->Allocate(r->id, hit.num_tokens + num_new, &hit);
+    auto table = swapped ? kv_->SwapIn(r->id, num_computed + num_new, &batch.swap_in)
+                         : kv_->Allocate(r->id, num_computed + num_new, &hit);
     if (!table.has_value()) break;
     waiting_.pop_front();
     // Token spans handed to a launched step point into token_ids: it must never reallocate.
     r->token_ids.reserve(r->max_num_tokens);
     r->status = RequestStatus::kRunning;
-    r->num_computed_tokens = hit.num_tokens;
-    r->num_cached_tokens = hit.num_tokens;
+    if (!swapped) r->num_computed_tokens = r->num_cached_tokens = hit.num_tokens;
     if (r->first_scheduled_time == std::chrono::steady_clock::time_point{}) {
       r->first_scheduled_time = std::chrono::steady_clock::now();
     }
     running_.push_back(r);
     batch.seqs.push_back(
-        {r, r->num_computed_tokens, num_new, hit.num_tokens + num_new == r->num_tokens(), *table});
+        {r, num_computed, num_new, num_computed + num_new == r->num_tokens(), *table});
     batch.num_batched_tokens += num_new;
   }
   CHECK(!batch.seqs.empty() || (batch.swap_out.empty() && batch.swap_in.empty()))

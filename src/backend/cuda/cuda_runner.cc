@@ -155,7 +155,6 @@ class CudaRunner final : public CudaRunnerBase {
       if (slot.start != nullptr) cudaEventDestroy(slot.start);
       if (slot.end != nullptr) cudaEventDestroy(slot.end);
       if (slot.staging != nullptr) cudaFreeHost(slot.staging);
-      if (slot.swap_pairs != nullptr) cudaFreeHost(slot.swap_pairs);
     }
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
     if (host_logits_ != nullptr) cudaFreeHost(host_logits_);
@@ -245,8 +244,7 @@ class CudaRunner final : public CudaRunnerBase {
     StepArrays host{};
     // The step's swap copies as (device block, host block) pairs, pinned and mapped: the swap
     // kernels read them from here.
-    int32_t* swap_pairs = nullptr;
-    int32_t swap_pairs_capacity = 0;  // pairs
+    PinnedHostBuffer swap_pairs;
     cudaEvent_t start = nullptr, end = nullptr;
   };
   // A launched step: what Wait needs to finish it.
@@ -566,18 +564,15 @@ Status CudaRunner<T>::AllocateSwapSpace(int32_t num_blocks) {
 template <typename T>
 Status CudaRunner<T>::EnqueueSwaps(const StepInputs& in, int slot_index) {
   StepSlot& slot = slots_[slot_index];
+  const size_t pair_bytes = 2 * sizeof(int32_t);
   const size_t num_pairs = in.swap_out.size() + in.swap_in.size();
-  if (num_pairs > static_cast<size_t>(slot.swap_pairs_capacity)) {
+  if (num_pairs * pair_bytes > slot.swap_pairs.size()) {
     // The slot's previous step was waited for: nothing reads the old list.
-    if (slot.swap_pairs != nullptr) cudaFreeHost(slot.swap_pairs);
-    slot.swap_pairs = nullptr;
-    slot.swap_pairs_capacity = 0;
-    const size_t capacity = std::max<size_t>(num_pairs, 1024);
-    KILN_CUDA_RETURN_IF_ERROR(cudaHostAlloc(reinterpret_cast<void**>(&slot.swap_pairs),
-                                            capacity * 2 * sizeof(int32_t), cudaHostAllocMapped));
-    slot.swap_pairs_capacity = static_cast<int32_t>(capacity);
+    slot.swap_pairs = PinnedHostBuffer();
+    KILN_ASSIGN_OR_RETURN(slot.swap_pairs, PinnedHostBuffer::Allocate(
+                                               std::max<size_t>(num_pairs, 1024) * pair_bytes));
   }
-  int32_t* pairs = slot.swap_pairs;
+  auto* pairs = static_cast<int32_t*>(slot.swap_pairs.data());
   for (const std::vector<BlockCopy>* list : {&in.swap_out, &in.swap_in}) {
     for (const BlockCopy& c : *list) {
       CHECK(c.device_block >= 0 && c.device_block < num_blocks_ && c.host_block >= 0 &&
@@ -588,8 +583,6 @@ Status CudaRunner<T>::EnqueueSwaps(const StepInputs& in, int slot_index) {
       *pairs++ = c.host_block;
     }
   }
-  void* pairs_device = nullptr;
-  KILN_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&pairs_device, slot.swap_pairs, 0));
   const int64_t per_layer =
       int64_t{num_blocks_} * config_.num_kv_heads * block_size_ * config_.head_dim;
   const kernels::KvSwapLayout layout{
@@ -599,7 +592,7 @@ Status CudaRunner<T>::EnqueueSwaps(const StepInputs& in, int slot_index) {
       .chunk_bytes = KvBlockBytes(block_size_) / (2 * config_.num_layers),
       .host = swap_.device_data(),
   };
-  const auto* out_pairs = static_cast<const int32_t*>(pairs_device);
+  const auto* out_pairs = static_cast<const int32_t*>(slot.swap_pairs.device_data());
   KILN_CUDA_RETURN_IF_ERROR(kernels::SwapKvBlocks(
       layout, out_pairs, static_cast<int32_t>(in.swap_out.size()), /*to_host=*/true, stream_));
   KILN_CUDA_RETURN_IF_ERROR(kernels::SwapKvBlocks(layout, out_pairs + 2 * in.swap_out.size(),
