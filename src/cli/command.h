@@ -28,5 +28,6 @@ void AddDetokenizeCommand(CLI::App& app);    // tokenize_command.cc
 void AddChatTemplateCommand(CLI::App& app);  // tokenize_command.cc
 void AddGenerateCommand(CLI::App& app);      // generate_command.cc
 void AddServeCommand(CLI::App& app);         // serve_command.cc
+void AddBenchCommand(CLI::App& app);         // bench_command.cc
 
 }  // namespace kiln::cli

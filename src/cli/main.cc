@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   kiln::cli::AddChatTemplateCommand(app);
   kiln::cli::AddGenerateCommand(app);
   kiln::cli::AddServeCommand(app);
+  kiln::cli::AddBenchCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

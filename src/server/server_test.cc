@@ -13,9 +13,7 @@
 #include <chrono>
 #include <thread>
 
-#include "builder/synth_tokenizer.h"
-#include "engine/fake_runner.h"
-#include "tokenizer/vocab.h"
+#include "server/fake_model.h"
 
 namespace kiln::server {
 namespace {
@@ -26,42 +24,8 @@ using tcp = net::ip::tcp;
 using Json = nlohmann::json;
 using Response = http::response<http::string_body>;
 
-constexpr int32_t kVocab = 512;
-constexpr int32_t kEos = 2;
-constexpr int32_t kNumKvBlocks = 512;
-
-struct EngineSetup {
-  int64_t step_delay_us = 0;
-  int32_t max_num_seqs = 256;
-  int32_t num_kv_blocks = kNumKvBlocks;
-};
-
-std::unique_ptr<ServedModel> MakeModel(const EngineSetup& setup) {
-  auto runner = std::make_unique<testing::FakeRunner>(kVocab, kEos);
-  runner->set_step_delay_us(setup.step_delay_us);
-  auto model = std::make_unique<ServedModel>();
-  auto synth = BuildSyntheticTokenizer(runner->config());
-  CHECK(synth.ok()) << synth.status().ToString();
-  auto vocab = VocabFromTokenizerJson(TokenizerJson(*synth), "synthetic");
-  CHECK(vocab.ok()) << vocab.status().ToString();
-  auto tokenizer = Tokenizer::Create(std::move(*vocab));
-  CHECK(tokenizer.ok());
-  model->tokenizer = std::make_unique<LoadedTokenizer>();
-  model->tokenizer->tokenizer = std::move(*tokenizer);
-  EngineOptions o;
-  o.block_size = 4;
-  o.num_kv_blocks = setup.num_kv_blocks;
-  o.scheduler.max_num_seqs = setup.max_num_seqs;
-  o.check_invariants = true;
-  auto engine = Engine::Create(std::move(runner), o);
-  CHECK(engine.ok()) << engine.status().ToString();
-  model->info.name = "fake";
-  model->info.tokenizer = model->tokenizer.get();
-  model->info.max_model_len = (*engine)->max_model_len();
-  model->info.vocab_size = kVocab;
-  model->executor = Executor::Start(std::move(*engine), model->tokenizer->tokenizer.get());
-  return model;
-}
+using EngineSetup = testing::FakeModelSetup;
+constexpr int32_t kNumKvBlocks = EngineSetup{}.num_kv_blocks;
 
 ServerOptions BaseOptions() {
   ServerOptions o;
@@ -81,7 +45,7 @@ struct Harness {
     if (load) Load(setup);
   }
   void Load(const EngineSetup& setup = {}) {
-    auto m = MakeModel(setup);
+    auto m = testing::MakeFakeServedModel(setup);
     executor = m->executor.get();
     server->SetModel(std::move(m));
   }

@@ -89,6 +89,21 @@ expect_error "holds no key" "${s[@]}" --api-key-file "$work/empty-keys"
 expect_error "--max-request-body-bytes" "${s[@]}" --max-request-body-bytes lots
 expect_error "--max-num-waiting" "${s[@]}" --max-num-waiting -5
 expect_error "no such file or directory" serve "$work/missing" --host 127.0.0.1 --port 0
+# kiln bench: flags and datasets are checked before any request is sent
+b=(bench serve --base-url http://127.0.0.1:9 --model m --tokenizer "$work/tiny" --num-requests 2)
+expect_error "--request-rate" "${b[@]}" --request-rate 0
+expect_error "--request-rate" "${b[@]}" --request-rate fast
+expect_error "--goodput" "${b[@]}" --goodput ttft:soon
+expect_error "--extra-body" "${b[@]}" --extra-body '[1]'
+expect_error "https is not supported" bench serve --base-url https://example.com --model m --tokenizer "$work/tiny" --num-requests 2
+expect_error "needs a max concurrency" "${b[@]}" --duration 10
+expect_error "$work/missing.jsonl" "${b[@]}" --dataset jsonl --dataset-path "$work/missing.jsonl"
+printf '{"prompt": "hi"}\n{"prompt": \n' >"$work/bad.jsonl"
+expect_error "bad.jsonl:2" "${b[@]}" --dataset jsonl --dataset-path "$work/bad.jsonl"
+expect_error "vocab" bench serve --base-url http://127.0.0.1:9 --model m --num-requests 2
+expect_error "cannot connect" bench serve --base-url http://127.0.0.1:9 --tokenizer "$work/tiny" --num-requests 2
+expect_error "no such file or directory" bench offline "$work/missing"
+expect_error "batch size" bench latency "$work/tiny" --kv-cache-memory 64MiB --batch-size 0
 truncate -s 1000 "$work/tiny/model.safetensors"
 expect_error "model.safetensors" inspect "$work/tiny"
 expect_error "not empty" synth --preset smollm2-135m --out "$work/tiny"
