@@ -558,7 +558,7 @@ TEST(WarmupVariantTest, SharesNoLeadingBlockWithTheRequest) {
   BenchRequest r;
   r.prompt_ids = {5, 6, 7, 8, 9};
   r.prompt_text = "system part, question";
-  r.prefix_text_len = 12;
+  r.prefix_text_len = 11;  // "system part"
   r.output_len = 3;
   const BenchRequest v = WarmupVariant(r);
   EXPECT_EQ(v.prompt_ids, (std::vector<int32_t>{6, 7, 8, 9, 5}));
