@@ -36,6 +36,7 @@
 #include "backend/model_runner.h"
 #include "core/dtype.h"
 #include "model/checkpoint.h"
+#include "model/quantization.h"
 
 namespace kiln {
 
@@ -44,6 +45,11 @@ struct CudaRunnerOptions {
   // Weights, activations and KV cache: DType::kBF16 or kF16. Unset: DefaultGpuDType
   // (model/checkpoint.h).
   std::optional<DType> dtype;
+  // kFp8: the linear layers of every decoder layer run FP8 W8A8 (model/quantization.h); the
+  // checkpoint's 16-bit weights are quantized at upload.
+  QuantMethod quantization = QuantMethod::kNone;
+  // kFp8E4M3: the KV cache holds e4m3 (half the bytes of bf16 per block).
+  KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;
   // The most tokens one step carries (the scheduler's max_num_batched_tokens, or more); sizes
   // the activation workspace.
   int32_t max_num_tokens = 8192;

@@ -1,0 +1,54 @@
+// Quantization schemes kiln runs, and the FP8 arithmetic the CPU reference and the CUDA kernels
+// share (docs/quantization.md).
+//
+// FP8 W8A8 (vLLM's and TensorRT-LLM's "fp8"): weights and activations in float8 e4m3fn with fp32
+// scales, products accumulated in fp32:
+//   weights      per output channel n (a row of the [out, in] matrix), static:
+//                  sw[n] = Fp8RowScale(max_k |w[n, k]|),  wq[n, k] = e4m3(w[n, k] / sw[n])
+//   activations  per token m (a row of the [tokens, in] input), dynamic (computed every step):
+//                  sx[m] = Fp8RowScale(max_k |x[m, k]|),  xq[m, k] = e4m3(x[m, k] / sx[m])
+//   out[m, n] = (sum_k xq[m, k] * wq[n, k]) * sx[m] * sw[n]  (+ bias[n])
+// e4m3 rounds to nearest even (core/dtype.h F32ToF8E4M3); |x / s| <= 448 by construction, so it
+// never saturates. Linear layers of a few rows (batch-1..2 decode on CUDA) may skip the
+// activation quantization (W8A16: out = (sum_k x[m, k] * wq[n, k]) * sw[n]), which is closer
+// to the unquantized model, not further.
+// The embedding, the norms and lm_head stay in the compute type (as vLLM and ModelOpt keep them).
+//
+// FP8 KV cache: K and V stored as e4m3 of value / scale with one fp32 scale per layer for K and
+// one for V (1.0 unless calibrated); attention reads value = e4m3 * scale.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string_view>
+
+#include "core/status.h"
+
+namespace kiln {
+
+enum class QuantMethod : uint8_t {
+  kNone,
+  kFp8,  // W8A8 e4m3, per-channel weights, per-token dynamic activations
+};
+
+// "none" / "fp8". Errors: kInvalidArgument naming the accepted values.
+Result<QuantMethod> ParseQuantMethod(std::string_view name);
+std::string_view QuantMethodName(QuantMethod method);
+
+enum class KvCacheDType : uint8_t {
+  kAuto,     // the compute type (bf16 / fp16 on CUDA, f32 on the CPU)
+  kFp8E4M3,  // e4m3fn with a per-layer K scale and V scale
+};
+
+// "auto" / "fp8" / "fp8_e4m3". Errors: kInvalidArgument naming the accepted values.
+Result<KvCacheDType> ParseKvCacheDType(std::string_view name);
+std::string_view KvCacheDTypeName(KvCacheDType dtype);  // "auto", "fp8_e4m3"
+
+inline constexpr float kFp8E4M3Max = 448.0f;
+// The smallest scale a row gets (vLLM's), so that an all-zero or tiny row divides safely.
+inline constexpr float kFp8MinScale = 1.0f / (kFp8E4M3Max * 512.0f);
+
+// The fp32 scale of a row whose largest magnitude is amax.
+inline float Fp8RowScale(float amax) { return std::max(amax / kFp8E4M3Max, kFp8MinScale); }
+
+}  // namespace kiln
