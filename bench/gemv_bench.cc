@@ -9,7 +9,13 @@
 // Achieved bandwidth = (weight + activation bytes) / time; every run reads another copy of the
 // weights (16 or more copies, as the 32 layers of a forward pass do), so none comes from L2.
 //
-//   build/bench/gemv_bench [--json F] [--prefill]
+//   - with --fp8, the FP8 linear layers (Gemm::LinearFp8, model/quantization.h) against the bf16
+//     ones of the same run, m = 1 .. 16,384: the W8A16 GEMV (kernels::GemvFp8) up to 8 rows,
+//     and the W8A8 path (per-token quantization + e4m3 cuBLASLt GEMM + scale epilogue, all
+//     three timed together) at every m: where LinearFp8 should switch (its fp8_gemv_max_rows),
+//     and the speed-up over bf16 (the best of Gemv / tuned cuBLASLt).
+//
+//   build/bench/gemv_bench [--json F] [--prefill | --fp8]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -18,12 +24,14 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/gemm.h"
 #include "core/buffer.h"
 #include "cuda_yardstick.h"
+#include "kernels/quant.h"
 
 namespace kiln {
 namespace {
@@ -116,21 +124,123 @@ int RunPrefill(const std::string& json_path) {
   return 0;
 }
 
+// FP8 layers against bf16 ones, weights streamed from HBM as in a forward pass.
+int RunFp8(const std::string& json_path) {
+  const double copy_bw = bench::DeviceCopyBandwidth();
+  std::printf("copy bandwidth %.0f GB/s\n", copy_bw / 1e9);
+  Json out;
+  out["copy_bandwidth_gb_s"] = copy_bw / 1e9;
+  const Layer layers[] = {{"qkv", 6144, 4096, false},
+                          {"o", 4096, 4096, false},
+                          {"gate_up", 28672, 4096, false},
+                          {"down", 4096, 14336, false}};
+  constexpr int64_t kMaxRows = 16384;
+  DeviceBuffer x = DeviceBuffer::Allocate(kMaxRows * 14336 * 2).value();
+  DeviceBuffer result = DeviceBuffer::Allocate(kMaxRows * 28672 * 2).value();
+  DeviceBuffer xq = DeviceBuffer::Allocate(kMaxRows * 14336).value();
+  DeviceBuffer sx = DeviceBuffer::Allocate(kMaxRows * 4).value();
+  FillRandom(x, 0x3c00);
+  auto bf16_gemm = cuda::Gemm::Create();
+  auto fp8_gemm = cuda::Gemm::Create();
+  BENCH_CHECK(bf16_gemm.ok() && fp8_gemm.ok());
+  const cuda::Fp8Scratch scratch{static_cast<__nv_fp8_e4m3*>(xq.data()),
+                                 static_cast<float*>(sx.data())};
+  std::printf("%-8s %6s %10s %10s %10s %10s %9s\n", "layer", "m", "bf16 us", "w8a16 us", "w8a8 us",
+              "w8a8 TF/s", "speed-up");
+  for (const Layer& l : layers) {
+    const int64_t bytes16 = l.n * l.k * 2, bytes8 = l.n * l.k;
+    const int copies = static_cast<int>(std::clamp<int64_t>((int64_t{2} << 30) / bytes16, 2, 16));
+    DeviceBuffer w16 = DeviceBuffer::Allocate(bytes16 * copies).value();
+    DeviceBuffer w8 = DeviceBuffer::Allocate(bytes8 * copies).value();
+    DeviceBuffer ws = DeviceBuffer::Allocate(l.n * 4 * copies).value();
+    FillRandom(w16, 0x3f00);
+    for (int i = 0; i < copies; ++i) {  // the FP8 copies quantized from the bf16 ones
+      BENCH_CHECK(kernels::QuantizeRowsFp8(
+                      static_cast<const bf16*>(w16.data()) + i * l.n * l.k, l.k, l.n, l.k,
+                      static_cast<__nv_fp8_e4m3*>(w8.data()) + i * bytes8, l.k,
+                      static_cast<float*>(ws.data()) + i * l.n, nullptr) == cudaSuccess);
+    }
+    std::vector<const bf16*> weights16;
+    std::vector<cuda::Fp8Weight> weights8;
+    std::vector<const __nv_fp8_e4m3*> raw8;
+    for (int i = 0; i < copies; ++i) {
+      weights16.push_back(static_cast<const bf16*>(w16.data()) + i * l.n * l.k);
+      weights8.push_back({static_cast<const __nv_fp8_e4m3*>(w8.data()) + i * bytes8,
+                          static_cast<const float*>(ws.data()) + i * l.n});
+      raw8.push_back(weights8.back().w);
+    }
+    const auto* xp = static_cast<const bf16*>(x.data());
+    auto time_fp8 = [&](int64_t m) {
+      return bench::MedianEventSeconds(
+                 1, 5,
+                 [&] {
+                   for (const cuda::Fp8Weight& w : weights8) {
+                     BENCH_CHECK((*fp8_gemm)
+                                     ->LinearFp8(xp, l.k, m, w, l.n, l.k, nullptr, result.data(),
+                                                 l.n, false, scratch, nullptr)
+                                     .ok());
+                   }
+                 }) /
+             static_cast<double>(weights8.size());
+    };
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 8, 16, 32, 64, 128, 256, 2048, 8192, 16384}) {
+      // bf16: the best of Gemv (m <= 8) and tuned cuBLASLt.
+      (*bf16_gemm)->set_gemv_max_rows(0);
+      const cuda::GemmShape shape16{m, l.n, l.k, l.k, l.n, false, false};
+      BENCH_CHECK((*bf16_gemm)->Tune(shape16, 6, nullptr, weights16).ok());
+      double t16 = TimeLinear(**bf16_gemm, weights16, xp, m, l, result.data());
+      if (m <= 8) {
+        (*bf16_gemm)->set_gemv_max_rows(8);
+        t16 = std::min(t16, TimeLinear(**bf16_gemm, weights16, xp, m, l, result.data()));
+      }
+      double gemv8 = 0;
+      if (m <= 8) {
+        (*fp8_gemm)->set_fp8_gemv_max_rows(8);
+        gemv8 = time_fp8(m);
+      }
+      (*fp8_gemm)->set_fp8_gemv_max_rows(0);
+      cuda::GemmShape shape8{m, l.n, l.k, l.k, l.n, false, false};
+      shape8.fp8 = true;
+      BENCH_CHECK(
+          (*fp8_gemm)->Tune(shape8, 6, nullptr, std::span<const __nv_fp8_e4m3* const>(raw8)).ok());
+      const double gemm8 = time_fp8(m);
+      const double best8 = gemv8 > 0 ? std::min(gemv8, gemm8) : gemm8;
+      const double flops = 2.0 * m * l.n * l.k;
+      out["fp8"].push_back({{"layer", l.name},
+                            {"m", m},
+                            {"bf16_us", t16 * 1e6},
+                            {"w8a16_gemv_us", gemv8 * 1e6},
+                            {"w8a16_gemv_fraction_of_copy",
+                             gemv8 > 0 ? (bytes8 + m * l.k * 2.0) / gemv8 / copy_bw : 0.0},
+                            {"w8a8_us", gemm8 * 1e6},
+                            {"w8a8_tflops", flops / gemm8 / 1e12},
+                            {"speedup_over_bf16", t16 / best8}});
+      std::printf("%-8s %6ld %10.1f %10s %10.1f %10.0f %8.2fx\n", l.name, static_cast<long>(m),
+                  t16 * 1e6, gemv8 > 0 ? std::to_string(gemv8 * 1e6).substr(0, 6).c_str() : "-",
+                  gemm8 * 1e6, flops / gemm8 / 1e12, t16 / best8);
+    }
+  }
+  if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
+  return 0;
+}
+
 }  // namespace
 }  // namespace kiln
 
 int main(int argc, char** argv) {
   using namespace kiln;
   std::string json_path;
-  bool prefill = false;
+  bool prefill = false, fp8 = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) {
       json_path = argv[++i];
     } else if (a == "--prefill") {
       prefill = true;
+    } else if (a == "--fp8") {
+      fp8 = true;
     } else {
-      std::fprintf(stderr, "usage: gemv_bench [--json F] [--prefill]\n");
+      std::fprintf(stderr, "usage: gemv_bench [--json F] [--prefill | --fp8]\n");
       return 2;
     }
   }
@@ -140,6 +250,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (prefill) return RunPrefill(json_path);
+  if (fp8) return RunFp8(json_path);
   const double copy_bw = bench::DeviceCopyBandwidth();
   std::printf("copy bandwidth %.0f GB/s\n", copy_bw / 1e9);
   Json out;

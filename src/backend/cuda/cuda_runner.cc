@@ -28,6 +28,7 @@
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/kv_swap.h"
+#include "kernels/quant.h"
 #include "kernels/sampling.h"
 #include "model/dequant.h"
 
@@ -55,17 +56,24 @@ class Arena {
   int64_t used_ = 0;
 };
 
+// A linear layer's weight: T, or e4m3 with per-channel scales (QuantMethod::kFp8).
+template <typename T>
+struct LinearWeight {
+  T* w = nullptr;
+  cuda::Fp8Weight fp8;
+};
+
 template <typename T>
 struct LayerWeights {
   T* input_norm = nullptr;
-  T* qkv = nullptr;  // [q_size + 2 kv_size, hidden]
+  LinearWeight<T> qkv;  // [q_size + 2 kv_size, hidden]
   T* qkv_bias = nullptr;
-  T* o = nullptr;  // [hidden, q_size]
+  LinearWeight<T> o;  // [hidden, q_size]
   T* o_bias = nullptr;
   T* post_norm = nullptr;
-  T* gate_up = nullptr;  // [2 inter, hidden]
+  LinearWeight<T> gate_up;  // [2 inter, hidden]
   T* gate_up_bias = nullptr;
-  T* down = nullptr;  // [hidden, inter]
+  LinearWeight<T> down;  // [hidden, inter]
   T* down_bias = nullptr;
 };
 
@@ -185,6 +193,9 @@ class CudaRunner final : public CudaRunnerBase {
   Status EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32_t num_decode, int32_t max_q_len,
                         int32_t num_rows);
   Status EnqueueLogits(int32_t num_rows, int32_t row_offset);
+  // out[m, n] = x[m, k] . w^T (+ bias) in the layer's format (Gemm::Linear or LinearFp8).
+  Status Linear(const T* x, int64_t m, const LinearWeight<T>& w, int64_t n, int64_t k,
+                const T* bias, T* out);
   Status CaptureGraphs();
   // With options_.profile_ops: an event after the op that just ended (`op`), or the step's
   // first mark (op == nullptr). CollectMarks adds the device time between marks to op_seconds_
@@ -223,8 +234,9 @@ class CudaRunner final : public CudaRunnerBase {
   float* h_ = nullptr;
   T *x_ = nullptr, *qkv_ = nullptr, *attn_ = nullptr, *delta_ = nullptr, *gate_up_ = nullptr,
     *act_ = nullptr, *rows_ = nullptr;
-  float* logits_ = nullptr;  // [logit_chunk_, vocab]
-  int32_t logit_chunk_ = 0;  // logits rows computed per lm_head pass
+  cuda::Fp8Scratch fp8_scratch_;  // FP8: a linear layer's input quantized per token
+  float* logits_ = nullptr;       // [logit_chunk_, vocab]
+  int32_t logit_chunk_ = 0;       // logits rows computed per lm_head pass
   void* attn_workspace_ = nullptr;
   size_t attn_workspace_bytes_ = 0;
 
@@ -428,20 +440,37 @@ Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
   const ModelConfig& c = config_;
   const int64_t h = c.hidden_size, inter = c.intermediate_size, q = c.q_size(), kv = c.kv_size();
   const int64_t qkv_rows = q + 2 * kv;
+  const bool fp8 = options_.quantization == QuantMethod::kFp8;
+  if (fp8 && (h % 16 != 0 || q % 16 != 0 || kv % 8 != 0 || inter % 16 != 0)) {
+    return Unsupported("quantization fp8: " + ckpt.path() + " has hidden_size " +
+                       std::to_string(h) + ", q size " + std::to_string(q) + ", kv size " +
+                       std::to_string(kv) + " and intermediate_size " + std::to_string(inter) +
+                       "; the FP8 GEMMs need multiples of 16 (kv size: of 8)");
+  }
   // Sizing pass, then the real one.
+  auto take_linear = [&](Arena& a, int64_t rows, int64_t cols) {
+    LinearWeight<T> lw;
+    if (fp8) {
+      lw.fp8.w = a.Take<__nv_fp8_e4m3>(rows * cols);
+      lw.fp8.scale = a.Take<float>(rows);
+    } else {
+      lw.w = a.Take<T>(rows * cols);
+    }
+    return lw;
+  };
   auto place = [&](Arena& a) {
     embedding_ = a.Take<T>(int64_t{c.vocab_size} * h);
     layers_.assign(c.num_layers, {});
     for (LayerWeights<T>& l : layers_) {
       l.input_norm = a.Take<T>(h);
-      l.qkv = a.Take<T>(qkv_rows * h);
+      l.qkv = take_linear(a, qkv_rows, h);
       if (c.qkv_bias) l.qkv_bias = a.Take<T>(qkv_rows);
-      l.o = a.Take<T>(h * q);
+      l.o = take_linear(a, h, q);
       if (c.o_bias) l.o_bias = a.Take<T>(h);
       l.post_norm = a.Take<T>(h);
-      l.gate_up = a.Take<T>(2 * inter * h);
+      l.gate_up = take_linear(a, 2 * inter, h);
       if (c.mlp_bias) l.gate_up_bias = a.Take<T>(2 * inter);
-      l.down = a.Take<T>(h * inter);
+      l.down = take_linear(a, h, inter);
       if (c.mlp_bias) l.down_bias = a.Take<T>(h);
     }
     final_norm_ = a.Take<T>(h);
@@ -472,25 +501,44 @@ Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
     KILN_RETURN_IF_ERROR(ToActivation<T>(*w, values));
     return uploader.Upload(values.data(), values.size() * sizeof(uint16_t), dst);
   };
+  // FP8: each fused matrix is uploaded in T into `staging`, then quantized per output channel
+  // (a row of the fused matrix is a row of one of its parts, so the scales are the parts').
+  DeviceBuffer staging;
+  if (fp8) {
+    const int64_t largest = std::max({qkv_rows * h, h * q, 2 * inter * h, h * inter});
+    KILN_ASSIGN_OR_RETURN(staging, DeviceBuffer::Allocate(largest * sizeof(T)));
+  }
+  auto dest = [&](LinearWeight<T>& lw) { return fp8 ? static_cast<T*>(staging.data()) : lw.w; };
+  auto quantize = [&](LinearWeight<T>& lw, int64_t rows, int64_t cols) -> Status {
+    if (!fp8) return Status::Ok();
+    KILN_CUDA_RETURN_IF_ERROR(kernels::QuantizeRowsFp8(
+        static_cast<const T*>(staging.data()), cols, rows, cols,
+        const_cast<__nv_fp8_e4m3*>(lw.fp8.w), cols, const_cast<float*>(lw.fp8.scale), stream_));
+    return Status::Ok();
+  };
   KILN_RETURN_IF_ERROR(upload("model.embed_tokens.weight", embedding_));
   for (int i = 0; i < c.num_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     LayerWeights<T>& l = layers_[i];
     KILN_RETURN_IF_ERROR(upload(p + "input_layernorm.weight", l.input_norm));
-    KILN_RETURN_IF_ERROR(upload(p + "self_attn.q_proj.weight", l.qkv));
-    KILN_RETURN_IF_ERROR(upload(p + "self_attn.k_proj.weight", l.qkv + q * h));
-    KILN_RETURN_IF_ERROR(upload(p + "self_attn.v_proj.weight", l.qkv + (q + kv) * h));
+    KILN_RETURN_IF_ERROR(upload(p + "self_attn.q_proj.weight", dest(l.qkv)));
+    KILN_RETURN_IF_ERROR(upload(p + "self_attn.k_proj.weight", dest(l.qkv) + q * h));
+    KILN_RETURN_IF_ERROR(upload(p + "self_attn.v_proj.weight", dest(l.qkv) + (q + kv) * h));
+    KILN_RETURN_IF_ERROR(quantize(l.qkv, qkv_rows, h));
     if (c.qkv_bias) {
       KILN_RETURN_IF_ERROR(upload(p + "self_attn.q_proj.bias", l.qkv_bias));
       KILN_RETURN_IF_ERROR(upload(p + "self_attn.k_proj.bias", l.qkv_bias + q));
       KILN_RETURN_IF_ERROR(upload(p + "self_attn.v_proj.bias", l.qkv_bias + q + kv));
     }
-    KILN_RETURN_IF_ERROR(upload(p + "self_attn.o_proj.weight", l.o));
+    KILN_RETURN_IF_ERROR(upload(p + "self_attn.o_proj.weight", dest(l.o)));
+    KILN_RETURN_IF_ERROR(quantize(l.o, h, q));
     if (c.o_bias) KILN_RETURN_IF_ERROR(upload(p + "self_attn.o_proj.bias", l.o_bias));
     KILN_RETURN_IF_ERROR(upload(p + "post_attention_layernorm.weight", l.post_norm));
-    KILN_RETURN_IF_ERROR(upload(p + "mlp.gate_proj.weight", l.gate_up));
-    KILN_RETURN_IF_ERROR(upload(p + "mlp.up_proj.weight", l.gate_up + inter * h));
-    KILN_RETURN_IF_ERROR(upload(p + "mlp.down_proj.weight", l.down));
+    KILN_RETURN_IF_ERROR(upload(p + "mlp.gate_proj.weight", dest(l.gate_up)));
+    KILN_RETURN_IF_ERROR(upload(p + "mlp.up_proj.weight", dest(l.gate_up) + inter * h));
+    KILN_RETURN_IF_ERROR(quantize(l.gate_up, 2 * inter, h));
+    KILN_RETURN_IF_ERROR(upload(p + "mlp.down_proj.weight", dest(l.down)));
+    KILN_RETURN_IF_ERROR(quantize(l.down, h, inter));
     if (c.mlp_bias) {
       KILN_RETURN_IF_ERROR(upload(p + "mlp.gate_proj.bias", l.gate_up_bias));
       KILN_RETURN_IF_ERROR(upload(p + "mlp.up_proj.bias", l.gate_up_bias + inter));
@@ -524,6 +572,11 @@ Status CudaRunner<T>::AllocateWorkspace() {
     gate_up_ = a.Take<T>(t * 2 * c.intermediate_size);
     act_ = a.Take<T>(t * c.intermediate_size);
     rows_ = a.Take<T>(int64_t{logit_chunk_} * h);
+    if (options_.quantization == QuantMethod::kFp8) {
+      fp8_scratch_.x = a.Take<__nv_fp8_e4m3>(
+          t * std::max({h, int64_t{c.q_size()}, int64_t{c.intermediate_size}}));
+      fp8_scratch_.scale = a.Take<float>(t);
+    }
     logits_ = a.Take<float>(int64_t{logit_chunk_} * c.vocab_size);
     attn_workspace_ = a.Take<uint8_t>(static_cast<int64_t>(attn_workspace_bytes_));
   };
@@ -717,8 +770,7 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
     KILN_LAUNCH(kernels::RmsNormF32Residual(delta_, h, h_, /*init=*/i == 0, nullptr, num_tokens,
                                             c.hidden_size, l.input_norm, eps, x_, h, stream_));
     Mark("rms_norm");
-    KILN_RETURN_IF_ERROR(gemm_->Linear(x_, h, num_tokens, l.qkv, qkv_rows, h, l.qkv_bias, qkv_,
-                                       qkv_rows, false, stream_));
+    KILN_RETURN_IF_ERROR(Linear(x_, num_tokens, l.qkv, qkv_rows, h, l.qkv_bias, qkv_));
     Mark("qkv");
     kernels::RopeKvArgsT<T> rope;
     rope.qkv = qkv_;
@@ -757,25 +809,30 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
           num_seqs - num_decode, max_q_len, dims, attn_, q, stream_));
     }
     Mark("prefill_attention");
-    KILN_RETURN_IF_ERROR(
-        gemm_->Linear(attn_, q, num_tokens, l.o, h, q, l.o_bias, delta_, h, false, stream_));
+    KILN_RETURN_IF_ERROR(Linear(attn_, num_tokens, l.o, h, q, l.o_bias, delta_));
     Mark("o");
     KILN_LAUNCH(kernels::RmsNormF32Residual(delta_, h, h_, false, nullptr, num_tokens,
                                             c.hidden_size, l.post_norm, eps, x_, h, stream_));
     Mark("rms_norm");
-    KILN_RETURN_IF_ERROR(gemm_->Linear(x_, h, num_tokens, l.gate_up, 2 * inter, h, l.gate_up_bias,
-                                       gate_up_, 2 * inter, false, stream_));
+    KILN_RETURN_IF_ERROR(Linear(x_, num_tokens, l.gate_up, 2 * inter, h, l.gate_up_bias, gate_up_));
     Mark("gate_up");
     KILN_LAUNCH(kernels::SiluMul(gate_up_, 2 * inter, num_tokens, c.intermediate_size, act_, inter,
                                  stream_));
     Mark("silu_mul");
-    KILN_RETURN_IF_ERROR(gemm_->Linear(act_, inter, num_tokens, l.down, h, inter, l.down_bias,
-                                       delta_, h, false, stream_));
+    KILN_RETURN_IF_ERROR(Linear(act_, num_tokens, l.down, h, inter, l.down_bias, delta_));
     Mark("down");
   }
   KILN_RETURN_IF_ERROR(EnqueueLogits(std::min(num_rows, logit_chunk_), 0));
   Mark("final_norm_lm_head");
   return Status::Ok();
+}
+
+// Every activation a linear layer reads or writes is contiguous: its row stride is its width.
+template <typename T>
+Status CudaRunner<T>::Linear(const T* x, int64_t m, const LinearWeight<T>& w, int64_t n, int64_t k,
+                             const T* bias, T* out) {
+  if (w.w != nullptr) return gemm_->Linear(x, k, m, w.w, n, k, bias, out, n, false, stream_);
+  return gemm_->LinearFp8(x, k, m, w.fp8, n, k, bias, out, n, false, fp8_scratch_, stream_);
 }
 
 // Logits of rows [row_offset, row_offset + num_rows) of the step's logit_rows into logits_.
@@ -889,22 +946,52 @@ void CudaRunner<T>::CollectMarks() {
 
 template <typename T>
 Status CudaRunner<T>::TuneDecodeGemms(int32_t batch) {
-  if (batch <= gemm_->gemv_max_rows()) return Status::Ok();
   const ModelConfig& c = config_;
   const int64_t h = c.hidden_size, inter = c.intermediate_size, q = c.q_size();
   const int64_t qkv_rows = q + 2 * c.kv_size();
-  std::vector<const T*> qkv, o, gate_up, down;
-  for (const LayerWeights<T>& l : layers_) {
-    qkv.push_back(l.qkv);
-    o.push_back(l.o);
-    gate_up.push_back(l.gate_up);
-    down.push_back(l.down);
-  }
-  // The shapes EnqueueForward and EnqueueLogits pass to Gemm::Linear.
   constexpr int kCandidates = 6;
   using Shape = cuda::GemmShape;
   using Weights = std::span<const T* const>;
   constexpr DType kType = DTypeOf<T>();
+  if (options_.quantization == QuantMethod::kFp8) {
+    if (batch > gemm_->fp8_gemv_max_rows()) {
+      // The FP8 shapes LinearFp8 runs: x quantized into a contiguous [batch, k] scratch, no bias
+      // in the GEMM.
+      using Fp8Weights = std::span<const __nv_fp8_e4m3* const>;
+      std::vector<const __nv_fp8_e4m3*> qkv, o, gate_up, down;
+      for (const LayerWeights<T>& l : layers_) {
+        qkv.push_back(l.qkv.fp8.w);
+        o.push_back(l.o.fp8.w);
+        gate_up.push_back(l.gate_up.fp8.w);
+        down.push_back(l.down.fp8.w);
+      }
+      auto fp8_shape = [&](int64_t n, int64_t k) {
+        Shape s{batch, n, k, k, n, false, false, kType};
+        s.fp8 = true;
+        return s;
+      };
+      KILN_RETURN_IF_ERROR(
+          gemm_->Tune(fp8_shape(qkv_rows, h), kCandidates, stream_, Fp8Weights(qkv)));
+      KILN_RETURN_IF_ERROR(gemm_->Tune(fp8_shape(h, q), kCandidates, stream_, Fp8Weights(o)));
+      KILN_RETURN_IF_ERROR(
+          gemm_->Tune(fp8_shape(2 * inter, h), kCandidates, stream_, Fp8Weights(gate_up)));
+      KILN_RETURN_IF_ERROR(
+          gemm_->Tune(fp8_shape(h, inter), kCandidates, stream_, Fp8Weights(down)));
+    }
+    if (batch <= gemm_->gemv_max_rows()) return Status::Ok();
+    const T* lm_head[] = {lm_head_};
+    return gemm_->Tune(Shape{batch, c.vocab_size, h, h, c.vocab_size, true, false, kType},
+                       kCandidates, stream_, Weights(lm_head));
+  }
+  if (batch <= gemm_->gemv_max_rows()) return Status::Ok();
+  std::vector<const T*> qkv, o, gate_up, down;
+  for (const LayerWeights<T>& l : layers_) {
+    qkv.push_back(l.qkv.w);
+    o.push_back(l.o.w);
+    gate_up.push_back(l.gate_up.w);
+    down.push_back(l.down.w);
+  }
+  // The shapes EnqueueForward and EnqueueLogits pass to Gemm::Linear.
   KILN_RETURN_IF_ERROR(gemm_->Tune(Shape{batch, qkv_rows, h, h, qkv_rows, false, c.qkv_bias, kType},
                                    kCandidates, stream_, Weights(qkv)));
   KILN_RETURN_IF_ERROR(gemm_->Tune(Shape{batch, h, q, q, h, false, c.o_bias, kType}, kCandidates,

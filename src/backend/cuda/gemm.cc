@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "kernels/gemv.h"
+#include "kernels/quant.h"
 
 namespace kiln::cuda {
 namespace {
@@ -17,7 +18,11 @@ constexpr DType kDTypeOf = std::is_same_v<T, __half> ? DType::kF16 : DType::kBF1
 // The element type of weights passed to Tune, checked against the shape's.
 template <typename T>
 Result<std::vector<const void*>> TuneWeights(const GemmShape& s, std::span<const T* const> w) {
-  if (!w.empty() && s.dtype != kDTypeOf<T>) {
+  if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) {
+    if (!s.fp8) return InvalidArgument("Gemm::Tune: fp8 weights for a 16-bit shape");
+    return std::vector<const void*>(w.begin(), w.end());
+  }
+  if (!w.empty() && (s.fp8 || s.dtype != kDTypeOf<T>)) {
     return InvalidArgument("Gemm::Tune: " + std::string(DTypeName(kDTypeOf<T>)) +
                            " weights for a " + std::string(DTypeName(s.dtype)) + " shape");
   }
@@ -63,6 +68,12 @@ Result<Gemm::Plan*> Gemm::GetPlan(const GemmShape& s, int num_candidates) {
                        std::string(DTypeName(s.dtype)));
   }
   const cudaDataType_t type = s.dtype == DType::kF16 ? CUDA_R_16F : CUDA_R_16BF;
+  // FP8: e4m3 operands, the 16-bit type for C, D and the bias.
+  const cudaDataType_t operand_type = s.fp8 ? CUDA_R_8F_E4M3 : type;
+  if (s.fp8 && s.out_f32) return Unsupported("Gemm: an FP8 GEMM writes bf16 or fp16, not fp32");
+  if (s.fp8 && s.bias) {
+    return InvalidArgument("Gemm: an FP8 shape has no bias (LinearFp8 adds it with the scales)");
+  }
   auto plan = std::make_unique<Plan>();
   KILN_CUBLAS_RETURN_IF_ERROR(
       cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -78,9 +89,13 @@ Result<Gemm::Plan*> Gemm::GetPlan(const GemmShape& s, int num_candidates) {
     KILN_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
         plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof(type)));
   }
-  const cudaDataType_t out_type = s.out_f32 ? CUDA_R_32F : type;
-  KILN_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->a, type, s.k, s.n, s.k));
-  KILN_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->b, type, s.k, s.m, s.ldx));
+  // FP8: cuBLASLt on Hopper has no per-row / per-column (outer-vector) operand scales (measured:
+  // CUBLAS_STATUS_INVALID_VALUE on the H100 with cuBLAS 13.1), so the GEMM writes the unscaled
+  // sums in bf16 (their range: up to 448^2 k, beyond fp16's) and kernels::ApplyFp8Scales
+  // scales them (LinearFp8Of).
+  const cudaDataType_t out_type = s.out_f32 ? CUDA_R_32F : (s.fp8 ? CUDA_R_16BF : type);
+  KILN_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->a, operand_type, s.k, s.n, s.k));
+  KILN_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->b, operand_type, s.k, s.m, s.ldx));
   KILN_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->d, out_type, s.n, s.m, s.ldo));
 
   cublasLtMatmulPreference_t pref = nullptr;
@@ -96,7 +111,8 @@ Result<Gemm::Plan*> Gemm::GetPlan(const GemmShape& s, int num_candidates) {
   cublasLtMatmulPreferenceDestroy(pref);
   KILN_CUBLAS_RETURN_IF_ERROR(st);
   if (found == 0) {
-    return Unsupported("cuBLASLt has no algorithm for the linear layer m=" + std::to_string(s.m) +
+    return Unsupported(std::string("cuBLASLt has no ") + (s.fp8 ? "FP8 " : "") +
+                       "algorithm for the linear layer m=" + std::to_string(s.m) +
                        " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k));
   }
   plan->candidates.resize(found);
@@ -151,6 +167,70 @@ Status Gemm::LinearOf(const T* x, int64_t ldx, int64_t m, const T* w, int64_t n,
   return Status::Ok();
 }
 
+Status Gemm::LinearFp8(const __nv_bfloat16* x, int64_t ldx, int64_t m, Fp8Weight w, int64_t n,
+                       int64_t k, const __nv_bfloat16* bias, void* out, int64_t ldo, bool out_f32,
+                       Fp8Scratch scratch, cudaStream_t stream) {
+  return LinearFp8Of(x, ldx, m, w, n, k, bias, out, ldo, out_f32, scratch, stream);
+}
+
+Status Gemm::LinearFp8(const __half* x, int64_t ldx, int64_t m, Fp8Weight w, int64_t n, int64_t k,
+                       const __half* bias, void* out, int64_t ldo, bool out_f32, Fp8Scratch scratch,
+                       cudaStream_t stream) {
+  return LinearFp8Of(x, ldx, m, w, n, k, bias, out, ldo, out_f32, scratch, stream);
+}
+
+template <typename T>
+Status Gemm::LinearFp8Of(const T* x, int64_t ldx, int64_t m, Fp8Weight w, int64_t n, int64_t k,
+                         const T* bias, void* out, int64_t ldo, bool out_f32, Fp8Scratch scratch,
+                         cudaStream_t stream) {
+  if (m == 0) return Status::Ok();
+  if (m <= fp8_gemv_max_rows_) {
+    kernels::GemvFp8ArgsT<T> g;
+    g.x = x;
+    g.ldx = ldx;
+    g.m = static_cast<int32_t>(m);
+    g.w = w.w;
+    g.w_scale = w.scale;
+    g.n = n;
+    g.k = k;
+    g.bias = bias;
+    g.out = out;
+    g.ldo = ldo;
+    g.out_f32 = out_f32;
+    if (kernels::GemvFp8Supported(g)) {
+      KILN_CUDA_RETURN_IF_ERROR(kernels::GemvFp8(g, stream));
+      return Status::Ok();
+    }
+  }
+  // cuBLASLt's FP8 kernels (measured on the H100): k and n multiples of 16, the output stride
+  // a multiple of 8 elements (16 bytes).
+  if (k % 16 != 0 || n % 16 != 0 || ldo % 8 != 0) {
+    return Unsupported(
+        "Gemm: an FP8 linear layer needs k and n multiples of 16 and an output "
+        "stride multiple of 8, got k=" +
+        std::to_string(k) + " n=" + std::to_string(n) + " ldo=" + std::to_string(ldo));
+  }
+  KILN_CUDA_RETURN_IF_ERROR(
+      kernels::QuantizeRowsFp8(x, ldx, m, k, scratch.x, k, scratch.scale, stream));
+  // The bias is added with the scales (the shape has none).
+  const GemmShape shape{m, n, k, k, ldo, out_f32, /*bias=*/false, kDTypeOf<T>, /*fp8=*/true};
+  KILN_ASSIGN_OR_RETURN(Plan * plan, GetPlan(shape, 1));
+  const float alpha = 1.0f, beta = 0.0f;
+  KILN_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(
+      handle_, plan->desc, &alpha, w.w, plan->a, scratch.x, plan->b, &beta, out, plan->d, out,
+      plan->d, &plan->algo, workspace_.data(), workspace_.size(), stream));
+  KILN_CUDA_RETURN_IF_ERROR(kernels::ApplyFp8Scales(static_cast<__nv_bfloat16*>(out), ldo, m, n,
+                                                    scratch.scale, w.scale, bias,
+                                                    static_cast<T*>(out), stream));
+  return Status::Ok();
+}
+
+Status Gemm::Tune(const GemmShape& s, int num_candidates, cudaStream_t stream,
+                  std::span<const __nv_fp8_e4m3* const> weights) {
+  KILN_ASSIGN_OR_RETURN(std::vector<const void*> w, TuneWeights(s, weights));
+  return TuneWith(s, num_candidates, stream, std::move(w));
+}
+
 Status Gemm::Tune(const GemmShape& s, int num_candidates, cudaStream_t stream,
                   std::span<const __nv_bfloat16* const> weights) {
   KILN_ASSIGN_OR_RETURN(std::vector<const void*> w, TuneWeights(s, weights));
@@ -169,6 +249,7 @@ Status Gemm::TuneWith(const GemmShape& s, int num_candidates, cudaStream_t strea
   KILN_ASSIGN_OR_RETURN(Plan * plan, GetPlan(s, num_candidates));
   if (plan->candidates.size() <= 1) return Status::Ok();
   const size_t out_bytes = static_cast<size_t>(s.ldo) * s.m * (s.out_f32 ? 4 : 2);
+  const int64_t operand_bytes = s.fp8 ? 1 : 2;
   KILN_ASSIGN_OR_RETURN(DeviceBuffer x, DeviceBuffer::Allocate(s.ldx * s.m * 2));
   KILN_ASSIGN_OR_RETURN(DeviceBuffer out, DeviceBuffer::Allocate(out_bytes));
   KILN_ASSIGN_OR_RETURN(DeviceBuffer bias, DeviceBuffer::Allocate(std::max<int64_t>(s.n, 1) * 2));
@@ -179,7 +260,7 @@ Status Gemm::TuneWith(const GemmShape& s, int num_candidates, cudaStream_t strea
   DeviceBuffer scratch;
   if (w.empty()) {
     // Enough copies to cover 256 MiB, larger than any L2.
-    const int64_t bytes = s.n * s.k * 2;
+    const int64_t bytes = s.n * s.k * operand_bytes;
     const int64_t copies = std::clamp<int64_t>((int64_t{256} << 20) / bytes, 1, 16);
     KILN_ASSIGN_OR_RETURN(scratch, DeviceBuffer::Allocate(bytes * copies));
     KILN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(scratch.data(), fill, scratch.size(), stream));

@@ -22,6 +22,7 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include "core/buffer.h"
@@ -36,13 +37,29 @@ struct GemmShape {
   bool out_f32 = false;
   bool bias = false;
   DType dtype = DType::kBF16;  // of x, w, bias and (unless out_f32) out: kBF16 or kF16
-  auto Key() const { return std::tie(m, n, k, ldx, ldo, out_f32, bias, dtype); }
+  // FP8 W8A8: x and w are e4m3 with per-row scales (LinearFp8); dtype is then the type of the
+  // bias and the output.
+  bool fp8 = false;
+  auto Key() const { return std::tie(m, n, k, ldx, ldo, out_f32, bias, dtype, fp8); }
   bool operator<(const GemmShape& o) const { return Key() < o.Key(); }
+};
+
+// An FP8 weight (model/quantization.h): e4m3 [n, k] with a per-output-channel scale [n].
+struct Fp8Weight {
+  const __nv_fp8_e4m3* w = nullptr;
+  const float* scale = nullptr;
+};
+
+// Where LinearFp8 quantizes its input: room for m rows of k e4m3 values and m scales.
+struct Fp8Scratch {
+  __nv_fp8_e4m3* x = nullptr;
+  float* scale = nullptr;
 };
 
 class Gemm {
  public:
   static constexpr int32_t kGemvDefaultRows = 2;
+  static constexpr int32_t kFp8GemvDefaultRows = 3;
 
   // workspace_bytes: cuBLASLt scratch (32 MiB is plenty on Hopper).
   static Result<std::unique_ptr<Gemm>> Create(size_t workspace_bytes = 32 << 20);
@@ -62,6 +79,20 @@ class Gemm {
   Status Linear(const __half* x, int64_t ldx, int64_t m, const __half* w, int64_t n, int64_t k,
                 const __half* bias, void* out, int64_t ldo, bool out_f32, cudaStream_t stream);
 
+  // FP8 linear layer (model/quantization.h): out = x . w^T (+ bias) with w e4m3 per channel.
+  // Up to fp8_gemv_max_rows() rows: weight-only (W8A16) kernels::GemvFp8 on x as it is.
+  // More rows: x is quantized per token into `scratch` (kernels::QuantizeRowsFp8), an e4m3 x
+  // e4m3 cuBLASLt GEMM (fp32 accumulation) writes the unscaled sums in bf16 into `out`, and
+  // kernels::ApplyFp8Scales scales them (and adds the bias) in place: cuBLASLt has no
+  // per-row/per-column operand scales on Hopper. out: x's type, or fp32 (out_f32; GEMV rows
+  // only). Unsupported (GEMM rows): out_f32, k or n not a multiple of 16, ldo not a multiple of 8.
+  Status LinearFp8(const __nv_bfloat16* x, int64_t ldx, int64_t m, Fp8Weight w, int64_t n,
+                   int64_t k, const __nv_bfloat16* bias, void* out, int64_t ldo, bool out_f32,
+                   Fp8Scratch scratch, cudaStream_t stream);
+  Status LinearFp8(const __half* x, int64_t ldx, int64_t m, Fp8Weight w, int64_t n, int64_t k,
+                   const __half* bias, void* out, int64_t ldo, bool out_f32, Fp8Scratch scratch,
+                   cudaStream_t stream);
+
   // Times up to `candidates` heuristic algorithms for `shape` and caches the fastest. The runs
   // cycle through `weights` (each [n, k]; e.g. one layer's matrix per layer) so that no run
   // finds its weights in L2, as in a forward pass; with none given, scratch copies of
@@ -71,10 +102,16 @@ class Gemm {
               std::span<const __nv_bfloat16* const> weights = {});
   Status Tune(const GemmShape& shape, int candidates, cudaStream_t stream,
               std::span<const __half* const> weights);
+  // The same for an FP8 shape (shape.fp8), cycling through e4m3 weights.
+  Status Tune(const GemmShape& shape, int candidates, cudaStream_t stream,
+              std::span<const __nv_fp8_e4m3* const> weights);
 
   // Shapes with at most this many rows use kernels::Gemv (0: never). Default kGemvDefaultRows.
   void set_gemv_max_rows(int32_t rows) { gemv_max_rows_ = rows; }
   int32_t gemv_max_rows() const { return gemv_max_rows_; }
+  // The same for LinearFp8 (kernels::GemvFp8). Default kFp8GemvDefaultRows.
+  void set_fp8_gemv_max_rows(int32_t rows) { fp8_gemv_max_rows_ = rows; }
+  int32_t fp8_gemv_max_rows() const { return fp8_gemv_max_rows_; }
 
  private:
   struct Plan;
@@ -84,11 +121,16 @@ class Gemm {
   template <typename T>
   Status LinearOf(const T* x, int64_t ldx, int64_t m, const T* w, int64_t n, int64_t k,
                   const T* bias, void* out, int64_t ldo, bool out_f32, cudaStream_t stream);
+  template <typename T>
+  Status LinearFp8Of(const T* x, int64_t ldx, int64_t m, Fp8Weight w, int64_t n, int64_t k,
+                     const T* bias, void* out, int64_t ldo, bool out_f32, Fp8Scratch scratch,
+                     cudaStream_t stream);
   // The body of both Tune overloads; `weights` are of shape.dtype (may be empty).
   Status TuneWith(const GemmShape& shape, int candidates, cudaStream_t stream,
                   std::vector<const void*> weights);
 
   int32_t gemv_max_rows_ = kGemvDefaultRows;
+  int32_t fp8_gemv_max_rows_ = kFp8GemvDefaultRows;
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
   std::map<GemmShape, std::unique_ptr<Plan>> plans_;

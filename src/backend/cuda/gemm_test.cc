@@ -15,6 +15,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "kernels/fp8_test_util.cuh"
 #include "kernels/linear_test_util.cuh"
 #include "kernels/test_util.cuh"
 
@@ -100,6 +101,72 @@ TEST(GemmDtypesGpu, TuneTakesWeightsOfTheShapesDtype) {
             StatusCode::kInvalidArgument);
   shape.dtype = DType::kF32;
   EXPECT_EQ(gemm->Tune(shape, 2, nullptr).code(), StatusCode::kUnsupported);
+}
+
+// LinearFp8 on both paths: kernels::GemvFp8 (W8A16) up to fp8_gemv_max_rows, then per-token
+// quantization + the e4m3 cuBLASLt GEMM into bf16 + kernels::ApplyFp8Scales (W8A8);
+// kernels/fp8_test_util.cuh has the reference and tolerance, to which the GEMM path adds the
+// bf16 rounding of the unscaled sums (half an ulp of bf16: 2^-8 of the sum).
+template <typename T>
+void RunLinearFp8(Gemm& gemm, const LinearCase& c, uint32_t seed) {
+  const bool w8a8 = c.m > gemm.fp8_gemv_max_rows();
+  Dev<uint8_t> xq(c.m * c.k);
+  Dev<float> sx(c.m);
+  kernels::CheckFp8Linear<T>(c, seed, w8a8, [&](const kernels::Fp8Operands& o) {
+    const Status st =
+        gemm.LinearFp8(static_cast<const T*>(o.x), o.ldx, o.m, Fp8Weight{o.w, o.w_scale}, o.n, o.k,
+                       static_cast<const T*>(o.bias), o.out, o.ldo, o.out_f32,
+                       Fp8Scratch{reinterpret_cast<__nv_fp8_e4m3*>(xq.ptr), sx.ptr}, nullptr);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  });
+}
+
+TYPED_TEST(GemmGpu, LinearFp8OnBothPaths) {
+  REQUIRE_GPU();
+  std::unique_ptr<Gemm> gemm = NewGemm();
+  ASSERT_NE(gemm, nullptr);
+  uint32_t seed = 100;
+  for (int32_t m : {1, 4, 5, 17, 64, 300}) {
+    RunLinearFp8<TypeParam>(*gemm, {m, 784, 592, 24, 8, /*bias=*/true, /*out_f32=*/false}, seed++);
+    RunLinearFp8<TypeParam>(*gemm, {m, 576, 1536, 0, 0, false, false}, seed++);
+    RunLinearFp8<TypeParam>(*gemm, {m, 4096, 4096, 0, 0, false, false}, seed++);
+  }
+  // fp32 output: GEMV rows only.
+  RunLinearFp8<TypeParam>(*gemm, {2, 5125, 576, 0, 3, false, true}, seed++);
+  Dev<uint8_t> buf(64 * 64 * 4);
+  const Status st = gemm->LinearFp8(
+      As<TypeParam>(reinterpret_cast<uint16_t*>(buf.ptr)), 64, 64,
+      Fp8Weight{reinterpret_cast<const __nv_fp8_e4m3*>(buf.ptr), reinterpret_cast<float*>(buf.ptr)},
+      64, 64, nullptr, buf.ptr, 64, /*out_f32=*/true,
+      Fp8Scratch{reinterpret_cast<__nv_fp8_e4m3*>(buf.ptr), reinterpret_cast<float*>(buf.ptr)},
+      nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported) << st.ToString();
+  // cuBLASLt's FP8 GEMMs want n and the output stride in multiples of 16 resp. 8 elements.
+  const Status odd = gemm->LinearFp8(
+      As<TypeParam>(reinterpret_cast<uint16_t*>(buf.ptr)), 64, 64,
+      Fp8Weight{reinterpret_cast<const __nv_fp8_e4m3*>(buf.ptr), reinterpret_cast<float*>(buf.ptr)},
+      40, 64, nullptr, buf.ptr, 40, /*out_f32=*/false,
+      Fp8Scratch{reinterpret_cast<__nv_fp8_e4m3*>(buf.ptr), reinterpret_cast<float*>(buf.ptr)},
+      nullptr);
+  EXPECT_EQ(odd.code(), StatusCode::kUnsupported) << odd.ToString();
+}
+
+TYPED_TEST(GemmGpu, TunedFp8PlanComputesTheSame) {
+  REQUIRE_GPU();
+  std::unique_ptr<Gemm> gemm = NewGemm();
+  ASSERT_NE(gemm, nullptr);
+  GemmShape shape{64, 784, 592, 592, 784, false, false, Format<TypeParam>::kDType};
+  shape.fp8 = true;
+  Dev<uint8_t> w(784 * 592);
+  const __nv_fp8_e4m3* weights[] = {reinterpret_cast<const __nv_fp8_e4m3*>(w.ptr)};
+  const Status tuned =
+      gemm->Tune(shape, 4, nullptr, std::span<const __nv_fp8_e4m3* const>(weights));
+  ASSERT_TRUE(tuned.ok()) << tuned.ToString();
+  RunLinearFp8<TypeParam>(*gemm, {64, 784, 592, 0, 0, true, false}, 20);
+  // 16-bit weights for an FP8 shape are refused.
+  const TypeParam* wrong[] = {reinterpret_cast<const TypeParam*>(w.ptr)};
+  EXPECT_EQ(gemm->Tune(shape, 2, nullptr, std::span<const TypeParam* const>(wrong)).code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -1,0 +1,66 @@
+// FP8 (e4m3fn) quantization and weight-only FP8 linear layers (model/quantization.h has the
+// arithmetic; the CPU backend is its reference). Raw device pointers + sizes + strides + stream;
+// no engine types. Activations are bf16 or fp16 (an overload per type, one kernel body behind
+// both). Every function returns the launch status and never synchronizes (graph-capturable).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+namespace kiln::kernels {
+
+// Per-row quantization: scales[r] = Fp8RowScale(max_c |x[r, c]|) and
+// out[r, c] = e4m3(x[r, c] / scales[r]) (round to nearest even; |x / scale| <= 448 so nothing
+// saturates). For activations one row is one token (dynamic per-token scales); for a weight
+// matrix [out, in] one row is one output channel (static per-channel scales, at load).
+// x: [rows, cols] with row stride ldx; out: [rows, cols] with row stride ldo; scales: [rows].
+// REQUIRES: cols, ldx and ldo multiples of 8; x and out 16-byte aligned.
+cudaError_t QuantizeRowsFp8(const __nv_bfloat16* x, int64_t ldx, int64_t rows, int64_t cols,
+                            __nv_fp8_e4m3* out, int64_t ldo, float* scales, cudaStream_t stream);
+cudaError_t QuantizeRowsFp8(const __half* x, int64_t ldx, int64_t rows, int64_t cols,
+                            __nv_fp8_e4m3* out, int64_t ldo, float* scales, cudaStream_t stream);
+
+// The epilogue of an FP8 GEMM that wrote unscaled sums y[m, n] = sum_k xq[m, k] * wq[n, k] in
+// bf16: out[m, n] = y[m, n] * row_scale[m] * col_scale[n] (+ bias[n]) in T (fp32 arithmetic, one
+// rounding). out may be y itself (in place: each element is read, then written, by one thread).
+// y and out: [rows, cols] with row stride ld; rows <= 65535.
+cudaError_t ApplyFp8Scales(const __nv_bfloat16* y, int64_t ld, int64_t rows, int64_t cols,
+                           const float* row_scale, const float* col_scale,
+                           const __nv_bfloat16* bias, __nv_bfloat16* out, cudaStream_t stream);
+cudaError_t ApplyFp8Scales(const __nv_bfloat16* y, int64_t ld, int64_t rows, int64_t cols,
+                           const float* row_scale, const float* col_scale, const __half* bias,
+                           __half* out, cudaStream_t stream);
+
+// Weight-only FP8 skinny linear layer (W8A16, batch-1..8 decode): out[m, n] =
+// (sum_k x[m, k] * e4m3(w[n, k])) * w_scale[n] (+ bias[n]), fp32 accumulation, one rounding to
+// the output type (T, or fp32 with out_f32). The weight stream is half of a bf16 GEMV's: each
+// warp owns output columns and streams its row of w in 16-byte (16-element) loads.
+template <typename T>
+struct GemvFp8ArgsT {
+  const T* x = nullptr;  // [m, k], row stride ldx
+  int64_t ldx = 0;
+  int32_t m = 0;                     // 1 ..= kGemvMaxRows (gemv.h)
+  const __nv_fp8_e4m3* w = nullptr;  // [n, k] contiguous
+  const float* w_scale = nullptr;    // [n]
+  int64_t n = 0;
+  int64_t k = 0;
+  const T* bias = nullptr;  // [n] or null
+  void* out = nullptr;      // [m, n], row stride ldo
+  int64_t ldo = 0;
+  bool out_f32 = false;
+};
+
+// Whether GemvFp8 handles these operands: 1 <= m <= kGemvMaxRows, k a multiple of 16, ldx a
+// multiple of 8, x and w 16-byte aligned.
+bool GemvFp8Supported(const GemvFp8ArgsT<__nv_bfloat16>& args);
+bool GemvFp8Supported(const GemvFp8ArgsT<__half>& args);
+
+// REQUIRES: GemvFp8Supported(args).
+cudaError_t GemvFp8(const GemvFp8ArgsT<__nv_bfloat16>& args, cudaStream_t stream);
+cudaError_t GemvFp8(const GemvFp8ArgsT<__half>& args, cudaStream_t stream);
+
+}  // namespace kiln::kernels

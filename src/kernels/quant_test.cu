@@ -1,0 +1,134 @@
+// kernels::QuantizeRowsFp8 and kernels::GemvFp8 against model/quantization.h's arithmetic on the
+// host (label gpu). Quantization is compared bit for bit (the same fp32 division and
+// round-to-nearest-even e4m3 conversion on both sides); the GEMV as kernels/fp8_test_util.cuh
+// explains.
+#include "kernels/quant.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernels/fp8_test_util.cuh"
+#include "kernels/gemv.h"
+#include "kernels/test_util.cuh"
+
+namespace kiln::kernels {
+namespace {
+
+KILN_ELEMENT_TYPED_TEST_SUITE(QuantizeRowsFp8Gpu);
+
+TYPED_TEST(QuantizeRowsFp8Gpu, MatchesTheHostBitForBit) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  // Odd row counts, widths that are not multiples of the block's 2048-element stride, a padded
+  // input stride, rows spanning 2^-20 .. 2^10 (tiny rows hit the minimum scale), and a zero row.
+  for (const auto [rows, cols, pad] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {1, 8, 0}, {7, 584, 8}, {83, 4096, 0}, {5, 14336, 16}}) {
+    SCOPED_TRACE(testing::Message() << "rows=" << rows << " cols=" << cols);
+    std::mt19937 rng(static_cast<uint32_t>(rows * cols));
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    const int64_t ldx = cols + pad;
+    std::vector<uint16_t> x(rows * ldx);
+    std::vector<float> xf(x.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      const float scale = r == 2 ? 0.0f : std::ldexp(1.0f, static_cast<int>(r * 7 % 31) - 20);
+      for (int64_t c = 0; c < ldx; ++c) {
+        x[r * ldx + c] = Format<T>::FromF32(dist(rng) * scale);
+        xf[r * ldx + c] = Format<T>::ToF32(x[r * ldx + c]);
+      }
+    }
+    std::vector<uint8_t> want;
+    std::vector<float> want_scales;
+    QuantizeRowsOnHost(xf, rows, cols, ldx, &want, &want_scales);
+
+    Dev<uint16_t> dx(x.size());
+    Dev<uint8_t> dq(rows * cols);
+    Dev<float> ds(rows);
+    dx.Upload(x);
+    dq.Upload(std::vector<uint8_t>(rows * cols, 0x7f));  // NaN in e4m3: never a quantized value
+    ds.Upload(std::vector<float>(rows, NAN));
+    CUDA_OK(QuantizeRowsFp8(As<T>(dx.ptr), ldx, rows, cols,
+                            reinterpret_cast<__nv_fp8_e4m3*>(dq.ptr), cols, ds.ptr, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<uint8_t> got = dq.Download(rows * cols);
+    const std::vector<float> got_scales = ds.Download(rows);
+    int bad = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      if (got_scales[r] != want_scales[r] && bad++ < 5) {
+        ADD_FAILURE() << "scale[" << r << "] = " << got_scales[r] << ", host " << want_scales[r];
+      }
+      for (int64_t c = 0; c < cols; ++c) {
+        if (got[r * cols + c] != want[r * cols + c] && bad++ < 5) {
+          ADD_FAILURE() << "q[" << r << ", " << c << "] = " << int{got[r * cols + c]} << ", host "
+                        << int{want[r * cols + c]} << " (x = " << xf[r * ldx + c] << ")";
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0);
+  }
+}
+
+TYPED_TEST(QuantizeRowsFp8Gpu, RejectsWidthsThatAreNotMultiplesOf8) {
+  REQUIRE_GPU();
+  EXPECT_EQ(QuantizeRowsFp8(static_cast<const TypeParam*>(nullptr), 12, 1, 12, nullptr, 12, nullptr,
+                            nullptr),
+            cudaErrorInvalidValue);
+}
+
+KILN_ELEMENT_TYPED_TEST_SUITE(GemvFp8Gpu);
+
+TYPED_TEST(GemvFp8Gpu, MatchesTheW8A16Formula) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  uint32_t seed = 1;
+  for (int32_t m : {1, 2, 3, 5, 8}) {
+    for (const LinearCase& c :
+         {LinearCase{m, 769, 592, 24, 5, true, false}, LinearCase{m, 576, 1536, 0, 0, false, false},
+          LinearCase{m, 83, 4096, 8, 0, false, true}}) {
+      CheckFp8Linear<T>(c, seed++, /*w8a8=*/false, [](const Fp8Operands& o) {
+        GemvFp8ArgsT<T> a;
+        a.x = static_cast<const T*>(o.x);
+        a.ldx = o.ldx;
+        a.m = o.m;
+        a.w = o.w;
+        a.w_scale = o.w_scale;
+        a.n = o.n;
+        a.k = o.k;
+        a.bias = static_cast<const T*>(o.bias);
+        a.out = o.out;
+        a.ldo = o.ldo;
+        a.out_f32 = o.out_f32;
+        ASSERT_TRUE(GemvFp8Supported(a));
+        CUDA_OK(GemvFp8(a, nullptr));
+      });
+    }
+  }
+}
+
+TYPED_TEST(GemvFp8Gpu, SupportedChecksShapes) {
+  GemvFp8ArgsT<TypeParam> a;
+  alignas(16) static uint8_t buffer[64];
+  static float scale[1];
+  a.x = reinterpret_cast<const TypeParam*>(buffer);
+  a.w = reinterpret_cast<const __nv_fp8_e4m3*>(buffer);
+  a.w_scale = scale;
+  a.m = 1;
+  a.n = 1;
+  a.k = 16;
+  a.ldx = 16;
+  EXPECT_TRUE(GemvFp8Supported(a));
+  a.k = 24;  // not a whole 16-byte weight load
+  EXPECT_FALSE(GemvFp8Supported(a));
+  a.k = 16;
+  a.m = kGemvMaxRows + 1;
+  EXPECT_FALSE(GemvFp8Supported(a));
+  a.m = 1;
+  a.w_scale = nullptr;
+  EXPECT_FALSE(GemvFp8Supported(a));
+}
+
+}  // namespace
+}  // namespace kiln::kernels
