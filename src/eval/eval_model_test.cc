@@ -17,6 +17,7 @@
 #include "builder/synth.h"
 #include "eval/compare.h"
 #include "eval/perplexity.h"
+#include "eval/test_model.h"
 
 namespace kiln::eval {
 namespace {
@@ -66,13 +67,7 @@ TEST_F(EvalModelTest, PromptLogprobsScoreTheActualNextTokenAsHfDoes) {
     if (name != "chat" && name != "recipe" && name != "ledger_200") continue;
     SCOPED_TRACE(name);
     const std::vector<int32_t> ids = g["token_ids"];
-    SamplingParams p;
-    p.temperature = 0;
-    p.max_tokens = 1;
-    p.prompt_logprobs = 0;
-    auto r = llm->Generate({Prompt::Tokens(ids)}, p);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    const std::vector<ScoredToken>& scored = (*r)[0].prompt_logprobs;
+    const std::vector<ScoredToken> scored = testing::PromptLogprobs(*llm, ids);
     ASSERT_EQ(scored.size(), ids.size() - 1);
     double kiln_nll = 0, kiln_nll_where_hf = 0, hf_nll = 0;
     for (size_t i = 0; i + 1 < ids.size(); ++i) {

@@ -99,16 +99,12 @@ class PerplexityModelTest : public ::testing::Test {
 
   // -logprob of every prompt token after the first, each prompt run on its own.
   std::vector<double> PromptNll(const std::vector<int32_t>& prompt) {
-    SamplingParams p;
-    p.temperature = 0;
-    p.max_tokens = 1;
-    p.prompt_logprobs = 0;
-    auto r = llm_->Generate({Prompt::Tokens(prompt)}, p);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
     std::vector<double> nll;
-    for (size_t k = 0; k < (*r)[0].prompt_logprobs.size(); ++k) {
-      EXPECT_EQ((*r)[0].prompt_logprobs[k].token_id, prompt[k + 1]);
-      nll.push_back(-static_cast<double>((*r)[0].prompt_logprobs[k].logprob));
+    const std::vector<ScoredToken> scored = testing::PromptLogprobs(*llm_, prompt);
+    EXPECT_EQ(scored.size() + 1, prompt.size());
+    for (size_t k = 0; k < scored.size(); ++k) {
+      EXPECT_EQ(scored[k].token_id, prompt[k + 1]);
+      nll.push_back(-static_cast<double>(scored[k].logprob));
     }
     return nll;
   }

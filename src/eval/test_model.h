@@ -1,5 +1,6 @@
 // A tiny synthetic checkpoint for the eval tests (2 layers, hidden 64, vocab 320, random weights
-// from `seed`), written once per seed into the test temp dir, and an LLM on the CPU backend.
+// from `seed`), written once per seed into the test temp dir, an LLM on the CPU backend, and the
+// prompt logprobs of one prompt run alone.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -65,6 +66,17 @@ inline std::unique_ptr<LLM> MakeTinyLlm(uint64_t seed, LlmOptions options = Tiny
   auto llm = LLM::Create(TinyCheckpoint(seed), options);
   EXPECT_TRUE(llm.ok()) << llm.status().ToString();
   return llm.ok() ? std::move(*llm) : nullptr;
+}
+
+// The engine's prompt logprobs of `ids` run alone as one prompt: entry k scores ids[k + 1].
+inline std::vector<ScoredToken> PromptLogprobs(LLM& llm, const std::vector<int32_t>& ids) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = 1;
+  p.prompt_logprobs = 0;
+  auto r = llm.Generate({Prompt::Tokens(ids)}, p);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? (*r)[0].prompt_logprobs : std::vector<ScoredToken>();
 }
 
 }  // namespace kiln::eval::testing
