@@ -11,8 +11,8 @@ namespace kiln::cli {
 // report starts with.
 nlohmann::ordered_json ReportHeader(const std::string& command);
 
-// Writes `report` (indented) to `path` and says so on stderr; fails the command `command` with
-// an IoError naming the path when it cannot.
+// Writes `report` (indented; invalid UTF-8 in strings replaced by U+FFFD) to `path` and says so
+// on stderr; fails the command `command` with an IoError naming the path when it cannot.
 void WriteJson(const std::string& command, const std::string& path,
                const nlohmann::ordered_json& report);
 
