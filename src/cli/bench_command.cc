@@ -4,8 +4,6 @@
 // figures (src/benchmark/ holds the logic; this file is flags and output).
 #include <cmath>
 #include <cstdio>
-#include <ctime>
-#include <fstream>
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -20,6 +18,7 @@
 #include "benchmark/serve_client.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/json_report.h"
 #include "engine/llm.h"
 #include "engine/tokenizer_loader.h"
 
@@ -74,27 +73,6 @@ Json DatasetJson(const DatasetOptions& d) {
     j["fixed_output_len"] = d.fixed_output_len;
   }
   return j;
-}
-
-std::string UtcNow() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-// The header every JSON report starts with.
-Json ReportHeader(const std::string& command) {
-  return {{"command", command}, {"kiln_version", KILN_VERSION}, {"date", UtcNow()}};
-}
-
-void WriteJson(const std::string& command, const std::string& path, const Json& j) {
-  std::ofstream f(path);
-  if (f) f << j.dump(2) << "\n";
-  if (!f) Fail(command, IoError("cannot write " + path));
-  std::fprintf(stderr, "kiln %s: wrote %s\n", command.c_str(), path.c_str());
 }
 
 // "2,16,inf" -> {2, 16, +inf}.

@@ -7,10 +7,10 @@
 
 namespace kiln::cli {
 
-void Fail(std::string_view command, const Status& status) {
+void Fail(std::string_view command, const Status& status, int exit_code) {
   std::cerr << "kiln" << (command.empty() ? "" : " ") << command << ": error: " << status.message()
             << std::endl;
-  throw CLI::RuntimeError(1);
+  throw CLI::RuntimeError(exit_code);
 }
 
 std::string FormatBytes(int64_t bytes) {

@@ -13,8 +13,8 @@
 
 namespace kiln::cli {
 
-// Prints the error for `command` and throws CLI::RuntimeError(1).
-[[noreturn]] void Fail(std::string_view command, const Status& status);
+// Prints the error for `command` and throws CLI::RuntimeError(exit_code).
+[[noreturn]] void Fail(std::string_view command, const Status& status, int exit_code = 1);
 
 // Formats a byte count as "1.23 GiB" / "456.0 MiB" / "789 B".
 std::string FormatBytes(int64_t bytes);
@@ -29,5 +29,6 @@ void AddChatTemplateCommand(CLI::App& app);  // tokenize_command.cc
 void AddGenerateCommand(CLI::App& app);      // generate_command.cc
 void AddServeCommand(CLI::App& app);         // serve_command.cc
 void AddBenchCommand(CLI::App& app);         // bench_command.cc
+void AddEvalCommand(CLI::App& app);          // eval_command.cc
 
 }  // namespace kiln::cli

@@ -1,7 +1,6 @@
 // kiln generate: offline batch generation with the engine (kiln::LLM) — prompts from the
 // command line or a JSONL file; text or JSONL out.
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -9,6 +8,7 @@
 
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/prompt_file.h"
 #include "engine/llm.h"
 
 namespace kiln::cli {
@@ -38,62 +38,14 @@ Json ScoredJson(const ScoredToken& t) {
   return {{"token_id", t.token_id}, {"logprob", t.logprob}, {"rank", t.rank}, {"top", top}};
 }
 
-// A prompt from one JSONL line: {"prompt": "..."} | {"messages": [...]} |
-// {"prompt_token_ids": [...]}.
-Result<Prompt> PromptFromJsonLine(const std::string& line, const std::string& origin, bool chat,
-                                  const std::string& system) {
-  Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return InvalidArgument(origin + ": not a JSON object");
-  if (j.contains("messages")) {
-    if (!j["messages"].is_array()) return InvalidArgument(origin + ": messages must be a list");
-    return Prompt::Chat(j["messages"]);
-  }
-  if (j.contains("prompt_token_ids")) {
-    const Json& ids = j["prompt_token_ids"];
-    if (!ids.is_array()) return InvalidArgument(origin + ": prompt_token_ids must be a list");
-    std::vector<int32_t> out;
-    for (const Json& id : ids) {
-      if (!id.is_number_integer()) {
-        return InvalidArgument(origin + ": prompt_token_ids must hold integers");
-      }
-      out.push_back(id.get<int32_t>());
-    }
-    return Prompt::Tokens(std::move(out));
-  }
-  if (j.contains("prompt") && j["prompt"].is_string()) {
-    std::string text = j["prompt"].get<std::string>();
-    if (!chat) return Prompt::Text(std::move(text));
-    Json messages = Json::array();
-    if (!system.empty()) messages.push_back({{"role", "system"}, {"content", system}});
-    messages.push_back({{"role", "user"}, {"content", text}});
-    return Prompt::Chat(std::move(messages));
-  }
-  return InvalidArgument(origin +
-                         ": expected a \"prompt\" string, \"messages\" or \"prompt_token_ids\"");
-}
-
 std::vector<Prompt> CollectPrompts(const GenerateOptions& o) {
+  const PromptFileOptions file_options{PromptFileFormat::kJsonl, o.chat, o.system};
   std::vector<Prompt> prompts;
-  for (const std::string& text : o.prompts) {
-    if (!o.chat) {
-      prompts.push_back(Prompt::Text(text));
-      continue;
-    }
-    Json messages = Json::array();
-    if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
-    messages.push_back({{"role", "user"}, {"content", text}});
-    prompts.push_back(Prompt::Chat(std::move(messages)));
-  }
+  for (const std::string& text : o.prompts) prompts.push_back(TextPrompt(text, file_options));
   if (!o.input.empty()) {
-    std::ifstream in(o.input);
-    if (!in) Fail("generate", NotFound(o.input + ": cannot open"));
-    std::string line;
-    for (int n = 1; std::getline(in, line); ++n) {
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      auto p = PromptFromJsonLine(line, o.input + ":" + std::to_string(n), o.chat, o.system);
-      if (!p.ok()) Fail("generate", p.status());
-      prompts.push_back(std::move(*p));
-    }
+    auto from_file = ReadPromptFile(o.input, file_options);
+    if (!from_file.ok()) Fail("generate", from_file.status());
+    for (Prompt& p : *from_file) prompts.push_back(std::move(p));
   }
   if (prompts.empty()) {
     Fail("generate", InvalidArgument("give prompts with --prompt TEXT or --input FILE.jsonl"));

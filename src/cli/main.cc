@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   kiln::cli::AddGenerateCommand(app);
   kiln::cli::AddServeCommand(app);
   kiln::cli::AddBenchCommand(app);
+  kiln::cli::AddEvalCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

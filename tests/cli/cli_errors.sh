@@ -7,6 +7,19 @@ work=$2
 rm -rf "$work" && mkdir -p "$work"
 pass=0
 fail=0
+expect_exit() {  # expect_exit STATUS NEEDLE ARGS...: exactly this exit status, NEEDLE in the output
+  local want=$1 needle=$2
+  shift 2
+  local out
+  out=$("$kiln" "$@" 2>&1)
+  local rc=$?
+  if [ $rc -eq "$want" ] && grep -qF -- "$needle" <<<"$out"; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL: kiln $* -> exit $rc, expected exit $want and '$needle'; got: $out"
+  fi
+}
 expect_error() {  # expect_error NEEDLE ARGS...
   local needle=$1
   shift
@@ -104,6 +117,42 @@ expect_error "vocab" bench serve --base-url http://127.0.0.1:9 --model m --num-r
 expect_error "cannot connect" bench serve --base-url http://127.0.0.1:9 --tokenizer "$work/tiny" --num-requests 2
 expect_error "no such file or directory" bench offline "$work/missing"
 expect_error "batch size" bench latency "$work/tiny" --kv-cache-memory 64MiB --batch-size 0
+# kiln eval perplexity: the text and window flags are checked; a short run succeeds
+p=(eval perplexity "$work/tiny" --kv-cache-memory 64MiB)
+printf 'The lighthouse keeper kept a ledger of every ship that passed the point.\n' >"$work/text.txt"
+expect_exit 0 "perplexity" "${p[@]}" --text "$work/text.txt" --window 8 --stride 4 --json "$work/ppl.json"
+[ -s "$work/ppl.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: no ppl.json"; }
+expect_error "cannot open" "${p[@]}" --text "$work/missing.txt"
+printf ' \n\n' >"$work/blank.txt"
+expect_error "is empty" "${p[@]}" --text "$work/blank.txt"
+expect_error "--text" "${p[@]}"
+expect_error "--window" "${p[@]}" --text "$work/text.txt" --window 1
+expect_error "--stride" "${p[@]}" --text "$work/text.txt" --window 8 --stride 9
+expect_error "--max-tokens" "${p[@]}" --text "$work/text.txt" --max-tokens -2
+expect_error "max_model_len 32" "${p[@]}" --text "$work/text.txt" --window 64 --max-model-len 32
+expect_error "at least 2 tokens" "${p[@]}" --text "$work/text.txt" --max-tokens 1
+expect_error "--bogus" "${p[@]}" --text "$work/text.txt" --bogus
+# kiln eval compare: 0 pass, 1 fail (thresholds), 2 error
+"$kiln" synth --preset smollm2-135m --num-layers 1 --seed 1 --out "$work/tiny2" >/dev/null || fail=$((fail + 1))
+c=(eval compare "$work/tiny" "$work/tiny" --kv-cache-memory 64MiB)
+printf 'The capital of France is\n\nOnce upon a time\n' >"$work/prompts.txt"
+expect_exit 0 "RESULT: PASS" "${c[@]}" --prompts "$work/prompts.txt" --max-tokens 4 --min-exact-match 1 --max-mean-kl 0
+expect_exit 1 "RESULT: FAIL" eval compare "$work/tiny" "$work/tiny2" --kv-cache-memory 64MiB --max-tokens 4 --ignore-eos --prompts "$work/prompts.txt" --json "$work/cmp.json"
+grep -q '"passed": false' "$work/cmp.json" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: cmp.json"; }
+expect_exit 2 "cannot open" "${c[@]}" --prompts "$work/missing.txt"
+printf '\n  \n' >"$work/no-prompts.txt"
+expect_exit 2 "holds no prompts" "${c[@]}" --prompts "$work/no-prompts.txt"
+printf '{"prompt": "ok"}\n{"prompt": \n' >"$work/bad-prompts.jsonl"
+expect_exit 2 "bad-prompts.jsonl:2" "${c[@]}" --prompts "$work/bad-prompts.jsonl"
+expect_exit 2 "--prompts-format" "${c[@]}" --prompts "$work/prompts.txt" --prompts-format csv
+expect_exit 2 "kl_top_k" "${c[@]}" --prompts "$work/prompts.txt" --kl-top-k 30
+expect_exit 2 "min_exact_match" "${c[@]}" --prompts "$work/prompts.txt" --min-exact-match 2
+expect_exit 2 "max_tokens" "${c[@]}" --prompts "$work/prompts.txt" --max-tokens 0
+expect_exit 2 "quantization" "${c[@]}" --prompts "$work/prompts.txt" --b-quantization bogus
+expect_exit 2 "B: " eval compare "$work/tiny" "$work/missing" --prompts "$work/prompts.txt"
+expect_exit 2 "A: device" "${c[@]}" --prompts "$work/prompts.txt" --a-device tpu
+expect_error "--bogus" "${c[@]}" --prompts "$work/prompts.txt" --bogus
+expect_error "--prompts" "${c[@]}"
 truncate -s 1000 "$work/tiny/model.safetensors"
 expect_error "model.safetensors" inspect "$work/tiny"
 expect_error "not empty" synth --preset smollm2-135m --out "$work/tiny"
