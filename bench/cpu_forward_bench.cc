@@ -2,15 +2,16 @@
 // batch B, against the memory-bandwidth roofline measured in the same run.
 //
 // usage: cpu_forward_bench [MODEL] [--threads N] [--prompt 128] [--decode 64] [--batch 16]
-//                          [--f32]
+//                          [--f32] [--fp8] [--kv-fp8]
 //
 // MODEL defaults to $KILN_DEFAULT_MODEL (scripts/fetch-default-model). Batch 1: one sequence
 // prefilled with a `prompt`-token prompt, then `decode` greedy single-token steps through the
 // paged cache (block size 16). Batch B: B sequences, each prefilled the same way (different
 // prompts), then `decode` steps of B tokens. Decode tok/s = generated tokens / wall time of the
 // decode steps. Yardstick: a decode step must read every weight matrix once (as held: the
-// checkpoint's stored bytes, or f32 with --f32), so bytes / (measured read bandwidth) is the
-// fastest step this machine's memory allows.
+// checkpoint's stored bytes, or f32 with --f32; the layers' linear matrices at 1 byte and a
+// float32 scale per row with --fp8, FP8 W8A8), so bytes / (measured read bandwidth) is the
+// fastest step this machine's memory allows. --kv-fp8: the KV cache in e4m3.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -132,7 +133,7 @@ Figures Run(kiln::ModelRunner* runner, const std::vector<Seq*>& seqs, int decode
 int main(int argc, char** argv) {
   std::string model = std::getenv("KILN_DEFAULT_MODEL") ? std::getenv("KILN_DEFAULT_MODEL") : "";
   int threads = 0, prompt = 128, decode = 64, batch = 16;
-  bool f32 = false;
+  bool f32 = false, fp8 = false, kv_fp8 = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::atoi(argv[++i]) : 0; };
@@ -146,6 +147,10 @@ int main(int argc, char** argv) {
       batch = next();
     } else if (a == "--f32") {
       f32 = true;
+    } else if (a == "--fp8") {
+      fp8 = true;
+    } else if (a == "--kv-fp8") {
+      kv_fp8 = true;
     } else if (a.rfind("--", 0) == 0) {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
@@ -156,7 +161,7 @@ int main(int argc, char** argv) {
   if (model.empty() || prompt < 1 || decode < 1 || batch < 1) {
     std::fprintf(stderr,
                  "usage: %s [MODEL] [--threads N] [--prompt 128] [--decode 64] [--batch 16] "
-                 "[--f32]\n(MODEL defaults to $KILN_DEFAULT_MODEL)\n",
+                 "[--f32] [--fp8] [--kv-fp8]\n(MODEL defaults to $KILN_DEFAULT_MODEL)\n",
                  argv[0]);
     return 2;
   }
@@ -169,6 +174,8 @@ int main(int argc, char** argv) {
   kiln::CpuRunnerOptions options;
   options.num_threads = threads;
   options.dequantize_weights_at_load = f32;
+  if (fp8) options.quantization = kiln::QuantMethod::kFp8;
+  if (kv_fp8) options.kv_cache_dtype = kiln::KvCacheDType::kFp8E4M3;
   auto runner = kiln::CreateCpuRunner(*ckpt, options);
   if (!runner.ok()) {
     std::fprintf(stderr, "%s\n", runner.status().ToString().c_str());
@@ -197,7 +204,12 @@ int main(int argc, char** argv) {
   // (it is the lm_head).
   int64_t matrix_bytes = 0;
   for (const kiln::Weight& w : ckpt->weights()) {
-    if (w.shape.ndim() == 2) matrix_bytes += f32 ? w.shape.numel() * 4 : w.nbytes;
+    if (w.shape.ndim() != 2) continue;
+    if (fp8 && w.name.starts_with("model.layers.")) {
+      matrix_bytes += w.shape.numel() + w.shape[0] * 4;
+    } else {
+      matrix_bytes += f32 ? w.shape.numel() * 4 : w.nbytes;
+    }
   }
   const double bandwidth = ReadBandwidth(num_threads);
   const double roofline_tok_s = bandwidth * 1e9 / matrix_bytes;
@@ -211,7 +223,8 @@ int main(int argc, char** argv) {
       "\"batch1_decode_tok_s\": %.2f, \"batch1_step_ms\": %.2f, \"batch\": %d, "
       "\"batch_decode_tok_s\": %.2f, \"batch_step_ms\": %.2f, "
       "\"roofline_batch1_tok_s\": %.1f}\n",
-      ckpt->name().c_str(), num_threads, f32 ? "f32" : "as stored",
+      ckpt->name().c_str(), num_threads,
+      fp8 ? (kv_fp8 ? "fp8 w8a8, fp8 kv" : "fp8 w8a8") : (f32 ? "f32" : "as stored"),
       static_cast<long long>(matrix_bytes), bandwidth, load_s, prompt, prompt / one.prefill_s,
       decode, tok_s_1, 1e3 * one.decode_s / decode, batch, tok_s_b, 1e3 * many.decode_s / decode,
       roofline_tok_s);

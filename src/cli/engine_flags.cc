@@ -1,6 +1,7 @@
 #include "cli/engine_flags.h"
 
 #include "core/units.h"
+#include "model/quantization.h"
 
 namespace kiln::cli {
 
@@ -12,6 +13,13 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
   cmd->add_option("--dtype", f->dtype,
                   "weights/activations/KV cache: auto (CUDA: float16 for GGUF and float16 "
                   "checkpoints, else bfloat16; CPU: float32), bfloat16, float16, float32 (CPU)");
+  cmd->add_option("-q,--quantization", f->quantization,
+                  "none or fp8 (FP8 W8A8: linear layers quantized per channel at load, "
+                  "activations per token; docs/quantization.md); int8-sq and w4a16 engines "
+                  "come from kiln build");
+  cmd->add_option("--kv-cache-dtype", f->kv_cache_dtype,
+                  "KV cache element type: auto (the compute dtype), fp8 or fp8_e4m3 (e4m3 with "
+                  "per-layer scales; half of bf16's bytes, a quarter of the CPU's float32)");
   cmd->add_option("--kv-cache-memory", f->kv_cache_memory,
                   "KV pool size, e.g. 1GiB (default: 1GiB on CPU; on CUDA what "
                   "--gpu-memory-utilization leaves)");
@@ -43,6 +51,11 @@ Result<LlmOptions> ToLlmOptions(const EngineFlags& f) {
   options.device = f.device;
   options.num_threads = f.threads;
   options.dtype = f.dtype;
+  // Checked here so that a typo fails before the model loads (the messages name the option).
+  KILN_RETURN_IF_ERROR(ParseQuantMethod(f.quantization).status());
+  KILN_RETURN_IF_ERROR(ParseKvCacheDType(f.kv_cache_dtype).status());
+  options.quantization = f.quantization;
+  options.kv_cache_dtype = f.kv_cache_dtype;
   options.tokenizer.chat_template_file = f.chat_template;
   EngineOptions& e = options.engine;
   if (!f.kv_cache_memory.empty()) {

@@ -27,6 +27,8 @@ struct EngineFlags {
   bool no_prefix_caching = false;
   bool no_async_scheduling = false;
   std::string dtype = "auto";
+  std::string quantization = "none";
+  std::string kv_cache_dtype = "auto";
   std::string scheduling_policy = "fcfs";
   std::string capacity_policy = "max_utilization";
   std::string chat_template;

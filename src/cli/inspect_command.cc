@@ -8,6 +8,7 @@
 #include "core/units.h"
 #include "model/checkpoint.h"
 #include "model/memory_plan.h"
+#include "model/quantization.h"
 
 namespace kiln::cli {
 namespace {
@@ -18,16 +19,26 @@ struct InspectOptions {
   double gpu_memory_utilization = 0.9;
   int64_t max_model_len = 0;
   std::string kv_cache_dtype = "auto";  // auto: the checkpoint's GPU compute dtype
+  std::string quantization = "none";    // fp8: the layers' linear weights at 1 byte
   int block_size = 16;
   bool json = false;
 };
 
+// A decoder layer's linear weight (q/k/v/o, gate/up/down): what --quantization fp8 quantizes.
+bool IsLayerLinear(const Weight& w) {
+  return w.name.starts_with("model.layers.") && w.name.ends_with("_proj.weight");
+}
+
 // Bytes the weights take on the GPU: kiln serves f32/f16/bf16 and GGUF-quantized weights in a
 // 16-bit type (DefaultGpuDType; GGUF blocks are dequantized on upload) and keeps fp8 weights in
-// fp8.
-int64_t RuntimeWeightBytes(const Checkpoint& ckpt) {
+// fp8. --quantization fp8 holds the layers' linear weights in fp8 with an fp32 scale per row.
+int64_t RuntimeWeightBytes(const Checkpoint& ckpt, QuantMethod quantization) {
   int64_t bytes = 0;
   for (const Weight& w : ckpt.weights()) {
+    if (quantization == QuantMethod::kFp8 && IsLayerLinear(w)) {
+      bytes += w.shape.numel() + w.shape[0] * int64_t{sizeof(float)};
+      continue;
+    }
     const bool fp8 = w.dtype == DType::kF8E4M3 || w.dtype == DType::kF8E5M2;
     bytes += w.shape.numel() * (fp8 ? 1 : 2);
   }
@@ -49,9 +60,12 @@ void Run(const InspectOptions& o) {
       o.kv_cache_dtype == "auto" ? Result<DType>(compute_dtype) : ParseDType(o.kv_cache_dtype);
   if (!kv_dtype.ok() ||
       (*kv_dtype != DType::kBF16 && *kv_dtype != DType::kF16 && *kv_dtype != DType::kF8E4M3)) {
-    Fail("inspect", InvalidArgument("--kv-cache-dtype must be auto, bf16, f16 or fp8_e4m3, got '" +
-                                    o.kv_cache_dtype + "'"));
+    Fail("inspect",
+         InvalidArgument("--kv-cache-dtype must be auto, bf16, f16, fp8 or fp8_e4m3, got '" +
+                         o.kv_cache_dtype + "'"));
   }
+  auto quantization = ParseQuantMethod(o.quantization);
+  if (!quantization.ok()) Fail("inspect", quantization.status());
 
   // Memory plan: for --gpu-memory, else for the GPU of this machine, else none.
   MemoryPlanOptions mo;
@@ -70,7 +84,7 @@ void Run(const InspectOptions& o) {
     gpu_source = gpu->name + " (" + FormatBytes(gpu->total_bytes) + ")";
   }
   std::optional<MemoryPlan> plan;
-  const int64_t runtime_weight_bytes = RuntimeWeightBytes(ckpt);
+  const int64_t runtime_weight_bytes = RuntimeWeightBytes(ckpt, *quantization);
   if (mo.gpu_memory_bytes > 0) {
     auto p = PlanMemory(c, runtime_weight_bytes, mo);
     if (!p.ok()) Fail("inspect", p.status());
@@ -107,6 +121,7 @@ void Run(const InspectOptions& o) {
       j["weight_bytes_by_dtype"][std::string(DTypeName(dtype))] = bytes;
     }
     j["runtime_weight_bytes"] = runtime_weight_bytes;
+    j["quantization"] = QuantMethodName(*quantization);
     j["compute_dtype"] = DTypeName(compute_dtype);
     j["kv_cache_dtype"] = DTypeName(*kv_dtype);
     j["kv_bytes_per_token"] = kv_per_token;
@@ -168,8 +183,11 @@ void Run(const InspectOptions& o) {
     by_dtype += std::string(DTypeName(dtype)) + " " + FormatBytes(bytes);
   }
   Print("weights (stored)", FormatBytes(ckpt.WeightBytes()) + ": " + by_dtype);
-  Print("weights (on GPU)", FormatBytes(runtime_weight_bytes) + " (" +
-                                std::string(DTypeName(compute_dtype)) + "; fp8 stays fp8)");
+  Print("weights (on GPU)",
+        FormatBytes(runtime_weight_bytes) + " (" + std::string(DTypeName(compute_dtype)) +
+            (*quantization == QuantMethod::kFp8 ? "; linear layers fp8 (--quantization fp8)"
+                                                : "; fp8 stays fp8") +
+            ")");
   Print("KV cache per token",
         FormatCount(kv_per_token) + " B in " + std::string(DTypeName(*kv_dtype)) + " (2 x " +
             std::to_string(c.num_layers) + " layers x " + std::to_string(c.num_kv_heads) +
@@ -217,7 +235,11 @@ void AddInspectCommand(CLI::App& app) {
   cmd->add_option("--max-model-len", opts->max_model_len,
                   "longest request to plan for (default: the model's context length)");
   cmd->add_option("--kv-cache-dtype", opts->kv_cache_dtype,
-                  "auto (the checkpoint's GPU compute dtype), bf16, f16 or fp8_e4m3")
+                  "auto (the checkpoint's GPU compute dtype), bf16, f16, fp8 or fp8_e4m3")
+      ->capture_default_str();
+  cmd->add_option("-q,--quantization", opts->quantization,
+                  "none or fp8: plan for the decoder layers' linear weights in fp8 (1 byte and "
+                  "a float32 scale per row)")
       ->capture_default_str();
   cmd->add_option("--block-size", opts->block_size, "tokens per KV block")->capture_default_str();
   cmd->add_flag("--json", opts->json, "print JSON instead of a table");

@@ -17,6 +17,7 @@
 #include "core/dtype.h"
 #include "core/hash.h"
 #include "engine/output_processor.h"
+#include "model/quantization.h"
 
 namespace kiln {
 
@@ -98,6 +99,9 @@ Result<std::unique_ptr<ModelRunner>> CreateRunner(const Checkpoint& checkpoint,
                                                   const LlmOptions& options) {
   const std::string device = ResolveDevice(options.device);
   KILN_ASSIGN_OR_RETURN(const std::optional<DType> dtype, ParseComputeDType(options.dtype));
+  KILN_ASSIGN_OR_RETURN(const QuantMethod quantization, ParseQuantMethod(options.quantization));
+  KILN_ASSIGN_OR_RETURN(const KvCacheDType kv_cache_dtype,
+                        ParseKvCacheDType(options.kv_cache_dtype));
   if (device == "cpu") {
     if (dtype.has_value() && *dtype != DType::kF32) {
       return InvalidArgument("dtype: the CPU backend computes in float32; " +
@@ -105,6 +109,8 @@ Result<std::unique_ptr<ModelRunner>> CreateRunner(const Checkpoint& checkpoint,
     }
     CpuRunnerOptions cpu;
     cpu.num_threads = options.num_threads;
+    cpu.quantization = quantization;
+    cpu.kv_cache_dtype = kv_cache_dtype;
     return CreateCpuRunner(checkpoint, cpu);
   }
   if (device == "cuda" || device.starts_with("cuda:")) {
@@ -115,6 +121,8 @@ Result<std::unique_ptr<ModelRunner>> CreateRunner(const Checkpoint& checkpoint,
           "dtype: the CUDA backend computes in bfloat16 or float16, not float32");
     }
     cuda.dtype = dtype;
+    cuda.quantization = quantization;
+    cuda.kv_cache_dtype = kv_cache_dtype;
     if (device.size() > 5) {
       const std::string index = device.substr(5);
       if (index.empty() || index.find_first_not_of("0123456789") != std::string::npos) {

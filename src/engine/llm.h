@@ -36,6 +36,14 @@ struct LlmOptions {
   // Weights, activations and KV cache (vLLM's --dtype): "auto" (CUDA: fp16 for GGUF and float16
   // checkpoints, else bf16; CPU: fp32), "bfloat16", "float16" (CUDA), "float32" (CPU).
   std::string dtype = "auto";
+  // vLLM's --quantization: "none" (the checkpoint's weights as they are) or "fp8" (FP8 W8A8: the
+  // decoder layers' linear weights quantized to e4m3 per output channel at load, activations
+  // per token on the fly; model/quantization.h, docs/quantization.md). int8-sq and w4a16 engines
+  // come from `kiln build`.
+  std::string quantization = "none";
+  // vLLM's --kv-cache-dtype: "auto" (the compute dtype) or "fp8" / "fp8_e4m3" (e4m3 with a
+  // per-layer K and V scale: a quarter of the CPU's f32 bytes per block, half of bf16's).
+  std::string kv_cache_dtype = "auto";
   // CUDA: the share of the device's memory kiln may hold (weights, workspace, KV cache) when
   // engine.kv_cache_memory_bytes is 0 (automatic) and engine.num_kv_blocks is 0.
   float gpu_memory_utilization = 0.9f;

@@ -1,5 +1,6 @@
 #include "model/quantization.h"
 
+#include <cmath>
 #include <string>
 
 namespace kiln {
@@ -36,6 +37,14 @@ std::string_view KvCacheDTypeName(KvCacheDType dtype) {
       return "fp8_e4m3";
   }
   return "?";
+}
+
+float QuantizeRowFp8(const float* x, int64_t n, uint8_t* q) {
+  float amax = 0.0f;
+  for (int64_t k = 0; k < n; ++k) amax = std::max(amax, std::abs(x[k]));
+  const float scale = Fp8RowScale(amax);
+  for (int64_t k = 0; k < n; ++k) q[k] = F32ToF8E4M3(x[k] / scale);
+  return scale;
 }
 
 }  // namespace kiln

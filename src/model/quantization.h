@@ -14,14 +14,16 @@
 // to the unquantized model, not further.
 // The embedding, the norms and lm_head stay in the compute type (as vLLM and ModelOpt keep them).
 //
-// FP8 KV cache: K and V stored as e4m3 of value / scale with one fp32 scale per layer for K and
-// one for V (1.0 unless calibrated); attention reads value = e4m3 * scale.
+// FP8 KV cache: K and V stored as e4m3 of value / scale (clamped to +-448: Fp8KvEncode) with one
+// fp32 scale per layer for K and one for V (1.0 unless calibrated); attention reads
+// value = e4m3 * scale.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <string_view>
 
+#include "core/dtype.h"
 #include "core/status.h"
 
 namespace kiln {
@@ -50,5 +52,20 @@ inline constexpr float kFp8MinScale = 1.0f / (kFp8E4M3Max * 512.0f);
 
 // The fp32 scale of a row whose largest magnitude is amax.
 inline float Fp8RowScale(float amax) { return std::max(amax / kFp8E4M3Max, kFp8MinScale); }
+
+// Quantizes one row of n values (a weight row or a token's activations): returns
+// s = Fp8RowScale(max_k |x[k]|) and writes q[k] = F32ToF8E4M3(x[k] / s), the division in fp32.
+// Dequantized, F8E4M3ToF32(q[k]) * s is within half an e4m3 ulp of x[k] (relative 2^-4 where
+// |x[k] / s| >= 2^-6, the smallest normal; absolute s * 2^-10 below). REQUIRES: x finite.
+float QuantizeRowFp8(const float* x, int64_t n, uint8_t* q);  // x [n], q [n]
+
+// The FP8 KV cache's code of one K or V element: e4m3(value / scale), the quotient clamped to
+// [-448, 448] first. Unlike a weight or activation row, whose scale comes from its own amax, a
+// KV scale is fixed per layer (1.0 until calibrated), so an outlier past 448 must saturate
+// (as vLLM's scaled_fp8_conversion) instead of becoming e4m3's NaN. NaN stays NaN.
+inline uint8_t Fp8KvEncode(float value, float scale) {
+  const float x = value / scale;
+  return F32ToF8E4M3(x < -kFp8E4M3Max ? -kFp8E4M3Max : (x > kFp8E4M3Max ? kFp8E4M3Max : x));
+}
 
 }  // namespace kiln

@@ -45,6 +45,7 @@ expect_error "config.json: missing" inspect "$work/empty"
 expect_error "--gpu-memory" inspect "$work/tiny" --gpu-memory 12XB
 expect_error "--gpu-memory-utilization" inspect "$work/tiny" --gpu-memory 80GB --gpu-memory-utilization 1.5
 expect_error "--kv-cache-dtype" inspect "$work/tiny" --kv-cache-dtype q4_0
+expect_error "quantization: expected none or fp8" inspect "$work/tiny" --quantization int8
 expect_error "max_position_embeddings" inspect "$work/tiny" --gpu-memory 80GB --max-model-len 999999
 # kiln tokenize / detokenize / chat-template
 expect_error "no such file or directory" tokenize "$work/missing" --text hi
@@ -81,6 +82,13 @@ expect_error "outside the vocabulary" "${g[@]}" --input "$work/ids.jsonl"
 expect_error "device" "${g[@]}" --prompt hi --device tpu
 expect_error "dtype: expected auto, bfloat16, float16 or float32" "${g[@]}" --prompt hi --dtype int8
 expect_error "CPU backend computes in float32" "${g[@]}" --prompt hi --device cpu --dtype float16
+expect_error "quantization: expected none or fp8, got 'int4'" "${g[@]}" --prompt hi --quantization int4
+expect_error "kiln build" "${g[@]}" --prompt hi -q w4a16
+expect_error "kv-cache-dtype: expected auto, fp8 or fp8_e4m3, got 'e5m2'" "${g[@]}" --prompt hi --kv-cache-dtype e5m2
+# the quantization flags are checked before the model is opened
+expect_error "quantization: expected none or fp8" generate "$work/missing" --prompt hi -q awq
+"$kiln" "${g[@]}" --prompt hi --max-tokens 2 -q fp8 --kv-cache-dtype fp8 >/dev/null 2>&1 \
+  && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: kiln generate -q fp8 --kv-cache-dtype fp8"; }
 expect_error "KV cache" generate "$work/tiny" --prompt hi --kv-cache-memory 1KB
 expect_error "max_model_len" "${g[@]}" --prompt hi --max-model-len 99999999
 expect_error "max_model_len" "${g[@]}" --prompt "a prompt longer than four tokens" --max-model-len 4
@@ -101,6 +109,8 @@ printf '# no keys here\n\n' >"$work/empty-keys"
 expect_error "holds no key" "${s[@]}" --api-key-file "$work/empty-keys"
 expect_error "--max-request-body-bytes" "${s[@]}" --max-request-body-bytes lots
 expect_error "--max-num-waiting" "${s[@]}" --max-num-waiting -5
+expect_error "quantization: expected none or fp8" "${s[@]}" --quantization int8
+expect_error "kv-cache-dtype: expected" "${s[@]}" --kv-cache-dtype fp16
 expect_error "no such file or directory" serve "$work/missing" --host 127.0.0.1 --port 0
 # kiln bench: flags and datasets are checked before any request is sent
 b=(bench serve --base-url http://127.0.0.1:9 --model m --tokenizer "$work/tiny" --num-requests 2)
@@ -153,6 +163,8 @@ expect_exit 2 "B: " eval compare "$work/tiny" "$work/missing" --prompts "$work/p
 expect_exit 2 "A: device" "${c[@]}" --prompts "$work/prompts.txt" --a-device tpu
 expect_error "--bogus" "${c[@]}" --prompts "$work/prompts.txt" --bogus
 expect_error "--prompts" "${c[@]}"
+expect_error "quantization: expected none or fp8" bench offline "$work/missing" -q fp4
+expect_error "kv-cache-dtype: expected" bench latency "$work/missing" --kv-cache-dtype q8
 truncate -s 1000 "$work/tiny/model.safetensors"
 expect_error "model.safetensors" inspect "$work/tiny"
 expect_error "not empty" synth --preset smollm2-135m --out "$work/tiny"

@@ -4,6 +4,7 @@
 #include "backend/cpu/cpu_ops.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numbers>
 #include <string>
@@ -12,6 +13,7 @@
 #include "backend/cpu/simd.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/check.h"
+#include "model/quantization.h"
 
 namespace kiln::cpu {
 namespace {
@@ -47,6 +49,8 @@ DType WeightFormatDType(WeightFormat format) {
       return DType::kQ4_1;
     case WeightFormat::kQ8_0:
       return DType::kQ8_0;
+    case WeightFormat::kF8E4M3:
+      return DType::kF8E4M3;
   }
   CHECK(false) << "unreachable";
   return DType::kF32;
@@ -77,6 +81,15 @@ int64_t WeightRowBytes(WeightFormat format, int64_t cols) {
   return cols / info.block_size * info.block_bytes;
 }
 
+const float* F8E4M3Table() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t;
+    for (int code = 0; code < 256; ++code) t[code] = F8E4M3ToF32(static_cast<uint8_t>(code));
+    return t;
+  }();
+  return table.data();
+}
+
 void DecodeRows(const WeightView& w, int64_t row_begin, int64_t num_rows, float* out) {
   CHECK(row_begin >= 0 && num_rows >= 0 && row_begin + num_rows <= w.rows);
   internal::BestSimdKernels().decode_rows(w, row_begin, num_rows, out);
@@ -88,9 +101,67 @@ float Dot(const float* a, const float* b, int64_t n) {
   return internal::BestSimdKernels().dot(a, b, n);
 }
 
+namespace {
+
+// Linear's W8A8 path (cpu_ops.h): the x rows quantized once, then the same panels as the f32
+// path with the e4m3 values of both sides, the scales and bias applied per output element.
+void LinearFp8(const float* x, int64_t ldx, int64_t num_rows, const WeightView& w,
+               const float* bias, float* y, int64_t ldy, bool accumulate, int num_threads) {
+  CHECK(w.row_scales != nullptr) << "an fp8 weight without row scales";
+  const internal::SimdKernels& kernels = internal::BestSimdKernels();
+  const int64_t k = w.cols;
+  const int64_t n = w.rows;
+  const float* table = F8E4M3Table();
+  // Per token, dynamic: xq holds the e4m3 values (codes decoded, unscaled), sx the scales.
+  thread_local std::vector<float> xq;
+  thread_local std::vector<float> sx;
+  thread_local std::vector<uint8_t> codes;
+  xq.resize(num_rows * k);
+  sx.resize(num_rows);
+  codes.resize(k);
+  for (int64_t m = 0; m < num_rows; ++m) {
+    sx[m] = QuantizeRowFp8(x + m * ldx, k, codes.data());
+    for (int64_t i = 0; i < k; ++i) xq[m * k + i] = table[codes[i]];
+  }
+  constexpr int64_t kPanel = 16;
+  const int64_t num_panels = (n + kPanel - 1) / kPanel;
+  const int threads = ThreadsFor(num_threads, num_panels, num_rows * n * k);
+  const float* xq_data = xq.data();
+  const float* sx_data = sx.data();
+  ParallelFor(num_panels, threads, [&](int64_t p_begin, int64_t p_end) {
+    thread_local std::vector<float> panel;
+    thread_local std::vector<float> dots;
+    if (panel.size() < static_cast<size_t>(kPanel * k)) panel.resize(kPanel * k);
+    if (dots.size() < static_cast<size_t>(kPanel * num_rows)) dots.resize(kPanel * num_rows);
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      const int64_t n0 = p * kPanel;
+      const int64_t cols = std::min(kPanel, n - n0);
+      kernels.decode_rows(w, n0, cols, panel.data());
+      kernels.linear_block(xq_data, k, num_rows, k, panel.data(), k, cols, nullptr, dots.data(),
+                           cols, /*accumulate=*/false);
+      for (int64_t m = 0; m < num_rows; ++m) {
+        float* ym = y + m * ldy + n0;
+        const float* dm = dots.data() + m * cols;
+        for (int64_t c = 0; c < cols; ++c) {
+          float v = dm[c] * sx_data[m] * w.row_scales[n0 + c];
+          if (bias != nullptr) v = v + bias[n0 + c];
+          if (accumulate) v = ym[c] + v;
+          ym[c] = v;
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
 void Linear(const float* x, int64_t ldx, int64_t num_rows, const WeightView& w, const float* bias,
             float* y, int64_t ldy, bool accumulate, int num_threads) {
   if (num_rows == 0 || w.rows == 0) return;
+  if (w.format == WeightFormat::kF8E4M3) {
+    LinearFp8(x, ldx, num_rows, w, bias, y, ldy, accumulate, num_threads);
+    return;
+  }
   const internal::SimdKernels& kernels = internal::BestSimdKernels();
   const int64_t k = w.cols;
   const int64_t n = w.rows;
@@ -239,8 +310,82 @@ void StoreKv(const float* k, int64_t ldk, const float* v, int64_t ldv, const int
   }
 }
 
+void StoreKvFp8(const float* k, int64_t ldk, const float* v, int64_t ldv,
+                const int64_t* slot_mapping, int64_t num_tokens, int64_t kv_width, float k_scale,
+                float v_scale, uint8_t* k_cache, uint8_t* v_cache) {
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    uint8_t* kc = k_cache + slot_mapping[t] * kv_width;
+    uint8_t* vc = v_cache + slot_mapping[t] * kv_width;
+    for (int64_t i = 0; i < kv_width; ++i) {
+      kc[i] = Fp8KvEncode(k[t * ldk + i], k_scale);
+      vc[i] = Fp8KvEncode(v[t * ldv + i], v_scale);
+    }
+  }
+}
+
+namespace {
+
+// PagedAttention over an FP8 cache: per (token, kv head), the context's K and V rows of that kv
+// head are decoded once into contiguous f32 scratch ([context, head_dim], a single "block"), and
+// the group's query heads attend over it with the f32 kernel: the same arithmetic as an f32 cache
+// holding the decoded values.
+void PagedAttentionFp8(const PagedAttentionArgs& a, const std::vector<int32_t>& token_seq,
+                       int threads) {
+  const internal::SimdKernels& kernels = internal::BestSimdKernels();
+  const int group = a.num_heads / a.num_kv_heads;
+  const int64_t kv_width = int64_t{a.num_kv_heads} * a.head_dim;
+  const int64_t num_tokens = static_cast<int64_t>(token_seq.size());
+  const float* table = F8E4M3Table();
+  ParallelFor(num_tokens * a.num_kv_heads, threads, [&](int64_t item_begin, int64_t item_end) {
+    thread_local std::vector<float> probs;
+    thread_local std::vector<float> keys;
+    thread_local std::vector<float> values;
+    for (int64_t item = item_begin; item < item_end; ++item) {
+      const int64_t t = item / a.num_kv_heads;
+      const int g = static_cast<int>(item % a.num_kv_heads);
+      const int64_t context = int64_t{a.positions[t]} + 1;
+      const int32_t* table_row = a.block_tables + int64_t{token_seq[t]} * a.max_blocks_per_seq;
+      if (probs.size() < static_cast<size_t>(context)) probs.resize(context);
+      if (keys.size() < static_cast<size_t>(context * a.head_dim)) {
+        keys.resize(context * a.head_dim);
+        values.resize(context * a.head_dim);
+      }
+      for (int64_t j = 0; j < context; ++j) {
+        const int64_t slot = int64_t{table_row[j / a.block_size]} * a.block_size + j % a.block_size;
+        const uint8_t* kc = a.k_cache_fp8 + slot * kv_width + int64_t{g} * a.head_dim;
+        const uint8_t* vc = a.v_cache_fp8 + slot * kv_width + int64_t{g} * a.head_dim;
+        float* kd = keys.data() + j * a.head_dim;
+        float* vd = values.data() + j * a.head_dim;
+        for (int d = 0; d < a.head_dim; ++d) {
+          kd[d] = table[kc[d]] * a.k_scale;
+          vd[d] = table[vc[d]] * a.v_scale;
+        }
+      }
+      static constexpr int32_t kOneBlock = 0;
+      for (int h = g * group; h < (g + 1) * group; ++h) {
+        internal::AttendArgs args;
+        args.q = a.q + t * a.ldq + int64_t{h} * a.head_dim;
+        args.k_cache = keys.data();
+        args.v_cache = values.data();
+        args.block_table = &kOneBlock;
+        args.block_size = static_cast<int32_t>(context);
+        args.kv_width = a.head_dim;
+        args.head_dim = a.head_dim;
+        args.context = context;
+        args.scale = a.scale;
+        args.probs = probs.data();
+        args.out = a.out + t * a.ldo + int64_t{h} * a.head_dim;
+        kernels.attend(args);
+      }
+    }
+  });
+}
+
+}  // namespace
+
 void PagedAttention(const PagedAttentionArgs& a, int num_threads) {
   CHECK(a.num_heads > 0 && a.num_kv_heads > 0 && a.num_heads % a.num_kv_heads == 0);
+  CHECK((a.k_cache_fp8 == nullptr) == (a.v_cache_fp8 == nullptr));
   const internal::SimdKernels& kernels = internal::BestSimdKernels();
   const int64_t num_tokens = a.cu_seqlens[a.num_seqs];
   std::vector<int32_t> token_seq(num_tokens);
@@ -250,6 +395,11 @@ void PagedAttention(const PagedAttentionArgs& a, int num_threads) {
       token_seq[t] = s;
       work += int64_t{a.positions[t] + 1} * a.num_heads * a.head_dim * 4;
     }
+  }
+  if (a.k_cache_fp8 != nullptr) {
+    // The decode costs about what the attention does: count it twice.
+    PagedAttentionFp8(a, token_seq, ThreadsFor(num_threads, num_tokens * a.num_kv_heads, 2 * work));
+    return;
   }
   const int group = a.num_heads / a.num_kv_heads;
   const int64_t kv_width = int64_t{a.num_kv_heads} * a.head_dim;

@@ -41,11 +41,15 @@ namespace kiln::cpu {
 //   kQ4_1  20 B: [d f16][m f16][16 B nibbles] y = d * q + m
 //   kQ8_0  34 B: [d f16][32 x int8]           y = q * d
 // (element j in the low nibble of byte j, element j + 16 in its high nibble).
-enum class WeightFormat : uint8_t { kF32, kF16, kBF16, kQ4_0, kQ4_1, kQ8_0 };
+//   kF8E4M3  1 B per element, e4m3fn codes, with one fp32 scale per row (WeightView::row_scales):
+//            FP8 W8A8 (model/quantization.h). DecodeRows gives the codes' values; Linear applies
+//            the row scales and quantizes its input per row.
+enum class WeightFormat : uint8_t { kF32, kF16, kBF16, kQ4_0, kQ4_1, kQ8_0, kF8E4M3 };
 
 std::string_view WeightFormatName(WeightFormat format);  // "f32", "q4_1", ...
 DType WeightFormatDType(WeightFormat format);
-// The format that keeps `dtype` as stored, or nullopt when Linear cannot decode it on the fly.
+// The format that keeps `dtype` as stored, or nullopt when Linear cannot decode it on the fly
+// (fp8 tensors too: kF8E4M3 needs row scales, which a plain dtype does not carry).
 std::optional<WeightFormat> WeightFormatFor(DType dtype);
 // Bytes of one row of `cols` elements. REQUIRES: cols is a multiple of the format's block size.
 int64_t WeightRowBytes(WeightFormat format, int64_t cols);
@@ -56,10 +60,15 @@ struct WeightView {
   int64_t rows = 0;
   int64_t cols = 0;
   const uint8_t* data = nullptr;  // rows * WeightRowBytes(format, cols) bytes, no alignment needed
+  const float* row_scales = nullptr;  // [rows]: kF8E4M3 only
 };
 
+// e4m3fn code -> its f32 value (F8E4M3ToF32 of all 256 codes, NaN codes included).
+const float* F8E4M3Table();  // [256]
+
 // out[r, :] = row (row_begin + r) of w decoded to f32, for r < num_rows; bitwise
-// DequantizeToF32's values. REQUIRES: the rows exist.
+// DequantizeToF32's values (for kF8E4M3 the codes' values, without the row scale).
+// REQUIRES: the rows exist.
 void DecodeRows(const WeightView& w, int64_t row_begin, int64_t num_rows,
                 float* out);  // [num_rows, w.cols]
 
@@ -71,7 +80,12 @@ float Dot(const float* a, const float* b, int64_t n);
 // y[m, n] = (accumulate ? y[m, n] : 0) + (dot(x[m, :], w[n, :]) + (bias ? bias[n] : 0))
 // for m < num_rows, n < w.rows; the dot in the 16-lane order over w.cols, the additions in the
 // order written (HF's `residual + (x @ W.T + b)`). Threads split the output columns.
-// REQUIRES: y does not overlap x or bias.
+// An fp8 weight (kF8E4M3) runs W8A8 as model/quantization.h defines it: each x row is quantized
+// on the fly (QuantizeRowFp8: sx[m], xq[m, :]) and
+//   y[m, n] = (accumulate ? y[m, n] : 0) + ((dot(xq[m, :], wq[n, :]) * sx[m]) * sw[n] + bias[n])
+// with the dot of the e4m3 values in the 16-lane order (each product exact in f32: 4 x 4
+// significant bits), each * and + rounded in the order written.
+// REQUIRES: y does not overlap x or bias; w.row_scales set for kF8E4M3.
 void Linear(const float* x, int64_t ldx,  // [num_rows, w.cols]
             int64_t num_rows, const WeightView& w,
             const float* bias,      // [w.rows] or nullptr
@@ -143,6 +157,15 @@ void StoreKv(const float* k, int64_t ldk,           // [num_tokens, num_kv_heads
              int64_t num_tokens, int64_t kv_width,  // num_kv_heads * head_dim
              float* k_cache, float* v_cache);       // [num_slots, kv_width] each
 
+// The FP8 KV cache's StoreKv: k_cache[slot_mapping[t], i] = Fp8KvEncode(k[t, i], k_scale)
+// (model/quantization.h), same for v with v_scale.
+void StoreKvFp8(const float* k, int64_t ldk,           // [num_tokens, kv_width]
+                const float* v, int64_t ldv,           // [num_tokens, kv_width]
+                const int64_t* slot_mapping,           // [num_tokens]
+                int64_t num_tokens, int64_t kv_width,  // num_kv_heads * head_dim
+                float k_scale, float v_scale,          // the layer's KV scales
+                uint8_t* k_cache, uint8_t* v_cache);   // [num_slots, kv_width] e4m3 each
+
 // Causal grouped-query attention over the paged cache, as HF's eager attention in float32. Token
 // t of sequence s (cu_seqlens[s] <= t < cu_seqlens[s+1]) at position p = positions[t], head h,
 // reads kv head g = h / (num_heads / num_kv_heads) at positions 0..p of sequence s:
@@ -151,11 +174,18 @@ void StoreKv(const float* k, int64_t ldk,           // [num_tokens, num_kv_heads
 //   out[t, h] = sum_j prob[j] * v[j, g]                   (increasing j, per element mul then add)
 // The K/V of positions 0..p must already be in the cache (StoreKv first). Threads split the
 // (token, head) pairs.
+// FP8 KV cache (k_cache_fp8 / v_cache_fp8 set, k_cache / v_cache unused): every K element is read
+// as F8E4M3ToF32(code) * k_scale (V: v_scale), rounded to f32, and then the same arithmetic runs
+// as on an f32 cache holding those values.
 struct PagedAttentionArgs {
   const float* q = nullptr;  // [num_tokens, num_heads, head_dim], row stride ldq
   int64_t ldq = 0;
-  const float* k_cache = nullptr;         // [num_blocks, block_size, num_kv_heads, head_dim]
-  const float* v_cache = nullptr;         // same
+  const float* k_cache = nullptr;        // [num_blocks, block_size, num_kv_heads, head_dim]
+  const float* v_cache = nullptr;        // same
+  const uint8_t* k_cache_fp8 = nullptr;  // e4m3 codes, same layout (instead of k_cache)
+  const uint8_t* v_cache_fp8 = nullptr;  // same (instead of v_cache)
+  float k_scale = 1.0f;                  // the layer's scales, fp8 cache only
+  float v_scale = 1.0f;
   const int32_t* positions = nullptr;     // [num_tokens]
   const int32_t* cu_seqlens = nullptr;    // [num_seqs + 1]
   const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]

@@ -19,6 +19,7 @@
 #include "backend/cpu/simd.h"
 #include "core/dtype.h"
 #include "model/dequant.h"
+#include "model/quantization.h"
 
 namespace kiln::cpu {
 namespace {
@@ -379,6 +380,8 @@ struct AttentionSetup {
   std::vector<float> q;             // [num_tokens, heads, head_dim]
   std::vector<int32_t> positions, cu_seqlens = {0};
   std::vector<int64_t> ctx_offset;  // start of each sequence in k_ctx (in positions)
+  bool fp8 = false;                 // an FP8 cache (StoreKvFp8) with these scales
+  float k_scale = 1.0f, v_scale = 1.0f;
 
   AttentionSetup() {
     int64_t total_ctx = 0;
@@ -410,6 +413,7 @@ struct AttentionSetup {
     const int32_t num_blocks = static_cast<int32_t>(ids.size());
     std::vector<float> k_cache(int64_t{num_blocks} * block_size * kv_width, NAN);
     std::vector<float> v_cache(k_cache.size(), NAN);
+    std::vector<uint8_t> k_fp8(k_cache.size(), 0x7f), v_fp8(k_cache.size(), 0x7f);  // NaN
     std::vector<int32_t> tables(seq_lens.size() * max_blocks, -1);
     int32_t next = 0;
     for (size_t s = 0; s < seq_lens.size(); ++s) {
@@ -422,16 +426,28 @@ struct AttentionSetup {
       }
       const float* k = k_ctx.data() + ctx_offset[s] * kv_width;
       const float* v = v_ctx.data() + ctx_offset[s] * kv_width;
-      StoreKv(k, kv_width, v, kv_width, slots.data(), seq_lens[s], kv_width, k_cache.data(),
-              v_cache.data());
+      if (fp8) {
+        StoreKvFp8(k, kv_width, v, kv_width, slots.data(), seq_lens[s], kv_width, k_scale, v_scale,
+                   k_fp8.data(), v_fp8.data());
+      } else {
+        StoreKv(k, kv_width, v, kv_width, slots.data(), seq_lens[s], kv_width, k_cache.data(),
+                v_cache.data());
+      }
     }
     const int64_t width = int64_t{num_heads} * head_dim;
     std::vector<float> out(cu_seqlens.back() * width);
     PagedAttentionArgs a;
     a.q = q.data();
     a.ldq = width;
-    a.k_cache = k_cache.data();
-    a.v_cache = v_cache.data();
+    if (fp8) {
+      a.k_cache_fp8 = k_fp8.data();
+      a.v_cache_fp8 = v_fp8.data();
+      a.k_scale = k_scale;
+      a.v_scale = v_scale;
+    } else {
+      a.k_cache = k_cache.data();
+      a.v_cache = v_cache.data();
+    }
     a.positions = positions.data();
     a.cu_seqlens = cu_seqlens.data();
     a.block_tables = tables.data();
@@ -527,6 +543,186 @@ TEST(PagedAttentionTest, EveryIsaGivesTheSameBits) {
       if (reference.empty()) reference = out;
       EXPECT_TRUE(BitwiseEqual(out.data(), reference.data(), head_dim))
           << kernels->name << " head_dim " << head_dim;
+    }
+  }
+}
+
+// The FP8 cache is an f32 cache holding e4m3(value / scale) * scale: the same bits as the f32
+// path over those values (so the CUDA kernels have an exact reference), whatever the paging and
+// threads; with scale 1 those values are within half an e4m3 ulp of the originals.
+TEST(PagedAttentionTest, Fp8CacheIsTheF32PathOverItsDecodedValues) {
+  for (float scale : {1.0f, 0.01f}) {
+    AttentionSetup fp8;
+    fp8.fp8 = true;
+    fp8.k_scale = scale;
+    fp8.v_scale = 2 * scale;
+    fp8.k_ctx[5] = 5000.0f * scale;  // saturates to 448 * scale
+    AttentionSetup decoded = fp8;
+    decoded.fp8 = false;
+    for (float& x : decoded.k_ctx) x = F8E4M3ToF32(Fp8KvEncode(x, fp8.k_scale)) * fp8.k_scale;
+    for (float& x : decoded.v_ctx) x = F8E4M3ToF32(Fp8KvEncode(x, fp8.v_scale)) * fp8.v_scale;
+    EXPECT_EQ(decoded.k_ctx[5], 448.0f * scale);
+    const std::vector<float> want = decoded.Run(/*block_size=*/160, 0, 1);
+    for (int32_t block_size : {1, 4, 16}) {
+      for (int threads : {1, 3}) {
+        const std::vector<float> got = fp8.Run(block_size, 9, threads);
+        EXPECT_TRUE(BitwiseEqual(got.data(), want.data(), want.size()))
+            << "scale " << scale << " block_size " << block_size << " threads " << threads;
+      }
+    }
+  }
+}
+
+TEST(StoreKvFp8Test, WritesTheCodesOfEverySlot) {
+  const int64_t kv_width = 12;
+  const std::vector<float> k = RandomVector(3 * kv_width, 61), v = RandomVector(3 * kv_width, 62);
+  const std::vector<int64_t> slots = {4, 0, 2};
+  std::vector<uint8_t> kc(5 * kv_width, 0xAA), vc(5 * kv_width, 0xAA);
+  StoreKvFp8(k.data(), kv_width, v.data(), kv_width, slots.data(), 3, kv_width, 0.5f, 0.25f,
+             kc.data(), vc.data());
+  for (int64_t t = 0; t < 3; ++t) {
+    for (int64_t i = 0; i < kv_width; ++i) {
+      EXPECT_EQ(kc[slots[t] * kv_width + i], Fp8KvEncode(k[t * kv_width + i], 0.5f));
+      EXPECT_EQ(vc[slots[t] * kv_width + i], Fp8KvEncode(v[t * kv_width + i], 0.25f));
+    }
+  }
+  for (int64_t i = 0; i < kv_width; ++i) EXPECT_EQ(kc[1 * kv_width + i], 0xAA) << "slot 1 kept";
+}
+
+// ---- FP8 W8A8 Linear ---------------------------------------------------------------------------
+
+TEST(Fp8Test, TableAndEveryIsaDecodeAll256CodesAsF8E4M3ToF32) {
+  const float* table = F8E4M3Table();
+  for (int code = 0; code < 256; ++code) {
+    const float want = F8E4M3ToF32(static_cast<uint8_t>(code));
+    EXPECT_EQ(std::memcmp(&table[code], &want, 4), 0) << "code " << code;
+  }
+  // Every code, at every offset of a 16-wide vector and in the scalar tails: rows of 263.
+  const int64_t rows = 3, cols = 263;
+  std::vector<uint8_t> bytes(rows * cols);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 7 + 3);
+  std::vector<float> want(rows * cols);
+  for (size_t i = 0; i < bytes.size(); ++i) want[i] = F8E4M3ToF32(bytes[i]);
+  const std::vector<float> scales(rows, 1.0f);
+  const WeightView view{WeightFormat::kF8E4M3, rows, cols, bytes.data(), scales.data()};
+  for (const SimdKernels* k : AvailableKernels()) {
+    std::vector<float> got((rows - 1) * cols);
+    k->decode_rows(view, 1, rows - 1, got.data());
+    EXPECT_TRUE(BitwiseEqual(got.data(), want.data() + cols, (rows - 1) * cols)) << k->name;
+  }
+}
+
+// A [rows, cols] fp8 weight quantized from normal values, row magnitudes spread over 1e4.
+OwnedWeight RandomFp8Weight(int64_t rows, int64_t cols, uint32_t seed) {
+  std::vector<float> w = RandomVector(rows * cols, seed);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) w[r * cols + c] *= std::pow(10.0f, (r % 5) - 2.0f);
+  }
+  OwnedWeight f32{WeightFormat::kF32, rows, cols, {}, {}};
+  f32.bytes.resize(w.size() * 4);
+  std::memcpy(f32.bytes.data(), w.data(), f32.bytes.size());
+  return QuantizeFp8(f32);
+}
+
+TEST(Fp8Test, QuantizeFp8QuantizesEachRowOnItsOwn) {
+  const int64_t rows = 9, cols = 83;
+  const std::vector<float> w = RandomVector(rows * cols, 71);
+  OwnedWeight f32{WeightFormat::kF32, rows, cols, {}, {}};
+  f32.bytes.resize(w.size() * 4);
+  std::memcpy(f32.bytes.data(), w.data(), f32.bytes.size());
+  const OwnedWeight q = QuantizeFp8(f32);
+  ASSERT_EQ(q.format, WeightFormat::kF8E4M3);
+  ASSERT_EQ(q.bytes.size(), static_cast<size_t>(rows * cols));
+  ASSERT_EQ(q.row_scales.size(), static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<uint8_t> codes(cols);
+    EXPECT_EQ(q.row_scales[r], QuantizeRowFp8(w.data() + r * cols, cols, codes.data()));
+    EXPECT_EQ(std::memcmp(codes.data(), q.bytes.data() + r * cols, cols), 0) << "row " << r;
+  }
+  // A bf16 source quantizes from its f32 decoding; an fp8 one is kept.
+  const std::vector<uint8_t> bf16 = RandomWeightBytes(WeightFormat::kBF16, rows, cols, 72);
+  OwnedWeight b{WeightFormat::kBF16, rows, cols, bf16, {}};
+  std::vector<float> decoded(rows * cols);
+  DecodeRows(b.view(), 0, rows, decoded.data());
+  const OwnedWeight qb = QuantizeFp8(b);
+  std::vector<uint8_t> codes(cols);
+  EXPECT_EQ(qb.row_scales[4], QuantizeRowFp8(decoded.data() + 4 * cols, cols, codes.data()));
+  const OwnedWeight again = QuantizeFp8(qb);
+  EXPECT_EQ(again.bytes, qb.bytes);
+  EXPECT_EQ(again.row_scales, qb.row_scales);
+}
+
+// The header's formula in double: the quantization steps exactly as defined (fp32 scale, fp32
+// division, e4m3 rounding), then the sum and the scaling in double. Linear differs only by the
+// fp32 rounding of the dot (the products of two e4m3 values are exact in fp32), of the two scale
+// multiplications and of the bias and residual additions, so the bound is
+//   (k / 16 + 4) * 2^-24 * (sum |xq wq| sx sw)  for the 16 lanes of k / 16 terms each and the
+//                                               four-level lane tree,
+// + 3 * 2^-24 * |result| for the scale products and the bias, and one more for the residual.
+TEST(Fp8Test, LinearMatchesTheHeadersFormulaInDoubleOnOddShapes) {
+  for (const LinearCase& c : {LinearCase{7, 83, 769}, LinearCase{7, 769, 83}, LinearCase{1, 5, 3},
+                              LinearCase{33, 576, 70}}) {
+    std::vector<float> x = RandomVector(c.m * c.k, 81, 2.0f);
+    for (int64_t k = 0; k < c.k; ++k) x[(c.m - 1) * c.k + k] = 0.0f;  // an all-zero token
+    if (c.m > 2) x[c.k + 1] = 1e3f;                                   // an outlier
+    const OwnedWeight w = RandomFp8Weight(c.n, c.k, 82);
+    const std::vector<float> bias = RandomVector(c.n, 83), y0 = RandomVector(c.m * c.n, 84);
+    for (bool accumulate : {false, true}) {
+      std::vector<float> y = y0;
+      Linear(x.data(), c.k, c.m, w.view(), bias.data(), y.data(), c.n, accumulate, 0);
+      double worst = 0;
+      for (int64_t i = 0; i < c.m; ++i) {
+        const float* xi = x.data() + i * c.k;
+        float amax = 0;
+        for (int64_t k = 0; k < c.k; ++k) amax = std::max(amax, std::abs(xi[k]));
+        const float sx = Fp8RowScale(amax);
+        for (int64_t j = 0; j < c.n; ++j) {
+          const float sw = w.row_scales[j];
+          double dot = 0, magnitude = 0;
+          for (int64_t k = 0; k < c.k; ++k) {
+            const double xq = F8E4M3ToF32(F32ToF8E4M3(xi[k] / sx));
+            const double wq = F8E4M3ToF32(w.bytes[j * c.k + k]);
+            dot += xq * wq;
+            magnitude += std::abs(xq * wq);
+          }
+          const double scaled = dot * sx * sw + bias[j];
+          const double want = accumulate ? y0[i * c.n + j] + scaled : scaled;
+          const double u = std::ldexp(1.0, -24);
+          const double tol = (c.k / 16.0 + 4) * u * magnitude * sx * sw +
+                             5 * u * (std::abs(scaled) + std::abs(want) + std::abs(bias[j]));
+          const double err = std::abs(y[i * c.n + j] - want);
+          ASSERT_LE(err, tol) << "m=" << c.m << " k=" << c.k << " n=" << c.n << " row " << i
+                              << " col " << j << " accumulate " << accumulate;
+          worst = std::max(worst, err / tol);
+        }
+      }
+      std::printf("fp8 Linear %lldx%lldx%lld: worst error %.3f of the bound\n",
+                  static_cast<long long>(c.m), static_cast<long long>(c.k),
+                  static_cast<long long>(c.n), worst);
+    }
+  }
+}
+
+// W8A8 keeps the backend's batch invariance: a token's scale is its own row's, so its output
+// row has the same bits at any M, place and thread count.
+TEST(Fp8Test, LinearRowIndependentOfBatchAndThreads) {
+  const int64_t k = 576, n = 200;
+  const OwnedWeight w = RandomFp8Weight(n, k, 91);
+  const std::vector<float> probe = RandomVector(k, 92);
+  const std::vector<float> others = RandomVector(64 * k, 93, 5.0f);
+  const std::vector<float> bias = RandomVector(n, 94);
+  std::vector<float> reference(n);
+  Linear(probe.data(), k, 1, w.view(), bias.data(), reference.data(), n, false, 1);
+  for (int64_t m : {7, 64}) {
+    for (int64_t place : {int64_t{0}, m - 1}) {
+      for (int threads : {1, 2}) {
+        std::vector<float> x(others.begin(), others.begin() + m * k);
+        std::copy(probe.begin(), probe.end(), x.begin() + place * k);
+        std::vector<float> y(m * n);
+        Linear(x.data(), k, m, w.view(), bias.data(), y.data(), n, false, threads);
+        EXPECT_TRUE(BitwiseEqual(y.data() + place * n, reference.data(), n))
+            << "M=" << m << " place=" << place << " threads=" << threads;
+      }
     }
   }
 }

@@ -33,18 +33,18 @@ struct LogitsJob {
 class CpuRunner final : public ModelRunner {
  public:
   CpuRunner(ModelConfig config, cpu::CpuWeights weights, std::vector<float> inv_freq,
-            int num_threads)
+            int num_threads, KvCacheDType kv_cache_dtype)
       : config_(std::move(config)),
         weights_(std::move(weights)),
         inv_freq_(std::move(inv_freq)),
-        num_threads_(num_threads) {}
+        num_threads_(num_threads),
+        kv_fp8_(kv_cache_dtype == KvCacheDType::kFp8E4M3) {}
 
   const ModelConfig& config() const override { return config_; }
   std::string name() const override { return "cpu"; }
 
   int64_t KvBlockBytes(int32_t block_size) const override {
-    return 2 * int64_t{config_.num_layers} * block_size * config_.kv_size() *
-           static_cast<int64_t>(sizeof(float));
+    return 2 * int64_t{config_.num_layers} * block_size * config_.kv_size() * KvElementBytes();
   }
 
   Status AllocateKvCache(int32_t num_blocks, int32_t block_size) override;
@@ -52,6 +52,7 @@ class CpuRunner final : public ModelRunner {
   StepResult Execute(const StepInputs& inputs) override;
 
  private:
+  int64_t KvElementBytes() const { return kv_fp8_ ? 1 : static_cast<int64_t>(sizeof(float)); }
   void CheckInputs(const StepInputs& in) const;
   // The step's swap copies (StepInputs::swap_out, then swap_in).
   void SwapBlocks(const StepInputs& in);
@@ -62,10 +63,11 @@ class CpuRunner final : public ModelRunner {
   const cpu::CpuWeights weights_;
   const std::vector<float> inv_freq_;  // [head_dim / 2]
   const int num_threads_;
+  const bool kv_fp8_;  // the cache holds e4m3 codes (scales: CpuLayerWeights::k_scale, v_scale)
 
   int32_t num_blocks_ = 0;
   int32_t block_size_ = 0;
-  // [num_layers, num_blocks, block_size, num_kv_heads, head_dim] each.
+  // [num_layers, num_blocks, block_size, num_kv_heads, head_dim] each, f32 or e4m3.
   HostBuffer k_cache_;
   HostBuffer v_cache_;
   // [num_host_blocks][num_layers][K, V][block_size, num_kv_heads, head_dim]: a host block is
@@ -205,16 +207,27 @@ void CpuRunner::RunLayer(int layer, const StepInputs& in) {
   float* v = k + kv_size;
   cpu::ApplyRope(q, qkv_width, num_tokens, c.num_heads, c.head_dim, cos_.data(), sin_.data());
   cpu::ApplyRope(k, qkv_width, num_tokens, c.num_kv_heads, c.head_dim, cos_.data(), sin_.data());
-  const int64_t layer_floats = int64_t{num_blocks_} * block_size_ * kv_size;
-  float* k_cache = static_cast<float*>(k_cache_.data()) + layer * layer_floats;
-  float* v_cache = static_cast<float*>(v_cache_.data()) + layer * layer_floats;
-  cpu::StoreKv(k, qkv_width, v, qkv_width, in.slot_mapping.data(), num_tokens, kv_size, k_cache,
-               v_cache);
+  const int64_t layer_bytes = int64_t{num_blocks_} * block_size_ * kv_size * KvElementBytes();
+  uint8_t* k_cache = static_cast<uint8_t*>(k_cache_.data()) + layer * layer_bytes;
+  uint8_t* v_cache = static_cast<uint8_t*>(v_cache_.data()) + layer * layer_bytes;
   cpu::PagedAttentionArgs args;
+  if (kv_fp8_) {
+    cpu::StoreKvFp8(k, qkv_width, v, qkv_width, in.slot_mapping.data(), num_tokens, kv_size,
+                    w.k_scale, w.v_scale, k_cache, v_cache);
+    args.k_cache_fp8 = k_cache;
+    args.v_cache_fp8 = v_cache;
+    args.k_scale = w.k_scale;
+    args.v_scale = w.v_scale;
+  } else {
+    auto* k_f32 = reinterpret_cast<float*>(k_cache);
+    auto* v_f32 = reinterpret_cast<float*>(v_cache);
+    cpu::StoreKv(k, qkv_width, v, qkv_width, in.slot_mapping.data(), num_tokens, kv_size, k_f32,
+                 v_f32);
+    args.k_cache = k_f32;
+    args.v_cache = v_f32;
+  }
   args.q = q;
   args.ldq = qkv_width;
-  args.k_cache = k_cache;
-  args.v_cache = v_cache;
   args.positions = in.positions.data();
   args.cu_seqlens = in.cu_seqlens.data();
   args.block_tables = in.block_tables.data();
@@ -345,10 +358,12 @@ Result<std::unique_ptr<ModelRunner>> CreateCpuRunner(const Checkpoint& ckpt,
                  << " is not applied by the CPU backend; attention over longer contexts will "
                     "differ from the reference";
   }
-  KILN_ASSIGN_OR_RETURN(cpu::CpuWeights weights,
-                        cpu::LoadCpuWeights(ckpt, options.dequantize_weights_at_load));
-  return std::unique_ptr<ModelRunner>(
-      new CpuRunner(config, std::move(weights), std::move(*inv_freq), options.num_threads));
+  KILN_ASSIGN_OR_RETURN(
+      cpu::CpuWeights weights,
+      cpu::LoadCpuWeights(ckpt, options.dequantize_weights_at_load, options.quantization));
+  return std::unique_ptr<ModelRunner>(new CpuRunner(config, std::move(weights),
+                                                    std::move(*inv_freq), options.num_threads,
+                                                    options.kv_cache_dtype));
 }
 
 }  // namespace kiln

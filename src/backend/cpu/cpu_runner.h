@@ -11,10 +11,11 @@
 //   sampled / scored by kiln::cpu::Sample / Score (sampler.h)
 //
 // Numerics: weights decode to exactly the f32 values of DequantizeToF32; activations, KV cache
-// and accumulation are f32. Every reduction has a fixed order (cpu_ops.h), so a sequence's
-// logits are bitwise identical whatever else is in the batch, however its prompt is chunked,
-// and whatever num_threads is. Against HF transformers (float32, eager attention) the default
-// model's logprobs agree within 1e-3 (tests/golden).
+// and accumulation are f32 (unless CpuRunnerOptions asks for FP8 linear layers or KV cache). Every
+// reduction has a fixed order (cpu_ops.h), so a sequence's logits are bitwise identical whatever
+// else is in the batch, however its prompt is chunked, and whatever num_threads is. Against HF
+// transformers (float32, eager attention) the default model's logprobs agree within 1e-3
+// (tests/golden).
 //
 //   KILN_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(path));
 //   KILN_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner, CreateCpuRunner(ckpt, {}));
@@ -29,6 +30,7 @@
 #include "backend/model_runner.h"
 #include "core/status.h"
 #include "model/checkpoint.h"
+#include "model/quantization.h"
 
 namespace kiln {
 
@@ -41,7 +43,16 @@ struct CpuRunnerOptions {
   // q4_0, q4_1 or q8_0 and are decoded inside each matrix product (a q4_1 model reads ~7x fewer
   // bytes per token than in f32); other formats are dequantized to f32 at load. true: every
   // matrix is held in f32 (4-7x the memory). The results are bitwise identical either way.
+  // FP8 matrices (quantization kFp8) stay FP8 either way.
   bool dequantize_weights_at_load = false;
+  // kFp8: the linear layers of every decoder layer (qkv, o, gate_up, down) run FP8 W8A8 as
+  // model/quantization.h defines it, their weights quantized per output channel at load
+  // (cpu_weights.h); ~1 byte per weight instead of the stored format's (q4_1: 0.625, bf16: 2).
+  // Changes the results by the quantization error (docs/quantization.md).
+  QuantMethod quantization = QuantMethod::kNone;
+  // kFp8E4M3: the KV cache holds e4m3 codes with a per-layer K and V scale (1 byte per element
+  // instead of f32's 4; KvBlockBytes reports it). Changes the results by the rounding of K and V.
+  KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;
 };
 
 // Builds a CPU runner for `ckpt`: loads (and, for GGUF llama files, un-permutes) the weights.

@@ -504,6 +504,60 @@ TEST_P(CpuRunnerTest, MatchesANaiveDoublePrecisionForwardPass) {
   EXPECT_LT(max_diff, 2e-5);
 }
 
+// ---- FP8
+// -----------------------------------------------------------------------------------------
+
+CpuRunnerOptions Fp8Options(bool weights, bool kv_cache) {
+  CpuRunnerOptions o;
+  if (weights) o.quantization = QuantMethod::kFp8;
+  if (kv_cache) o.kv_cache_dtype = KvCacheDType::kFp8E4M3;
+  return o;
+}
+
+// W8A8 scales each token by its own amax and the FP8 cache is a function of each K/V element, so
+// FP8 keeps every invariance the f32 runner has; fp8 matrices ignore dequantize_weights_at_load.
+TEST_P(CpuRunnerTest, Fp8KeepsChunkingInvarianceAndIgnoresDequantizeAtLoad) {
+  const std::vector<int32_t> prompt = RandomTokens(23, 3);
+  auto fp8 = MakeRunner(*ckpt_, Fp8Options(true, true));
+  const Trace whole = RunChunked(fp8.get(), prompt, 23, 6);
+  for (int32_t chunk : {1, 7}) {
+    ExpectSameTrace(RunChunked(fp8.get(), prompt, chunk, 6), whole,
+                    "fp8 chunk " + std::to_string(chunk));
+  }
+  CpuRunnerOptions f32 = Fp8Options(true, true);
+  f32.dequantize_weights_at_load = true;
+  f32.num_threads = 1;
+  auto dequantized = MakeRunner(*ckpt_, f32);
+  ExpectSameTrace(RunChunked(dequantized.get(), prompt, 23, 6), whole,
+                  "fp8 with dequantize_weights_at_load, 1 thread");
+}
+
+// Each FP8 option changes the logprobs, but a little: measured 0.17-0.26 (W8A8) and 0.05-0.08
+// (KV) here, where a scale applied twice, left out or taken from the wrong row moves them by
+// whole units. (Random weights leave near-ties between the top logits, so the top-1 is no
+// criterion here; engine/quantization_model_test checks it on the real model.)
+TEST_P(CpuRunnerTest, Fp8StaysNearTheNaiveDoublePrecisionForwardPass) {
+  const std::vector<int32_t> prompt = RandomTokens(14, 5);
+  const auto want = NaiveLogprobs(*ckpt_, prompt);
+  for (const auto& [name, options] :
+       {std::pair{"W8A8", Fp8Options(true, false)}, std::pair{"KV", Fp8Options(false, true)}}) {
+    auto runner = MakeRunner(*ckpt_, options);
+    Harness h(runner.get());
+    const int s = h.AddSequence(prompt);
+    const StepResult r = h.Step({{s, 14, true, true}});
+    double max_diff = 0;
+    for (int t = 0; t < 14; ++t) {
+      const ScoredToken& got = t < 13 ? r.seqs[0].prompt_logprobs[t] : r.seqs[0].sampled;
+      for (const TokenLogprob& lp : got.top_logprobs) {
+        max_diff = std::max(max_diff, std::abs(lp.logprob - want[t][lp.token_id]));
+      }
+    }
+    std::printf("fp8 %s: max |logprob - naive double| = %.3g\n", name, max_diff);
+    EXPECT_GT(max_diff, 1e-3) << name << ": FP8 changed nothing";
+    EXPECT_LT(max_diff, 0.5) << name;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Variants, CpuRunnerTest,
                          ::testing::Values(Variant::kLlamaTied, Variant::kQwen2Bias,
                                            Variant::kLlama3RopeAllBiases),
@@ -523,6 +577,74 @@ TEST(CpuRunnerCreateTest, KvBlockBytesAndAllocation) {
   EXPECT_EQ((*runner)->AllocateKvCache(8, 0).code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE((*runner)->AllocateKvCache(8, 16).ok());
   EXPECT_EQ((*runner)->config().hidden_size, 64);
+}
+
+TEST(CpuRunnerCreateTest, Fp8KvBlockIsAQuarterOfF32) {
+  ScopedTempDir dir("cpu_runner_kv_fp8");
+  const Checkpoint ckpt = WriteAndOpen(BaseConfig(), dir.path(), DType::kF16);
+  auto f32 = CreateCpuRunner(ckpt, {});
+  auto fp8 = CreateCpuRunner(ckpt, Fp8Options(false, true));
+  ASSERT_TRUE(f32.ok() && fp8.ok());
+  EXPECT_EQ((*fp8)->KvBlockBytes(16), 2 * 2 * 16 * 32);  // 1 byte per element
+  EXPECT_EQ((*fp8)->KvBlockBytes(16) * 4, (*f32)->KvBlockBytes(16));
+  EXPECT_TRUE((*fp8)->AllocateKvCache(8, 16).ok());
+  EXPECT_TRUE((*fp8)->AllocateSwapSpace(3).ok());
+}
+
+// One sequence's step over an explicit block table.
+StepInputs OneSequenceStep(const std::vector<int32_t>& tokens, int32_t num_computed,
+                           const std::vector<int32_t>& blocks, int32_t block_size) {
+  StepInputs in;
+  const int32_t n = static_cast<int32_t>(tokens.size()) - num_computed;
+  for (int32_t p = num_computed; p < num_computed + n; ++p) {
+    in.token_ids.push_back(tokens[p]);
+    in.positions.push_back(p);
+    in.slot_mapping.push_back(int64_t{blocks[p / block_size]} * block_size + p % block_size);
+  }
+  in.cu_seqlens = {0, n};
+  in.seq_lens = {num_computed + n};
+  in.block_tables = blocks;
+  in.max_blocks_per_seq = static_cast<int32_t>(blocks.size());
+  StepSequence seq;
+  seq.num_computed_tokens = num_computed;
+  seq.num_new_tokens = n;
+  seq.do_sample = true;
+  seq.sampling.num_top_logprobs = kVocab;
+  in.seqs = {seq};
+  return in;
+}
+
+// Swap to host copies whole e4m3 blocks: a sequence swapped out, its blocks overwritten by
+// another sequence and swapped back in elsewhere decodes exactly as if undisturbed.
+TEST(CpuRunnerCreateTest, Fp8KvCacheSurvivesSwapOutAndIn) {
+  ScopedTempDir dir("cpu_runner_swap_fp8");
+  const Checkpoint ckpt = WriteAndOpen(BaseConfig(), dir.path(), DType::kBF16);
+  constexpr int32_t kBlock = 4;
+  std::vector<int32_t> a = RandomTokens(8, 21);
+  const std::vector<int32_t> b = RandomTokens(8, 22);
+
+  auto plain = CreateCpuRunner(ckpt, Fp8Options(true, true));
+  ASSERT_TRUE(plain.ok() && (*plain)->AllocateKvCache(8, kBlock).ok());
+  const int32_t next =
+      (*plain)->Execute(OneSequenceStep(a, 0, {0, 1}, kBlock)).seqs[0].sampled.token_id;
+  a.push_back(next);
+  const ScoredToken want =
+      (*plain)->Execute(OneSequenceStep(a, 8, {0, 1, 2}, kBlock)).seqs[0].sampled;
+
+  auto swapped = CreateCpuRunner(ckpt, Fp8Options(true, true));
+  ASSERT_TRUE(swapped.ok() && (*swapped)->AllocateKvCache(8, kBlock).ok());
+  ASSERT_TRUE((*swapped)->AllocateSwapSpace(4).ok());
+  std::vector<int32_t> a_prompt(a.begin(), a.begin() + 8);
+  EXPECT_EQ(
+      (*swapped)->Execute(OneSequenceStep(a_prompt, 0, {0, 1}, kBlock)).seqs[0].sampled.token_id,
+      next);
+  StepInputs evict = OneSequenceStep(b, 0, {0, 1}, kBlock);  // b reuses a's blocks
+  evict.swap_out = {{0, 3}, {1, 0}};
+  (*swapped)->Execute(evict);
+  StepInputs resume = OneSequenceStep(a, 8, {5, 2, 7}, kBlock);
+  resume.swap_in = {{5, 3}, {2, 0}};
+  const ScoredToken got = (*swapped)->Execute(resume).seqs[0].sampled;
+  ExpectSame(got, want, "after swap out and in");
 }
 
 TEST(CpuRunnerCreateTest, RejectsRopeScalingItDoesNotImplement) {

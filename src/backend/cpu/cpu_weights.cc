@@ -51,11 +51,18 @@ Result<std::vector<float>> LoadVector(const Checkpoint& ckpt, const std::string&
   return out;
 }
 
+// The f32 values of `w` (an fp8 row's codes times its scale).
 OwnedWeight ToF32(const OwnedWeight& w) {
   if (w.format == WeightFormat::kF32) return w;
-  OwnedWeight out{WeightFormat::kF32, w.rows, w.cols, {}};
+  OwnedWeight out{WeightFormat::kF32, w.rows, w.cols, {}, {}};
   out.bytes.resize(w.rows * w.cols * sizeof(float));
-  DecodeRows(w.view(), 0, w.rows, reinterpret_cast<float*>(out.bytes.data()));
+  auto* f = reinterpret_cast<float*>(out.bytes.data());
+  DecodeRows(w.view(), 0, w.rows, f);
+  if (w.format == WeightFormat::kF8E4M3) {
+    for (int64_t r = 0; r < w.rows; ++r) {
+      for (int64_t c = 0; c < w.cols; ++c) f[r * w.cols + c] *= w.row_scales[r];
+    }
+  }
   return out;
 }
 
@@ -87,11 +94,12 @@ OwnedWeight Stack(std::vector<OwnedWeight> parts) {
   if (!same_format) {
     for (OwnedWeight& p : parts) p = ToF32(p);
   }
-  OwnedWeight out{parts[0].format, 0, parts[0].cols, {}};
+  OwnedWeight out{parts[0].format, 0, parts[0].cols, {}, {}};
   for (const OwnedWeight& p : parts) {
     CHECK_EQ(p.cols, out.cols);
     out.rows += p.rows;
     out.bytes.insert(out.bytes.end(), p.bytes.begin(), p.bytes.end());
+    out.row_scales.insert(out.row_scales.end(), p.row_scales.begin(), p.row_scales.end());
   }
   return out;
 }
@@ -119,11 +127,30 @@ void AppendFloats(const std::vector<float>& v, std::vector<float>* out) {
 }  // namespace
 
 int64_t CpuWeights::MatrixBytes() const {
-  int64_t total = embedding.bytes.size() + lm_head.bytes.size();
+  auto bytes = [](const OwnedWeight& w) {
+    return static_cast<int64_t>(w.bytes.size() + w.row_scales.size() * sizeof(float));
+  };
+  int64_t total = bytes(embedding) + bytes(lm_head);
   for (const CpuLayerWeights& l : layers) {
-    total += l.qkv.bytes.size() + l.o.bytes.size() + l.gate_up.bytes.size() + l.down.bytes.size();
+    total += bytes(l.qkv) + bytes(l.o) + bytes(l.gate_up) + bytes(l.down);
   }
   return total;
+}
+
+OwnedWeight QuantizeFp8(const OwnedWeight& w) {
+  if (w.format == WeightFormat::kF8E4M3) return w;
+  OwnedWeight out{WeightFormat::kF8E4M3, w.rows, w.cols, {}, {}};
+  out.bytes.resize(w.rows * w.cols);
+  out.row_scales.resize(w.rows);
+  const WeightView view = w.view();
+  ParallelFor(w.rows, 0, [&](int64_t begin, int64_t end) {
+    std::vector<float> row(w.cols);
+    for (int64_t r = begin; r < end; ++r) {
+      DecodeRows(view, r, 1, row.data());
+      out.row_scales[r] = QuantizeRowFp8(row.data(), w.cols, out.bytes.data() + r * w.cols);
+    }
+  });
+  return out;
 }
 
 namespace {
@@ -158,7 +185,8 @@ void UnpermuteQkRows(const uint8_t* src, int64_t num_heads, int64_t head_dim, in
   MoveQkRows(src, num_heads, head_dim, row_bytes, dst, /*to_gguf=*/false);
 }
 
-Result<CpuWeights> LoadCpuWeights(const Checkpoint& ckpt, bool dequantize_at_load) {
+Result<CpuWeights> LoadCpuWeights(const Checkpoint& ckpt, bool dequantize_at_load,
+                                  QuantMethod quantization) {
   const ModelConfig& c = ckpt.config();
   const bool unpermute = ckpt.qk_rope_layout() == QkRopeLayout::kInterleaved;
   CpuWeights out;
@@ -213,6 +241,9 @@ Result<CpuWeights> LoadCpuWeights(const Checkpoint& ckpt, bool dequantize_at_loa
         AppendFloats(bias, &l.gate_up_bias);
       }
       KILN_ASSIGN_OR_RETURN(l.down_bias, LoadVector(ckpt, p + "mlp.down_proj.bias"));
+    }
+    if (quantization == QuantMethod::kFp8) {
+      for (OwnedWeight* m : {&l.qkv, &l.o, &l.gate_up, &l.down}) *m = QuantizeFp8(*m);
     }
     out.layers.push_back(std::move(l));
   }

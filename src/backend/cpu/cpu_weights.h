@@ -8,6 +8,12 @@
 //   * q, k, v are fused into one [q_size + 2 * kv_size, hidden] matrix (rows q, then k, then v)
 //     and gate, up into one [2 * intermediate, hidden] matrix (gate rows, then up rows), so each
 //     takes one Linear pass. If the parts differ in format, the fused matrix is f32.
+//   * FP8 W8A8 (QuantMethod::kFp8, model/quantization.h) quantizes the fused qkv, o, gate_up and
+//     down matrices of every layer to e4m3 rows with one fp32 scale per row, after fusion and
+//     un-permutation: a row of a fused matrix is a row (an output channel) of one part, so this
+//     is per-channel quantization of each part. The source is each row's f32 decoding (GGUF
+//     blocks dequantized first). This one step changes values; embedding, norms, biases and
+//     lm_head stay as they are.
 //   * GGUF `llama` files store q_proj / k_proj rows permuted for llama.cpp's interleaved RoPE
 //     (Checkpoint::qk_rope_layout() == kInterleaved). The rows are put back in HF order here
 //     (UnpermuteQkRows), so the forward pass has one RoPE: HF's rotate_half.
@@ -19,6 +25,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "core/status.h"
 #include "model/checkpoint.h"
+#include "model/quantization.h"
 
 namespace kiln::cpu {
 
@@ -27,9 +34,12 @@ struct OwnedWeight {
   WeightFormat format = WeightFormat::kF32;
   int64_t rows = 0;
   int64_t cols = 0;
-  std::vector<uint8_t> bytes;  // rows * WeightRowBytes(format, cols)
+  std::vector<uint8_t> bytes;     // rows * WeightRowBytes(format, cols)
+  std::vector<float> row_scales;  // [rows] for kF8E4M3, else empty
 
-  WeightView view() const { return {format, rows, cols, bytes.data()}; }
+  WeightView view() const {
+    return {format, rows, cols, bytes.data(), row_scales.empty() ? nullptr : row_scales.data()};
+  }
 };
 
 struct CpuLayerWeights {
@@ -43,6 +53,10 @@ struct CpuLayerWeights {
   std::vector<float> gate_up_bias;         // [2 * intermediate], or empty
   OwnedWeight down;                        // [hidden, intermediate]
   std::vector<float> down_bias;            // [hidden], or empty
+  // The FP8 KV cache's scales of this layer (model/quantization.h): stored K = e4m3(k / k_scale).
+  // 1.0 until a calibrated checkpoint sets them.
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 };
 
 struct CpuWeights {
@@ -52,13 +66,19 @@ struct CpuWeights {
   OwnedWeight lm_head;            // [vocab, hidden]; empty (rows == 0) when tied to embedding
 
   const OwnedWeight& output() const { return lm_head.rows > 0 ? lm_head : embedding; }
-  int64_t MatrixBytes() const;  // bytes of all matrices as held
+  int64_t MatrixBytes() const;  // bytes of all matrices as held, row scales included
 };
 
-// Loads every weight of `ckpt`. dequantize_at_load: hold every matrix in f32 (more memory and
-// bandwidth, the same results). Errors: Unsupported for a dtype DequantizeToF32 cannot decode;
+// Loads every weight of `ckpt`. dequantize_at_load: hold every matrix that is not fp8 in f32
+// (more memory and bandwidth, the same results). quantization kFp8: the layers' linear matrices
+// in FP8 (above). Errors: Unsupported for a dtype DequantizeToF32 cannot decode;
 // InvalidArgument for a GGUF q/k whose row count is not heads * head_dim (a corrupt file).
-Result<CpuWeights> LoadCpuWeights(const Checkpoint& ckpt, bool dequantize_at_load);
+Result<CpuWeights> LoadCpuWeights(const Checkpoint& ckpt, bool dequantize_at_load,
+                                  QuantMethod quantization);
+
+// `w` with every row quantized by QuantizeRowFp8 from its f32 decoding (rows split over the
+// threads). An fp8 `w` is returned as it is.
+OwnedWeight QuantizeFp8(const OwnedWeight& w);
 
 // llama.cpp's convert_hf_to_gguf.py (LlamaModel.permute: reshape(heads, 2, head_dim / 2, ...)
 // .swapaxes(1, 2)) reorders the rows of each head of head_dim rows so rotary pairs are adjacent:

@@ -69,6 +69,23 @@ inline __m256i SBytes8(const uint8_t* p) {
   return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
 
+// Eight e4m3 codes p[0..8) to f32, exactly F8E4M3ToF32: the 7 magnitude bits shifted into an
+// fp16's exponent and mantissa (eeee.mmm -> 0eeee.mmm0000000) give the value / 256 for normal and
+// subnormal codes alike (fp16's bias is 8 more than e4m3's), widened exactly by F16C and scaled
+// by 2^8 exactly; the NaN codes (magnitude 0x7f) are blended in as F8E4M3ToF32's NaN.
+inline __m256 DecodeE4m3x8(const uint8_t* p) {
+  const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  const __m128i mag = _mm_and_si128(b, _mm_set1_epi16(0x7f));
+  const __m128i half = _mm_or_si128(_mm_slli_epi16(mag, 7),
+                                    _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8));
+  const __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(half), _mm256_set1_ps(256.0f));
+  const __m256 is_nan =
+      _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7f))));
+  const __m256 nan = _mm256_or_ps(_mm256_and_ps(v, _mm256_set1_ps(-0.0f)),
+                                  _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)));
+  return _mm256_blendv_ps(v, nan, is_nan);
+}
+
 void DecodeRow(WeightFormat format, const uint8_t* src, int64_t cols, float* y) {
   const __m256i low4 = _mm256_set1_epi32(0xF);
   switch (format) {
@@ -129,6 +146,12 @@ void DecodeRow(WeightFormat format, const uint8_t* src, int64_t cols, float* y) 
         }
       }
       return;
+    case WeightFormat::kF8E4M3: {
+      int64_t i = 0;
+      for (; i + 8 <= cols; i += 8) _mm256_storeu_ps(y + i, DecodeE4m3x8(src + i));
+      for (; i < cols; ++i) y[i] = F8E4M3ToF32(src[i]);
+      return;
+    }
   }
 }
 

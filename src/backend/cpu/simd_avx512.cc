@@ -85,6 +85,23 @@ inline __m512i Bytes16(const uint8_t* p) {
   return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
+// Sixteen e4m3 codes p[0..16) to f32, exactly F8E4M3ToF32, by the fp16 route of simd_avx2.cc's
+// DecodeE4m3x8 (magnitude bits into an fp16's, widened, times 2^8; NaN codes blended in).
+inline __m512 DecodeE4m3x16(const uint8_t* p) {
+  const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256i mag = _mm256_and_si256(b, _mm256_set1_epi16(0x7f));
+  const __m256i half =
+      _mm256_or_si256(_mm256_slli_epi16(mag, 7),
+                      _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8));
+  const __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(half), _mm512_set1_ps(256.0f));
+  const __mmask16 is_nan =
+      _mm512_cmpeq_epi32_mask(_mm512_cvtepu16_epi32(mag), _mm512_set1_epi32(0x7f));
+  const __m512 nan = _mm512_castsi512_ps(
+      _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(INT32_MIN)),
+                      _mm512_set1_epi32(0x7fc00000)));
+  return _mm512_mask_blend_ps(is_nan, v, nan);
+}
+
 void DecodeRow(WeightFormat format, const uint8_t* src, int64_t cols, float* y) {
   switch (format) {
     case WeightFormat::kF32:
@@ -139,6 +156,12 @@ void DecodeRow(WeightFormat format, const uint8_t* src, int64_t cols, float* y) 
         _mm512_storeu_ps(y + 16, _mm512_mul_ps(hi, d));
       }
       return;
+    case WeightFormat::kF8E4M3: {
+      int64_t i = 0;
+      for (; i + 16 <= cols; i += 16) _mm512_storeu_ps(y + i, DecodeE4m3x16(src + i));
+      for (; i < cols; ++i) y[i] = F8E4M3ToF32(src[i]);
+      return;
+    }
   }
 }
 

@@ -61,6 +61,12 @@ constexpr int kTileCols = 1;
 
 void DecodeRowsGeneric(const WeightView& w, int64_t row_begin, int64_t num_rows, float* out) {
   const int64_t row_bytes = WeightRowBytes(w.format, w.cols);
+  if (w.format == WeightFormat::kF8E4M3) {
+    const float* table = F8E4M3Table();
+    const uint8_t* src = w.data + row_begin * row_bytes;
+    for (int64_t i = 0; i < num_rows * w.cols; ++i) out[i] = table[src[i]];
+    return;
+  }
   const DType dtype = WeightFormatDType(w.format);
   for (int64_t r = 0; r < num_rows; ++r) {
     const Status status = DequantizeToF32(dtype, w.data + (row_begin + r) * row_bytes, row_bytes,

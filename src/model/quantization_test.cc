@@ -1,0 +1,107 @@
+// The quantization names and the FP8 row arithmetic of model/quantization.h.
+#include "model/quantization.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+namespace kiln {
+namespace {
+
+TEST(QuantizationTest, ParsesMethodsAndRejectsOthersNamingTheChoices) {
+  EXPECT_EQ(*ParseQuantMethod("none"), QuantMethod::kNone);
+  EXPECT_EQ(*ParseQuantMethod("fp8"), QuantMethod::kFp8);
+  for (const char* bad : {"", "FP8", "int8-sq", "w4a16", "fp8 "}) {
+    auto parsed = ParseQuantMethod(bad);
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(parsed.status().message().find("none or fp8"), std::string::npos);
+    EXPECT_NE(parsed.status().message().find("kiln build"), std::string::npos);
+  }
+  EXPECT_EQ(QuantMethodName(QuantMethod::kNone), "none");
+  EXPECT_EQ(QuantMethodName(QuantMethod::kFp8), "fp8");
+}
+
+TEST(QuantizationTest, ParsesKvCacheDTypes) {
+  EXPECT_EQ(*ParseKvCacheDType("auto"), KvCacheDType::kAuto);
+  EXPECT_EQ(*ParseKvCacheDType("fp8"), KvCacheDType::kFp8E4M3);
+  EXPECT_EQ(*ParseKvCacheDType("fp8_e4m3"), KvCacheDType::kFp8E4M3);
+  for (const char* bad : {"", "fp8_e5m2", "bf16", "int8"}) {
+    auto parsed = ParseKvCacheDType(bad);
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(parsed.status().message().find("auto, fp8 or fp8_e4m3"), std::string::npos);
+  }
+  EXPECT_EQ(KvCacheDTypeName(KvCacheDType::kAuto), "auto");
+  EXPECT_EQ(KvCacheDTypeName(KvCacheDType::kFp8E4M3), "fp8_e4m3");
+}
+
+TEST(QuantizationTest, RowScaleMapsTheAmaxTo448AndHasAFloor) {
+  EXPECT_EQ(Fp8RowScale(448.0f), 1.0f);
+  EXPECT_EQ(Fp8RowScale(896.0f), 2.0f);
+  EXPECT_EQ(Fp8RowScale(3.5f), 3.5f / 448.0f);
+  EXPECT_EQ(Fp8RowScale(0.0f), kFp8MinScale);
+  EXPECT_EQ(Fp8RowScale(1e-9f), kFp8MinScale);
+  EXPECT_EQ(kFp8MinScale, 1.0f / 229376.0f);
+}
+
+// Half an e4m3 ulp: 3 mantissa bits, so 2^-4 of the value's power of two in the normal range
+// (|x / s| >= 2^-6), and half the subnormal step 2^-9 below it, times the scale.
+TEST(QuantizationTest, QuantizeThenDequantizeIsWithinHalfAnUlp) {
+  std::mt19937 rng(11);
+  for (int64_t n : {1, 7, 83, 769}) {
+    for (float stddev : {1e-3f, 1.0f, 300.0f}) {
+      std::normal_distribution<float> dist(0.0f, stddev);
+      std::vector<float> x(n);
+      for (float& v : x) v = dist(rng);
+      if (n > 2) x[n / 2] = 0.0f;
+      std::vector<uint8_t> q(n);
+      const float s = QuantizeRowFp8(x.data(), n, q.data());
+      float amax = 0;
+      for (float v : x) amax = std::max(amax, std::abs(v));
+      EXPECT_EQ(s, Fp8RowScale(amax));
+      for (int64_t k = 0; k < n; ++k) {
+        const float y = F8E4M3ToF32(q[k]);
+        ASSERT_FALSE(std::isnan(y)) << "code " << int{q[k]} << " never saturates";
+        EXPECT_LE(std::abs(y), kFp8E4M3Max);
+        const double scaled = static_cast<double>(x[k]) / s;
+        const double err = std::abs(static_cast<double>(y) - scaled);
+        const double bound =
+            std::abs(scaled) >= 1.0 / 64 ? std::ldexp(std::abs(scaled), -4) : std::ldexp(1.0, -10);
+        // 1e-6 relative: x / s rounds once in fp32 before the e4m3 rounding.
+        EXPECT_LE(err, bound * (1 + 1e-6) + 1e-7 * std::abs(scaled))
+            << "n " << n << " k " << k << " x " << x[k] << " code " << int{q[k]};
+        EXPECT_EQ(q[k], F32ToF8E4M3(x[k] / s));
+      }
+      // The row's largest element lands on e4m3's largest value, unless the row is so small
+      // (amax < 448 * kFp8MinScale = 1/512) that the scale's floor holds it.
+      for (int64_t k = 0; k < n; ++k) {
+        if (std::abs(x[k]) == amax && s > kFp8MinScale) {
+          EXPECT_EQ(std::abs(F8E4M3ToF32(q[k])), 448.0f);
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantizationTest, AllZeroRowHasTheFloorScaleAndZeroCodes) {
+  std::vector<float> x(37, 0.0f);
+  x[3] = -0.0f;
+  std::vector<uint8_t> q(37, 0xAA);
+  EXPECT_EQ(QuantizeRowFp8(x.data(), 37, q.data()), kFp8MinScale);
+  for (int k = 0; k < 37; ++k) EXPECT_EQ(F8E4M3ToF32(q[k]), 0.0f) << k;
+}
+
+TEST(QuantizationTest, KvEncodeDividesAndSaturates) {
+  EXPECT_EQ(F8E4M3ToF32(Fp8KvEncode(3.0f, 1.0f)), 3.0f);
+  EXPECT_EQ(F8E4M3ToF32(Fp8KvEncode(3.0f, 0.5f)), 6.0f);
+  EXPECT_EQ(F8E4M3ToF32(Fp8KvEncode(1000.0f, 1.0f)), 448.0f);
+  EXPECT_EQ(F8E4M3ToF32(Fp8KvEncode(-1e30f, 1.0f)), -448.0f);
+  EXPECT_EQ(F8E4M3ToF32(Fp8KvEncode(0.3f, 1.0f)), F8E4M3ToF32(F32ToF8E4M3(0.3f)));
+  EXPECT_TRUE(std::isnan(F8E4M3ToF32(Fp8KvEncode(NAN, 1.0f))));
+}
+
+}  // namespace
+}  // namespace kiln
