@@ -2,10 +2,13 @@
 // both measured in the same run: device-to-device copy bandwidth (read + write bytes) and cuBLAS
 // bf16 GEMM at 8192^3.
 //
-//   attention_bench [--json PATH] [--split-sweep] [--block-sweep] [--decode-only]
+//   attention_bench [--json PATH] [--split-sweep] [--block-sweep] [--decode-only] [--fp8-kv]
 //
 // --decode-only: decode at batch 64 and 256 x 1,024 and 224 x 1,536 (a runner-sized pool), each
 // next to a read-only kernel over the same block tables (the access pattern's ceiling).
+// --fp8-kv: the bf16 cache against the fp8 (e4m3) cache: decode at batch 64 and 256 x 1,024 and
+// 4,096, each with the read-only ceiling of its bytes, and prefill (1 x 4,096 causal, 512 new on
+// 3,584 cached); a table of the fp8 / bf16 time ratios last.
 //
 // Prefill figures are TFLOP/s (causal FLOPs: 4 * heads * head_dim per (query, visible key)) over
 // the GEMM peak; decode figures are K/V bytes read per second over the copy bandwidth. Decode runs
@@ -13,6 +16,7 @@
 // from device memory, not from the 50 MB L2. Fixed seeds; random (never zero) data.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -32,6 +36,10 @@ namespace {
 
 using kiln::kernels::AttentionDims;
 using kiln::kernels::PagedKvCache;
+using PagedKvCacheFp8 = kiln::kernels::PagedKvCacheFp8T<__nv_bfloat16>;
+
+// The fp8 cache's scales in these runs (any finite positive value times the same).
+constexpr float kFp8Scale = 0.05f;
 
 #define CK(expr)                                                                                 \
   do {                                                                                           \
@@ -58,6 +66,19 @@ __global__ void FillRandomBf16(__nv_bfloat16* p, size_t n, uint32_t seed, float 
 void Fill(__nv_bfloat16* p, size_t n, uint32_t seed, float amp = 1.0f) {
   FillRandomBf16<<<1024, 256>>>(p, n, seed, amp);
   CK(cudaGetLastError());
+}
+
+// Random e4m3 codes of values in [-1, 1] / kFp8Scale (as RopeStoreKv stores them).
+__global__ void FillRandomFp8(uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 0x9e3779b9u ^ seed;
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    p[i] = __nv_cvt_float_to_fp8((float(h & 0xffffff) / float(1 << 24) * 2.0f - 1.0f) / kFp8Scale,
+                                 __NV_SATFINITE, __NV_E4M3);
+  }
 }
 
 // Median milliseconds of `fn` (which enqueues work on `stream`) over `reps` timed runs.
@@ -126,15 +147,16 @@ double GemmPeak(cudaStream_t stream) {
 // for `num_seqs` sequences of `seq_len` positions. With min_pool_bytes (K + V) the pool is at
 // least that large and the tables take random blocks from all of it, as a runner's per-layer
 // pool after a while of serving.
+// elem_bytes: 2 (a bf16 cache) or 1 (fp8).
 struct Pool {
-  __nv_bfloat16 *k = nullptr, *v = nullptr;
+  void *k = nullptr, *v = nullptr;
   std::vector<int32_t*> tables;
   int max_blocks_per_seq = 0;
   int num_blocks = 0;
 
   Pool(const AttentionDims& d, int block_size, int num_seqs, int seq_len, size_t budget_bytes,
-       int max_sets, size_t min_pool_bytes = 0) {
-    const size_t block_bytes = size_t(block_size) * d.num_kv_heads * d.head_dim * 2;
+       int max_sets, size_t min_pool_bytes = 0, int elem_bytes = 2) {
+    const size_t block_bytes = size_t(block_size) * d.num_kv_heads * d.head_dim * elem_bytes;
     max_blocks_per_seq = (seq_len + block_size - 1) / block_size;
     const int64_t need = int64_t{num_seqs} * max_blocks_per_seq;
     const int64_t fit = int64_t(budget_bytes / (2 * block_bytes)) / need;
@@ -142,8 +164,14 @@ struct Pool {
     num_blocks = int(std::max<int64_t>(need * num_sets, min_pool_bytes / (2 * block_bytes)));
     CK(cudaMalloc(&k, num_blocks * block_bytes));
     CK(cudaMalloc(&v, num_blocks * block_bytes));
-    Fill(k, num_blocks * block_bytes / 2, 11);
-    Fill(v, num_blocks * block_bytes / 2, 12);
+    if (elem_bytes == 1) {
+      FillRandomFp8<<<1024, 256>>>(static_cast<uint8_t*>(k), num_blocks * block_bytes, 11);
+      FillRandomFp8<<<1024, 256>>>(static_cast<uint8_t*>(v), num_blocks * block_bytes, 12);
+      CK(cudaGetLastError());
+    } else {
+      Fill(static_cast<__nv_bfloat16*>(k), num_blocks * block_bytes / 2, 11);
+      Fill(static_cast<__nv_bfloat16*>(v), num_blocks * block_bytes / 2, 12);
+    }
     std::vector<int32_t> perm(num_blocks);
     std::iota(perm.begin(), perm.end(), 0);
     std::mt19937 rng(5);
@@ -162,12 +190,23 @@ struct Pool {
   }
   PagedKvCache Cache(int set, int block_size) const {
     PagedKvCache c;
-    c.k = k;
-    c.v = v;
+    c.k = static_cast<const __nv_bfloat16*>(k);
+    c.v = static_cast<const __nv_bfloat16*>(v);
     c.num_blocks = num_blocks;
     c.block_size = block_size;
     c.block_tables = tables[set];
     c.max_blocks_per_seq = max_blocks_per_seq;
+    return c;
+  }
+  PagedKvCacheFp8 CacheFp8(int set, int block_size) const {
+    PagedKvCacheFp8 c;
+    c.k = static_cast<const __nv_fp8_e4m3*>(k);
+    c.v = static_cast<const __nv_fp8_e4m3*>(v);
+    c.num_blocks = num_blocks;
+    c.block_size = block_size;
+    c.block_tables = tables[set];
+    c.max_blocks_per_seq = max_blocks_per_seq;
+    c.k_scale = c.v_scale = kFp8Scale;
     return c;
   }
 };
@@ -181,9 +220,9 @@ struct Row {
 };
 
 Row BenchPrefill(const std::string& name, const AttentionDims& d, int num_seqs, int q_len,
-                 int seq_len, double gemm_peak, cudaStream_t stream) {
+                 int seq_len, double gemm_peak, cudaStream_t stream, bool fp8 = false) {
   const int bs = 16;
-  Pool pool(d, bs, num_seqs, seq_len, size_t{1} << 28, 1);
+  Pool pool(d, bs, num_seqs, seq_len, size_t{1} << 28, 1, 0, fp8 ? 1 : 2);
   const int64_t tokens = int64_t{num_seqs} * q_len;
   const int64_t width = int64_t{d.num_heads} * d.head_dim;
   __nv_bfloat16 *q, *out;
@@ -197,10 +236,14 @@ Row BenchPrefill(const std::string& name, const AttentionDims& d, int num_seqs, 
   CK(cudaMalloc(&lens, lens_h.size() * 4));
   CK(cudaMemcpy(cu, cu_h.data(), cu_h.size() * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(lens, lens_h.data(), lens_h.size() * 4, cudaMemcpyHostToDevice));
-  const PagedKvCache kv = pool.Cache(0, bs);
   const float ms = MedianMs(stream, 3, 20, [&] {
-    CK(kiln::kernels::PagedPrefillAttention(q, width, kv, cu, lens, num_seqs, q_len, d, out, width,
-                                            stream));
+    if (fp8) {
+      CK(kiln::kernels::PagedPrefillAttention(q, width, pool.CacheFp8(0, bs), cu, lens, num_seqs,
+                                              q_len, d, out, width, stream));
+    } else {
+      CK(kiln::kernels::PagedPrefillAttention(q, width, pool.Cache(0, bs), cu, lens, num_seqs,
+                                              q_len, d, out, width, stream));
+    }
   });
   double visible = 0;  // (query, key) pairs under the causal mask
   for (int i = 0; i < q_len; ++i) visible += seq_len - q_len + i + 1;
@@ -232,19 +275,21 @@ float GraphMsPerSet(const Pool& pool, cudaStream_t stream, Launch launch) {
   return ms;
 }
 
-// K + V bytes a decode of num_seqs sequences of seq_len positions reads.
-double DecodeBytes(const AttentionDims& d, int num_seqs, int seq_len) {
-  return 2.0 * num_seqs * double(seq_len) * d.num_kv_heads * d.head_dim * 2;
+// K + V bytes a decode of num_seqs sequences of seq_len positions reads from a cache of
+// elem_bytes-byte elements.
+double DecodeBytes(const AttentionDims& d, int num_seqs, int seq_len, int elem_bytes = 2) {
+  return 2.0 * num_seqs * double(seq_len) * d.num_kv_heads * d.head_dim * elem_bytes;
 }
 
 // The read ceiling of decode attention's access pattern: every (sequence, kv head) block of
 // 256 threads streams its K and V rows through the same block tables as PagedDecodeAttention
 // (16-byte loads, 8 in flight a thread, up to 8 blocks an SM) and only folds them into a checksum.
-// head_dim 128, block_size a multiple of 16.
+// head_dim 128 of kElemBytes-byte elements, block_size a multiple of 16.
+template <int kElemBytes>
 __global__ void __launch_bounds__(256)
-    PagedReadKernel(const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* tables,
-                    int max_blocks, int block_size, int num_kv_heads, int seq_len, uint4* sink) {
-  constexpr int kRowChunks = 128 / 8;  // 16-byte chunks per row
+    PagedReadKernel(const void* k, const void* v, const int32_t* tables, int max_blocks,
+                    int block_size, int num_kv_heads, int seq_len, uint4* sink) {
+  constexpr int kRowChunks = 128 * kElemBytes / 16;  // 16-byte chunks per row
   const int head = blockIdx.x;
   const int seq = blockIdx.y;
   const int32_t* table = tables + int64_t{seq} * max_blocks;
@@ -273,28 +318,39 @@ __global__ void __launch_bounds__(256)
 // PagedReadKernel over the same pools and tables as BenchDecode: the bandwidth a decode kernel
 // could reach on this access pattern.
 Row BenchRead(const std::string& name, const AttentionDims& d, int num_seqs, int seq_len,
-              double copy_bw, cudaStream_t stream, size_t pool_bytes = 0) {
+              double copy_bw, cudaStream_t stream, size_t pool_bytes = 0, bool fp8 = false) {
   const int bs = 16;
-  Pool pool(d, bs, num_seqs, seq_len, size_t{3} << 29, 64, pool_bytes);
+  const int elem_bytes = fp8 ? 1 : 2;
+  Pool pool(d, bs, num_seqs, seq_len, size_t{3} << 29, 64, pool_bytes, elem_bytes);
   uint4* sink;
   CK(cudaMalloc(&sink, 16));
   const float ms = GraphMsPerSet(pool, stream, [&](int s) {
-    PagedReadKernel<<<dim3(d.num_kv_heads, num_seqs), 256, 0, stream>>>(
-        pool.k, pool.v, pool.tables[s], pool.max_blocks_per_seq, bs, d.num_kv_heads, seq_len, sink);
+    const dim3 grid(d.num_kv_heads, num_seqs);
+    if (fp8) {
+      PagedReadKernel<1><<<grid, 256, 0, stream>>>(pool.k, pool.v, pool.tables[s],
+                                                   pool.max_blocks_per_seq, bs, d.num_kv_heads,
+                                                   seq_len, sink);
+    } else {
+      PagedReadKernel<2><<<grid, 256, 0, stream>>>(pool.k, pool.v, pool.tables[s],
+                                                   pool.max_blocks_per_seq, bs, d.num_kv_heads,
+                                                   seq_len, sink);
+    }
   });
+  CK(cudaGetLastError());
   CK(cudaFree(sink));
-  return {name, ms * 1e3, DecodeBytes(d, num_seqs, seq_len) / (ms * 1e-3) / 1e9, copy_bw / 1e9,
-          "GB/s"};
+  return {name, ms * 1e3, DecodeBytes(d, num_seqs, seq_len, elem_bytes) / (ms * 1e-3) / 1e9,
+          copy_bw / 1e9, "GB/s"};
 }
 
 // block_size and pool_bytes (the block sweep): the cache block size and a pool of at least that
 // many bytes (K + V) that the sequences' blocks are drawn from at random.
 Row BenchDecode(const std::string& name, const AttentionDims& d, int num_seqs, int seq_len,
                 double copy_bw, cudaStream_t stream, int splits = 0, int max_seq_len = 0,
-                int block_size = 16, size_t pool_bytes = 0) {
+                int block_size = 16, size_t pool_bytes = 0, bool fp8 = false) {
   const int bs = block_size;
   const int limit = max_seq_len > 0 ? max_seq_len : seq_len;
-  Pool pool(d, bs, num_seqs, limit, size_t{3} << 29, 64, pool_bytes);
+  const int elem_bytes = fp8 ? 1 : 2;
+  Pool pool(d, bs, num_seqs, limit, size_t{3} << 29, 64, pool_bytes, elem_bytes);
   const int64_t width = int64_t{d.num_heads} * d.head_dim;
   __nv_bfloat16 *q, *out;
   int32_t* lens;
@@ -310,10 +366,15 @@ Row BenchDecode(const std::string& name, const AttentionDims& d, int num_seqs, i
   void* ws;
   CK(cudaMalloc(&ws, ws_bytes));
   const float ms = GraphMsPerSet(pool, stream, [&](int s) {
-    CK(kiln::kernels::PagedDecodeAttention(q, width, pool.Cache(s, bs), lens, num_seqs, limit, d,
-                                           ws, ws_bytes, out, width, stream, splits));
+    if (fp8) {
+      CK(kiln::kernels::PagedDecodeAttention(q, width, pool.CacheFp8(s, bs), lens, num_seqs, limit,
+                                             d, ws, ws_bytes, out, width, stream, splits));
+    } else {
+      CK(kiln::kernels::PagedDecodeAttention(q, width, pool.Cache(s, bs), lens, num_seqs, limit, d,
+                                             ws, ws_bytes, out, width, stream, splits));
+    }
   });
-  const double bytes = DecodeBytes(d, num_seqs, seq_len);
+  const double bytes = DecodeBytes(d, num_seqs, seq_len, elem_bytes);
   CK(cudaFree(q));
   CK(cudaFree(out));
   CK(cudaFree(lens));
@@ -325,7 +386,7 @@ Row BenchDecode(const std::string& name, const AttentionDims& d, int num_seqs, i
 
 int main(int argc, char** argv) {
   std::string json_path;
-  bool sweep = false, block_sweep = false, decode_only = false;
+  bool sweep = false, block_sweep = false, decode_only = false, fp8_kv = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--json" && i + 1 < argc) {
       json_path = argv[++i];
@@ -335,9 +396,12 @@ int main(int argc, char** argv) {
       block_sweep = true;
     } else if (std::string(argv[i]) == "--decode-only") {
       decode_only = true;
+    } else if (std::string(argv[i]) == "--fp8-kv") {
+      fp8_kv = true;
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--json PATH] [--split-sweep] [--block-sweep] [--decode-only]\n",
+                   "usage: %s [--json PATH] [--split-sweep] [--block-sweep] [--decode-only] "
+                   "[--fp8-kv]\n",
                    argv[0]);
       return 2;
     }
@@ -354,6 +418,37 @@ int main(int argc, char** argv) {
   const AttentionDims llama{32, 8, 128, 1.0f / std::sqrt(128.0f)};
   const AttentionDims smol{9, 3, 64, 1.0f / 8.0f};
   std::vector<Row> rows;
+  // --fp8-kv: (bf16 row, fp8 row) index pairs for the ratio table.
+  std::vector<std::pair<size_t, size_t>> fp8_pairs;
+  if (fp8_kv) {
+    for (int ctx : {1024, 4096}) {
+      for (int batch : {64, 256}) {
+        const std::string shape = "b" + std::to_string(batch) + " x " + std::to_string(ctx);
+        rows.push_back(BenchDecode("decode " + shape + " bf16 kv", llama, batch, ctx, copy_bw,
+                                   stream, 0, 0, 16, 0, false));
+        rows.push_back(BenchDecode("decode " + shape + " fp8 kv", llama, batch, ctx, copy_bw,
+                                   stream, 0, 0, 16, 0, true));
+        fp8_pairs.emplace_back(rows.size() - 2, rows.size() - 1);
+        rows.push_back(BenchRead("read-only " + shape + " bf16", llama, batch, ctx, copy_bw, stream,
+                                 0, false));
+        rows.push_back(
+            BenchRead("read-only " + shape + " fp8", llama, batch, ctx, copy_bw, stream, 0, true));
+        fp8_pairs.emplace_back(rows.size() - 2, rows.size() - 1);
+      }
+    }
+    for (bool fp8 : {false, true}) {
+      rows.push_back(
+          BenchPrefill(std::string("prefill 1x4096 causal ") + (fp8 ? "fp8" : "bf16") + " kv",
+                       llama, 1, 4096, 4096, gemm_peak, stream, fp8));
+    }
+    fp8_pairs.emplace_back(rows.size() - 2, rows.size() - 1);
+    for (bool fp8 : {false, true}) {
+      rows.push_back(
+          BenchPrefill(std::string("chunked 512 on 3584 ") + (fp8 ? "fp8" : "bf16") + " kv", llama,
+                       1, 512, 4096, gemm_peak, stream, fp8));
+    }
+    fp8_pairs.emplace_back(rows.size() - 2, rows.size() - 1);
+  }
   if (decode_only) {
     for (int batch : {64, 256}) {
       rows.push_back(BenchDecode("decode llama8b b" + std::to_string(batch) + " x 1024", llama,
@@ -369,7 +464,7 @@ int main(int argc, char** argv) {
     rows.push_back(BenchRead("read-only b224 x 1536, 1.8 GB pool", llama, 224, 1536, copy_bw,
                              stream, size_t{18} * (size_t{1} << 30) / 10));
   }
-  if (!decode_only) {
+  if (!decode_only && !fp8_kv) {
     rows.push_back(
         BenchPrefill("prefill llama8b 1x4096 causal", llama, 1, 4096, 4096, gemm_peak, stream));
     rows.push_back(
@@ -431,6 +526,20 @@ int main(int argc, char** argv) {
                           {"unit", r.unit},
                           {"roofline", r.roofline},
                           {"fraction_of_roofline", r.figure / r.roofline}});
+  }
+  if (!fp8_pairs.empty()) {
+    std::printf("\n%-36s %10s %10s %10s\n", "fp8 kv against bf16 kv", "bf16 us", "fp8 us",
+                "bf16/fp8");
+    for (const auto& [a, b] : fp8_pairs) {
+      const double speedup = rows[a].us / rows[b].us;
+      std::printf("%-36s %10.1f %10.1f %9.2fx\n", rows[b].name.c_str(), rows[a].us, rows[b].us,
+                  speedup);
+      j["fp8_kv_speedups"].push_back({{"bf16", rows[a].name},
+                                      {"fp8", rows[b].name},
+                                      {"bf16_us", rows[a].us},
+                                      {"fp8_us", rows[b].us},
+                                      {"speedup", speedup}});
+    }
   }
   if (!json_path.empty()) std::ofstream(json_path) << j.dump(2) << "\n";
   CK(cudaStreamDestroy(stream));

@@ -1,9 +1,17 @@
-// Paged attention over the bf16 or fp16 KV cache (attention.h): FlashAttention-2 style prefill
-// and a split-K (flash-decoding) decode path. Both use mma.sync m16n8k16 bf16 / fp16 tensor-core
-// tiles with fp32 accumulation and an fp32 online softmax (attention_mma.cuh); K/V tiles are
-// gathered through the block table with 16-byte cp.async copies into padded shared-memory rows.
-// Every kernel is one body templated on the element type T, instantiated for both types; the two
-// take the same shared memory, tiles and launch bounds.
+// Paged attention over the bf16, fp16 or fp8 (e4m3) KV cache (attention.h): FlashAttention-2
+// style prefill and a split-K (flash-decoding) decode path. Both use mma.sync m16n8k16 bf16 / fp16
+// tensor-core tiles with fp32 accumulation and an fp32 online softmax (attention_mma.cuh); K/V
+// tiles are gathered through the block table with 16-byte cp.async copies into padded
+// shared-memory rows. Every kernel is one body templated on the activation type T and the cache
+// element type C (T or __nv_fp8_e4m3), instantiated for all four pairs; bf16 and fp16 take the
+// same shared memory, tiles and launch bounds.
+//
+// FP8 cache: the cp.async copies land in unpadded fp8 staging tiles (half the bytes: 16 keys x
+// 128 dims is 2 KiB), and each K/V tile is converted once, by all threads of the CTA, into a T
+// tile of the same padded layout a T cache uses (exact: every e4m3 value is a normal bf16 / fp16
+// number), which the unchanged tensor-core step then reads. The staging tiles are the pipeline's
+// buffers, so one T tile (no double buffer) suffices. The scales are folded outside the loops:
+// k_scale into the softmax scale, v_scale into the final 1 / l.
 //
 // Layout assumed: q/out rows 16-byte aligned (pointers and strides multiples of 8 elements), cache
 // [num_blocks, num_kv_heads, block_size, head_dim] so one kv head's 16 consecutive positions are
@@ -21,17 +29,21 @@
 // mma.sync on Hopper reaches roughly half of that, so ~0.4 ms is the realistic floor.
 //
 // Decode: one warp per (split, kv head x head chunk, sequence) walks its share of the sequence's
-// 16-key tiles with a kDecodeStages-deep cp.async pipeline (each lane has 2 * kDecodeStages - 2
+// 16-key tiles with a kDecodeStages-deep cp.async pipeline (fp8: kDecodeStagesFp8, all in flight
+// during the tensor-core step; bf16 / fp16: each lane has 2 * kDecodeStages - 2
 // 16-byte loads of 8 KiB tiles in flight at head_dim 128), then writes (m, l, o / l) partials that
 // a second kernel merges. Napkin math, batch 64 x 1,024 tokens, 8 kv heads x 128: 268 MB of K/V,
-// 80 us at 3.35 TB/s.
+// 80 us at 3.35 TB/s; 134 MB, 40 us, from an fp8 cache (whose conversion adds ~300 instructions
+// a lane per 16-key tile at bf16, ~100 at fp16, to the ~200 of the tensor-core step).
 //
 // Versions tried are recorded in docs/kernels.md ("Paged attention").
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <mutex>
 
 #include "core/logging.h"
@@ -49,8 +61,10 @@ using attention_internal::kSmemStride;
 using attention_internal::LoadQFragments;
 using attention_internal::WarpAttendTile;
 using attention_internal::WarpState;
+using dtype_internal::E4m3x8ToVec8;
 using dtype_internal::FloatsToPair;
 using dtype_internal::FromFloat;
+using dtype_internal::kIsFp8;
 using dtype_internal::Pair;
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -61,17 +75,22 @@ constexpr int kPrefillWarps = 4;
 constexpr int kPrefillTileN = 64;  // keys per K/V tile
 constexpr int kDecodeTileN = 16;   // keys per decode tile (never straddles a cache block)
 constexpr int kDecodeStages = 4;   // cp.async pipeline depth of one decode warp
-constexpr int kDecodeRows = 16;    // query heads per decode warp (the mma M)
+// The fp8 cache's depth. Its warps also convert every tile, so they are bound by their own
+// latency rather than by bytes in flight: fewer stages leave room for more warps an SM, which
+// won (H100, head_dim 128: 2 stages, 16.5 KiB a CTA, 12 CTAs an SM by registers, beat 4 stages /
+// 8 CTAs by 1.2x at batch 64 and matched it at 256; 8 stages / 5 CTAs ran 1.6x slower).
+constexpr int kDecodeStagesFp8 = 2;
+constexpr int kDecodeRows = 16;  // query heads per decode warp (the mma M)
 constexpr int kMinTilesPerSplit = 2;
 constexpr int kMaxSplits = 256;
 
 // What both kernels read: the contract's pointers and strides, plus derived constants.
-template <typename T>
+template <typename T, typename C>
 struct AttentionParams {
   const T* q;
   int64_t q_stride;
-  const T* k;
-  const T* v;
+  const C* k;
+  const C* v;
   const int32_t* block_tables;
   int32_t max_blocks_per_seq;
   int32_t block_size;
@@ -80,20 +99,46 @@ struct AttentionParams {
   int32_t num_heads;
   int32_t num_kv_heads;
   int32_t group;     // num_heads / num_kv_heads
-  float scale_log2;  // softmax scale * log2(e): the kernels work in exp2
+  float scale_log2;  // softmax scale * k_scale * log2(e): the kernels work in exp2
+  float v_scale;     // multiplies 1 / l
   T* out;
   int64_t out_stride;
 };
 
-template <typename T>
-struct PrefillParams : AttentionParams<T> {
+template <typename T, typename C>
+struct PrefillParams : AttentionParams<T, C> {
   const int32_t* cu_seqlens_q;
 };
 
-// Q, K and V tiles of 16-bit elements (bf16 and fp16 alike).
-template <int kHeadDim>
+// Converts one K/V tile of fp8 staging rows, [K, V][kKeys][kHeadDim] bytes, into T tiles
+// [kKeys][kSmemStride] (k_dst, v_dst), all kThreads threads of the caller taking part (the
+// caller synchronizes before and after). Each thread takes 8 codes a step: an 8-byte load and
+// one 16-byte store, so a quarter warp reads and writes 128 contiguous bytes (no bank conflicts).
+template <int kHeadDim, int kKeys, int kThreads, typename T>
+__device__ __forceinline__ void ConvertFp8Tile(const uint8_t* src, T* k_dst, T* v_dst, int tid) {
+  constexpr int kGroups = kHeadDim / 8;  // 8-code groups a row
+  constexpr int kPerHalf = kKeys * kGroups / kThreads;
+  static_assert(kKeys * kGroups % kThreads == 0, "every thread converts whole K and V steps");
+#pragma unroll
+  for (int j = 0; j < 2 * kPerHalf; ++j) {
+    const int i = (j % kPerHalf) * kThreads + tid;  // the group within K (or V)
+    T* dst = j < kPerHalf ? k_dst : v_dst;
+    const uint2 x =
+        *reinterpret_cast<const uint2*>(src + (j < kPerHalf ? 0 : kKeys * kHeadDim) + i * 8);
+    *reinterpret_cast<uint4*>(dst + (i / kGroups) * kSmemStride<kHeadDim> + (i % kGroups) * 8) =
+        E4m3x8ToVec8<T>(x);
+  }
+}
+
+// Q, K and V tiles of 16-bit elements (bf16 and fp16 alike). A T cache double-buffers the K/V
+// tiles (the cp.async targets); an fp8 cache has one T tile each and double-buffered fp8 staging
+// tiles ([2][K, V][kPrefillTileN][kHeadDim] bytes): 83 KiB against 85 KiB at head_dim 128.
+template <int kHeadDim, typename C>
 constexpr size_t PrefillSmemBytes() {
-  return sizeof(uint16_t) * kSmemStride<kHeadDim> * (kPrefillWarps * 16 + 2 * 2 * kPrefillTileN);
+  constexpr size_t tiles = kIsFp8<C> ? 2 : 2 * 2;
+  constexpr size_t staging = kIsFp8<C> ? 2 * 2 * kPrefillTileN * kHeadDim : 0;
+  return sizeof(uint16_t) * kSmemStride<kHeadDim> * (kPrefillWarps * 16 + tiles * kPrefillTileN) +
+         staging;
 }
 
 // Element offset of position `pos` of kv head `kv_head` in the cache, for a sequence's table row.
@@ -112,17 +157,23 @@ int32_t BlockShift(int32_t block_size) {
   return (block_size & (block_size - 1)) == 0 ? __builtin_ctz(block_size) : -1;
 }
 
-template <int kHeadDim, typename T>
+template <int kHeadDim, typename T, typename C>
 __global__ void __launch_bounds__(kPrefillWarps * 32, kPrefillWarps <= 4 ? 2 : 1)
-    PagedPrefillKernel(const PrefillParams<T> p) {
+    PagedPrefillKernel(const PrefillParams<T, C> p) {
+  constexpr bool kFp8 = kIsFp8<C>;
   constexpr int kStride = kSmemStride<kHeadDim>;
-  constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+  constexpr int kChunks = kHeadDim / 8;                         // 16-byte chunks per row of T
+  constexpr int kCacheChunks = kHeadDim * int{sizeof(C)} / 16;  // per cache row
+  constexpr int kChunkElems = 16 / int{sizeof(C)};
   constexpr int kRows = kPrefillWarps * 16;
   constexpr int kThreads = kPrefillWarps * 32;
+  constexpr int kTileBufs = kFp8 ? 1 : 2;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* q_smem = reinterpret_cast<T*>(smem_raw);  // [kRows][kStride]
-  T* k_smem = q_smem + kRows * kStride;           // [2][kPrefillTileN][kStride]
-  T* v_smem = k_smem + 2 * kPrefillTileN * kStride;
+  T* k_smem = q_smem + kRows * kStride;           // [kTileBufs][kPrefillTileN][kStride]
+  T* v_smem = k_smem + kTileBufs * kPrefillTileN * kStride;
+  // fp8 only: [2 buffers][K, V][kPrefillTileN][kHeadDim] codes, the cp.async targets.
+  auto* staging = reinterpret_cast<uint8_t*>(v_smem + kTileBufs * kPrefillTileN * kStride);
 
   const int seq = blockIdx.z;
   const int kv_head = blockIdx.y;
@@ -154,20 +205,26 @@ __global__ void __launch_bounds__(kPrefillWarps * 32, kPrefillWarps <= 4 ? 2 : 1
     CpAsync16(q_smem + r * kStride + ch * 8, src, valid);
   }
   auto load_kv = [&](int tile, int buf) {
-    for (int c = tid; c < kPrefillTileN * kChunks; c += kThreads) {
-      const int r = c / kChunks;
-      const int ch = c % kChunks;
+    for (int c = tid; c < kPrefillTileN * kCacheChunks; c += kThreads) {
+      const int r = c / kCacheChunks;
+      const int ch = c % kCacheChunks;
       const int key = tile * kPrefillTileN + r;
       const bool valid = key < key_end;
       int64_t off = 0;
       if (valid) {
         off = CacheOffset(table, p.block_size, p.block_shift, p.num_kv_heads, kv_head, key,
                           kHeadDim) +
-              ch * 8;
+              ch * kChunkElems;
       }
-      const int s = (buf * kPrefillTileN + r) * kStride + ch * 8;
-      CpAsync16(k_smem + s, p.k + off, valid);
-      CpAsync16(v_smem + s, p.v + off, valid);
+      if constexpr (kFp8) {
+        uint8_t* s = staging + (buf * 2 * kPrefillTileN + r) * kHeadDim + ch * 16;
+        CpAsync16(s, p.k + off, valid);
+        CpAsync16(s + kPrefillTileN * kHeadDim, p.v + off, valid);
+      } else {
+        const int s = (buf * kPrefillTileN + r) * kStride + ch * 8;
+        CpAsync16(k_smem + s, p.k + off, valid);
+        CpAsync16(v_smem + s, p.v + off, valid);
+      }
     }
   };
   load_kv(0, 0);
@@ -194,17 +251,27 @@ __global__ void __launch_bounds__(kPrefillWarps * 32, kPrefillWarps <= 4 ? 2 : 1
       CpAsyncWait<0>();
     }
     __syncthreads();
+    const T* k_tile = k_smem + buf * kPrefillTileN * kStride;
+    const T* v_tile = v_smem + buf * kPrefillTileN * kStride;
+    if constexpr (kFp8) {
+      ConvertFp8Tile<kHeadDim, kPrefillTileN, kThreads>(
+          staging + buf * 2 * kPrefillTileN * kHeadDim, k_smem, v_smem, tid);
+      __syncthreads();
+      k_tile = k_smem;
+      v_tile = v_smem;
+    }
     if (tile == 0) LoadQFragments<kHeadDim>(q_smem + warp * 16 * kStride, qf);
     const int key0 = tile * kPrefillTileN;
-    WarpAttendTile<kHeadDim, kPrefillTileN>(qf, k_smem + buf * kPrefillTileN * kStride,
-                                            v_smem + buf * kPrefillTileN * kStride, p.scale_log2,
+    WarpAttendTile<kHeadDim, kPrefillTileN>(qf, k_tile, v_tile, p.scale_log2,
                                             key0 + kPrefillTileN - 1 > min_pos, key0, max_pos, st);
-    __syncthreads();  // the next iteration's copy overwrites this buffer
+    __syncthreads();  // the next iteration's copy (fp8: conversion) overwrites this buffer
   }
 
   // O / l -> T through this warp's (now unused) Q rows, then 16-byte coalesced stores.
   float inv_l[2];
   st.Finish(inv_l);
+  inv_l[0] *= p.v_scale;
+  inv_l[1] *= p.v_scale;
   T* o_smem = q_smem + warp * 16 * kStride;
   const int g = lane / 4;
   const int t = lane % 4;
@@ -231,8 +298,8 @@ __global__ void __launch_bounds__(kPrefillWarps * 32, kPrefillWarps <= 4 ? 2 : 1
 
 // ---- Decode --------------------------------------------------------------------------------
 
-template <typename T>
-struct DecodeParams : AttentionParams<T> {
+template <typename T, typename C>
+struct DecodeParams : AttentionParams<T, C> {
   int32_t head_chunks;  // ceil(group / kDecodeRows)
   int32_t num_splits;
   float* partial_ml;  // [num_seqs, num_heads, num_splits, 2]: m (log2 units), l
@@ -251,21 +318,38 @@ __device__ __forceinline__ int SplitRange(int seq_len, int num_splits, int split
   return (num_tiles + per_split - 1) / per_split;
 }
 
-template <int kHeadDim>
+// A T cache: Q rows and kDecodeStages K and V tiles of T (39 KiB at head_dim 128). An fp8 cache:
+// one K and one V tile of T (Q's rows, read once, are the K tile's space) and kDecodeStagesFp8
+// stages of codes ([K, V][16][kHeadDim] bytes each): 16.5 KiB at head_dim 128.
+template <int kHeadDim, typename C>
 constexpr size_t DecodeSmemBytes() {
-  return sizeof(uint16_t) * kSmemStride<kHeadDim> *
-         (kDecodeRows + 2 * kDecodeStages * kDecodeTileN);
+  static_assert(kDecodeRows == kDecodeTileN, "Q's rows fill the K tile's space");
+  if constexpr (kIsFp8<C>) {
+    return sizeof(uint16_t) * kSmemStride<kHeadDim> * 2 * kDecodeTileN +
+           kDecodeStagesFp8 * 2 * kDecodeTileN * kHeadDim;
+  } else {
+    return sizeof(uint16_t) * kSmemStride<kHeadDim> *
+           (kDecodeRows + 2 * kDecodeStages * kDecodeTileN);
+  }
 }
 
-template <int kHeadDim, typename T>
-__global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams<T> p) {
+template <int kHeadDim, typename T, typename C>
+__global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams<T, C> p) {
+  constexpr bool kFp8 = kIsFp8<C>;
   constexpr int kStride = kSmemStride<kHeadDim>;
   constexpr int kChunks = kHeadDim / 8;
+  constexpr int kCacheChunks = kHeadDim * int{sizeof(C)} / 16;
+  constexpr int kChunkElems = 16 / int{sizeof(C)};
   constexpr int kStageElems = kDecodeTileN * kStride;
+  constexpr int kStages = kFp8 ? kDecodeStagesFp8 : kDecodeStages;
+  constexpr int kTileBufs = kFp8 ? 1 : kStages;
+  constexpr int kStageCodes = 2 * kDecodeTileN * kHeadDim;  // fp8: one stage, K then V
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto* q_smem = reinterpret_cast<T*>(smem_raw);  // [kDecodeRows][kStride]
-  T* k_smem = q_smem + kDecodeRows * kStride;     // [kDecodeStages][16][kStride]
-  T* v_smem = k_smem + kDecodeStages * kStageElems;
+  auto* q_smem = reinterpret_cast<T*>(smem_raw);            // [kDecodeRows][kStride]
+  T* k_smem = q_smem + (kFp8 ? 0 : kDecodeRows * kStride);  // [kTileBufs][16][kStride]
+  T* v_smem = k_smem + kTileBufs * kStageElems;
+  // fp8 only: [kStages][K, V][16][kHeadDim] codes, the cp.async targets.
+  auto* staging = reinterpret_cast<uint8_t*>(v_smem + kTileBufs * kStageElems);
 
   const int split = blockIdx.x;
   const int kv_head = blockIdx.y / p.head_chunks;
@@ -293,20 +377,29 @@ __global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams<
     const int64_t base =
         CacheOffset(table, p.block_size, p.block_shift, p.num_kv_heads, kv_head, key0, kHeadDim);
 #pragma unroll
-    for (int c = lane; c < kDecodeTileN * kChunks; c += 32) {
-      const int r = c / kChunks;
-      const int ch = c % kChunks;
+    for (int c = lane; c < kDecodeTileN * kCacheChunks; c += 32) {
+      const int r = c / kCacheChunks;
+      const int ch = c % kCacheChunks;
       const bool valid = key0 + r < seq_len;
-      const int64_t off = base + r * kHeadDim + ch * 8;
-      const int s = stage * kStageElems + r * kStride + ch * 8;
-      CpAsync16(k_smem + s, p.k + (valid ? off : 0), valid);
-      CpAsync16(v_smem + s, p.v + (valid ? off : 0), valid);
+      const int64_t off = valid ? base + r * kHeadDim + ch * kChunkElems : 0;
+      if constexpr (kFp8) {
+        uint8_t* s = staging + stage * kStageCodes + r * kHeadDim + ch * 16;
+        CpAsync16(s, p.k + off, valid);
+        CpAsync16(s + kDecodeTileN * kHeadDim, p.v + off, valid);
+      } else {
+        const int s = stage * kStageElems + r * kStride + ch * 8;
+        CpAsync16(k_smem + s, p.k + off, valid);
+        CpAsync16(v_smem + s, p.v + off, valid);
+      }
     }
   };
-  // Prologue: tiles 0 .. kDecodeStages - 2 (group 0 also holds Q). Empty groups keep the
-  // wait_group count uniform at the tail.
+  // Prologue (group 0 also holds Q; empty groups keep the wait_group count uniform at the tail).
+  // A T cache: tiles 0 .. kStages - 2, and each iteration first refills the stage the previous
+  // one read. fp8: tiles 0 .. kStages - 1, and each iteration refills its own stage as soon as
+  // it is converted, so all kStages tiles are in flight during the tensor-core step.
+  constexpr int kLead = kFp8 ? kStages : kStages - 1;
 #pragma unroll
-  for (int i = 0; i < kDecodeStages - 1; ++i) {
+  for (int i = 0; i < kLead; ++i) {
     if (tile_begin + i < tile_end) load_tile(tile_begin + i, i);
     CpAsyncCommit();
   }
@@ -316,22 +409,38 @@ __global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams<
   const int max_pos[2] = {seq_len - 1, seq_len - 1};
   for (int tile = tile_begin; tile < tile_end; ++tile) {
     const int i = tile - tile_begin;
-    const int ahead = tile + kDecodeStages - 1;
-    if (ahead < tile_end) load_tile(ahead, (i + kDecodeStages - 1) % kDecodeStages);
-    CpAsyncCommit();
-    CpAsyncWait<kDecodeStages - 1>();
+    const int stage = i % kStages;
+    if constexpr (!kFp8) {
+      const int ahead = tile + kStages - 1;
+      if (ahead < tile_end) load_tile(ahead, (i + kStages - 1) % kStages);
+      CpAsyncCommit();
+    }
+    CpAsyncWait<kStages - 1>();  // tile i's group (kStages + i groups committed)
     __syncwarp();
     if (i == 0) LoadQFragments<kHeadDim>(q_smem, qf);
-    const int stage = i % kDecodeStages;
+    const T* k_tile = k_smem + stage * kStageElems;
+    const T* v_tile = v_smem + stage * kStageElems;
+    if constexpr (kFp8) {
+      if (i == 0) __syncwarp();  // Q's rows are read before the K tile overwrites them
+      ConvertFp8Tile<kHeadDim, kDecodeTileN, 32>(staging + stage * kStageCodes, k_smem, v_smem,
+                                                 lane);
+      __syncwarp();  // the T tiles are written, the stage is read
+      if (tile + kStages < tile_end) load_tile(tile + kStages, stage);
+      CpAsyncCommit();
+      k_tile = k_smem;
+      v_tile = v_smem;
+    }
     const int key0 = tile * kDecodeTileN;
-    WarpAttendTile<kHeadDim, kDecodeTileN>(qf, k_smem + stage * kStageElems,
-                                           v_smem + stage * kStageElems, p.scale_log2,
+    WarpAttendTile<kHeadDim, kDecodeTileN>(qf, k_tile, v_tile, p.scale_log2,
                                            key0 + kDecodeTileN > seq_len, key0, max_pos, st);
-    __syncwarp();  // the stage is refilled kDecodeStages - 1 iterations later
+    // A T cache: the stage is refilled kStages - 1 iterations later; fp8: the T tiles next one.
+    __syncwarp();
   }
 
   float inv_l[2];
   st.Finish(inv_l);
+  inv_l[0] *= p.v_scale;
+  inv_l[1] *= p.v_scale;
   const int g = lane / 4;
   const int t = lane % 4;
   if (p.num_splits == 1) {
@@ -366,8 +475,8 @@ __global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams<
 
 // Merges the splits of one (head, sequence): out = sum_j w_j o_j / sum_j w_j with
 // w_j = l_j * 2^(m_j - max m). One thread per output element.
-template <int kHeadDim, typename T>
-__global__ void __launch_bounds__(kHeadDim) PagedDecodeReduceKernel(const DecodeParams<T> p) {
+template <int kHeadDim, typename T, typename C>
+__global__ void __launch_bounds__(kHeadDim) PagedDecodeReduceKernel(const DecodeParams<T, C> p) {
   const int head = blockIdx.x;
   const int seq = blockIdx.y;
   const int seq_len = p.seq_lens[seq];
@@ -394,30 +503,52 @@ __global__ void __launch_bounds__(kHeadDim) PagedDecodeReduceKernel(const Decode
 
 // Per-device figures the launchers need, read once (host queries are not stream work, so they
 // are safe inside graph capture too, but caching keeps them off the per-layer path).
+// The cache kinds whose decode kernels differ in shared memory (so in occupancy and splits).
+enum CacheKind { kCacheT = 0, kCacheFp8 = 1 };
+
+template <typename C>
+constexpr CacheKind KindOf() {
+  return kIsFp8<C> ? kCacheFp8 : kCacheT;
+}
+
 struct DeviceFigures {
   int num_sms = 0;
-  int decode_blocks_per_sm[2] = {0, 0};  // head_dim 64, 128
+  int decode_blocks_per_sm[2][2] = {};  // [cache kind][head_dim 64, 128]
 };
 
-// Lets T's prefill kernels take their dynamic shared memory and reads the resident blocks per SM
-// of T's decode kernel (head_dim 64, 128).
-template <typename T>
+// Lets (T, C)'s prefill kernels take their dynamic shared memory and reads the resident blocks
+// per SM of its decode kernel (head_dim 64, 128).
+template <typename T, typename C>
 cudaError_t SetUpKernels(int (&decode_blocks_per_sm)[2]) {
-  cudaError_t e =
-      cudaFuncSetAttribute(PagedPrefillKernel<64, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(PrefillSmemBytes<64>()));
+  cudaError_t e = cudaFuncSetAttribute(PagedPrefillKernel<64, T, C>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(PrefillSmemBytes<64, C>()));
   if (e == cudaSuccess) {
-    e = cudaFuncSetAttribute(PagedPrefillKernel<128, T>,
+    e = cudaFuncSetAttribute(PagedPrefillKernel<128, T, C>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(PrefillSmemBytes<128>()));
+                             static_cast<int>(PrefillSmemBytes<128, C>()));
   }
   if (e == cudaSuccess) {
     e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &decode_blocks_per_sm[0], PagedDecodeSplitKernel<64, T>, 32, DecodeSmemBytes<64>());
+        &decode_blocks_per_sm[0], PagedDecodeSplitKernel<64, T, C>, 32, DecodeSmemBytes<64, C>());
   }
   if (e == cudaSuccess) {
     e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &decode_blocks_per_sm[1], PagedDecodeSplitKernel<128, T>, 32, DecodeSmemBytes<128>());
+        &decode_blocks_per_sm[1], PagedDecodeSplitKernel<128, T, C>, 32, DecodeSmemBytes<128, C>());
+  }
+  return e;
+}
+
+// Sets up T's kernels over both cache kinds; blocks[kind][hd] becomes the smaller of its value
+// and T's.
+template <typename T>
+cudaError_t SetUpType(int (&blocks)[2][2]) {
+  int t_cache[2] = {0, 0}, fp8_cache[2] = {0, 0};
+  cudaError_t e = SetUpKernels<T, T>(t_cache);
+  if (e == cudaSuccess) e = SetUpKernels<T, __nv_fp8_e4m3>(fp8_cache);
+  for (int i = 0; i < 2; ++i) {
+    blocks[kCacheT][i] = std::min(blocks[kCacheT][i], t_cache[i]);
+    blocks[kCacheFp8][i] = std::min(blocks[kCacheFp8][i], fp8_cache[i]);
   }
   return e;
 }
@@ -432,16 +563,14 @@ cudaError_t GetDeviceFigures(DeviceFigures* out) {
   DeviceFigures& f = cache[device];
   if (f.num_sms == 0) {
     DeviceFigures n;
-    int f16_blocks_per_sm[2] = {0, 0};
+    for (auto& kind : n.decode_blocks_per_sm) kind[0] = kind[1] = 1 << 20;
     cudaError_t e = cudaDeviceGetAttribute(&n.num_sms, cudaDevAttrMultiProcessorCount, device);
-    if (e == cudaSuccess) e = SetUpKernels<__nv_bfloat16>(n.decode_blocks_per_sm);
-    if (e == cudaSuccess) e = SetUpKernels<__half>(f16_blocks_per_sm);
+    // One split rule for bf16 and fp16 (their kernels take the same shared memory, so in practice
+    // the same occupancy); the fp8 cache's decode kernel takes less shared memory, so more of its
+    // CTAs fit an SM and it gets its own. PagedDecodeWorkspaceBytes takes the larger need.
+    if (e == cudaSuccess) e = SetUpType<__nv_bfloat16>(n.decode_blocks_per_sm);
+    if (e == cudaSuccess) e = SetUpType<__half>(n.decode_blocks_per_sm);
     if (e != cudaSuccess) return e;
-    // One split rule for both types (their kernels take the same shared memory, so in practice
-    // the same occupancy): the split count, and so PagedDecodeWorkspaceBytes, stay dtype-free.
-    for (int i = 0; i < 2; ++i) {
-      n.decode_blocks_per_sm[i] = std::min(n.decode_blocks_per_sm[i], f16_blocks_per_sm[i]);
-    }
     f = n;
   }
   *out = f;
@@ -451,10 +580,13 @@ cudaError_t GetDeviceFigures(DeviceFigures* out) {
 bool IsAligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Checks what both launchers assume; logs the reason for a bad argument.
-template <typename T>
-bool ValidCommon(const char* fn, const T* q, int64_t q_stride, const PagedKvCacheT<T>& kv,
+template <typename T, typename C>
+bool ValidCommon(const char* fn, const T* q, int64_t q_stride, const PagedKvCacheT<T, C>& kv,
                  const AttentionDims& d, const T* out, int64_t out_stride, int32_t num_seqs) {
   const char* why = nullptr;
+  const bool scales_ok = kIsFp8<C> ? std::isfinite(kv.k_scale) && std::isfinite(kv.v_scale) &&
+                                         kv.k_scale > 0.0f && kv.v_scale > 0.0f
+                                   : kv.k_scale == 1.0f && kv.v_scale == 1.0f;
   if (d.head_dim != 64 && d.head_dim != 128) {
     why = "head_dim must be 64 or 128";
   } else if (d.num_heads <= 0 || d.num_kv_heads <= 0 || d.num_heads % d.num_kv_heads != 0) {
@@ -473,6 +605,9 @@ bool ValidCommon(const char* fn, const T* q, int64_t q_stride, const PagedKvCach
     why = "q_stride and out_stride must be multiples of 8 and at least num_heads * head_dim";
   } else if (kv.max_blocks_per_seq <= 0) {
     why = "max_blocks_per_seq must be positive";
+  } else if (!scales_ok) {
+    why = kIsFp8<C> ? "an fp8 cache's k_scale and v_scale must be finite and positive"
+                    : "a bf16 / fp16 cache's k_scale and v_scale must be 1 (it is not quantized)";
   }
   if (why) LOG(ERROR) << fn << ": " << why;
   return why == nullptr;
@@ -488,19 +623,20 @@ int DecodeHeadChunks(const AttentionDims& d) {
 // launch-time constants, so a captured graph replays with the same value the workspace was sized
 // for.
 int DecodeSplits(int32_t num_seqs, int32_t max_seq_len, const AttentionDims& d,
-                 const DeviceFigures& f) {
+                 const DeviceFigures& f, CacheKind kind) {
   const int64_t items = int64_t{num_seqs} * d.num_kv_heads * DecodeHeadChunks(d);
   const int64_t target =
-      int64_t{f.num_sms} * std::max(1, f.decode_blocks_per_sm[d.head_dim == 128 ? 1 : 0]);
+      int64_t{f.num_sms} * std::max(1, f.decode_blocks_per_sm[kind][d.head_dim == 128 ? 1 : 0]);
   const int64_t max_tiles = (int64_t{max_seq_len} + kDecodeTileN - 1) / kDecodeTileN;
   int64_t splits = (target + items - 1) / std::max<int64_t>(items, 1);
   splits = std::min<int64_t>(splits, (max_tiles + kMinTilesPerSplit - 1) / kMinTilesPerSplit);
   return static_cast<int>(std::clamp<int64_t>(splits, 1, kMaxSplits));
 }
 
-template <typename T>
-void FillCommon(const T* q, int64_t q_stride, const PagedKvCacheT<T>& kv, const int32_t* seq_lens,
-                const AttentionDims& dims, T* out, int64_t out_stride, AttentionParams<T>* p) {
+template <typename T, typename C>
+void FillCommon(const T* q, int64_t q_stride, const PagedKvCacheT<T, C>& kv,
+                const int32_t* seq_lens, const AttentionDims& dims, T* out, int64_t out_stride,
+                AttentionParams<T, C>* p) {
   p->q = q;
   p->q_stride = q_stride;
   p->k = kv.k;
@@ -513,7 +649,8 @@ void FillCommon(const T* q, int64_t q_stride, const PagedKvCacheT<T>& kv, const 
   p->num_heads = dims.num_heads;
   p->num_kv_heads = dims.num_kv_heads;
   p->group = dims.num_heads / dims.num_kv_heads;
-  p->scale_log2 = dims.scale * kLog2e;
+  p->scale_log2 = dims.scale * kv.k_scale * kLog2e;
+  p->v_scale = kv.v_scale;
   p->out = out;
   p->out_stride = out_stride;
 }
@@ -527,8 +664,8 @@ size_t DecodeWorkspaceFor(int32_t num_seqs, int32_t splits, const AttentionDims&
 
 // The launchers behind the public overloads (one per element type).
 
-template <typename T>
-cudaError_t LaunchPrefill(const T* q, int64_t q_stride, const PagedKvCacheT<T>& kv,
+template <typename T, typename C>
+cudaError_t LaunchPrefill(const T* q, int64_t q_stride, const PagedKvCacheT<T, C>& kv,
                           const int32_t* cu_seqlens_q, const int32_t* seq_lens, int32_t num_seqs,
                           int32_t max_q_len, const AttentionDims& dims, T* out, int64_t out_stride,
                           cudaStream_t stream) {
@@ -543,7 +680,7 @@ cudaError_t LaunchPrefill(const T* q, int64_t q_stride, const PagedKvCacheT<T>& 
   if (num_seqs == 0 || max_q_len == 0) return cudaSuccess;
   DeviceFigures f;
   if (cudaError_t e = GetDeviceFigures(&f); e != cudaSuccess) return e;
-  PrefillParams<T> p{};
+  PrefillParams<T, C> p{};
   FillCommon(q, q_stride, kv, seq_lens, dims, out, out_stride, &p);
   p.cu_seqlens_q = cu_seqlens_q;
   const int64_t row_tiles =
@@ -551,15 +688,17 @@ cudaError_t LaunchPrefill(const T* q, int64_t q_stride, const PagedKvCacheT<T>& 
   if (row_tiles > 0x7fffffff || dims.num_kv_heads > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(row_tiles), dims.num_kv_heads, num_seqs);
   if (dims.head_dim == 64) {
-    PagedPrefillKernel<64, T><<<grid, kPrefillWarps * 32, PrefillSmemBytes<64>(), stream>>>(p);
+    PagedPrefillKernel<64, T, C>
+        <<<grid, kPrefillWarps * 32, PrefillSmemBytes<64, C>(), stream>>>(p);
   } else {
-    PagedPrefillKernel<128, T><<<grid, kPrefillWarps * 32, PrefillSmemBytes<128>(), stream>>>(p);
+    PagedPrefillKernel<128, T, C>
+        <<<grid, kPrefillWarps * 32, PrefillSmemBytes<128, C>(), stream>>>(p);
   }
   return cudaGetLastError();
 }
 
-template <typename T>
-cudaError_t LaunchDecode(const T* q, int64_t q_stride, const PagedKvCacheT<T>& kv,
+template <typename T, typename C>
+cudaError_t LaunchDecode(const T* q, int64_t q_stride, const PagedKvCacheT<T, C>& kv,
                          const int32_t* seq_lens, int32_t num_seqs, int32_t max_seq_len,
                          const AttentionDims& dims, void* workspace, size_t workspace_bytes, T* out,
                          int64_t out_stride, cudaStream_t stream, int32_t num_splits) {
@@ -576,14 +715,15 @@ cudaError_t LaunchDecode(const T* q, int64_t q_stride, const PagedKvCacheT<T>& k
   DeviceFigures f;
   if (cudaError_t e = GetDeviceFigures(&f); e != cudaSuccess) return e;
   if (num_splits < 0 || num_splits > kMaxSplits) return cudaErrorInvalidValue;
-  const int splits = num_splits > 0 ? num_splits : DecodeSplits(num_seqs, max_seq_len, dims, f);
+  const int splits =
+      num_splits > 0 ? num_splits : DecodeSplits(num_seqs, max_seq_len, dims, f, KindOf<C>());
   const size_t need = DecodeWorkspaceFor(num_seqs, splits, dims);
   if (!workspace || workspace_bytes < need || !IsAligned16(workspace)) {
     LOG(ERROR) << "PagedDecodeAttention: the workspace must be 16-byte aligned and hold " << need
                << " bytes (PagedDecodeWorkspaceBytes), got " << workspace_bytes;
     return cudaErrorInvalidValue;
   }
-  DecodeParams<T> p{};
+  DecodeParams<T, C> p{};
   FillCommon(q, q_stride, kv, seq_lens, dims, out, out_stride, &p);
   p.head_chunks = DecodeHeadChunks(dims);
   p.num_splits = splits;
@@ -596,11 +736,11 @@ cudaError_t LaunchDecode(const T* q, int64_t q_stride, const PagedKvCacheT<T>& k
   const dim3 grid(splits, static_cast<unsigned>(y), num_seqs);
   const dim3 reduce_grid(dims.num_heads, num_seqs);
   if (dims.head_dim == 64) {
-    PagedDecodeSplitKernel<64, T><<<grid, 32, DecodeSmemBytes<64>(), stream>>>(p);
-    if (splits > 1) PagedDecodeReduceKernel<64, T><<<reduce_grid, 64, 0, stream>>>(p);
+    PagedDecodeSplitKernel<64, T, C><<<grid, 32, DecodeSmemBytes<64, C>(), stream>>>(p);
+    if (splits > 1) PagedDecodeReduceKernel<64, T, C><<<reduce_grid, 64, 0, stream>>>(p);
   } else {
-    PagedDecodeSplitKernel<128, T><<<grid, 32, DecodeSmemBytes<128>(), stream>>>(p);
-    if (splits > 1) PagedDecodeReduceKernel<128, T><<<reduce_grid, 128, 0, stream>>>(p);
+    PagedDecodeSplitKernel<128, T, C><<<grid, 32, DecodeSmemBytes<128, C>(), stream>>>(p);
+    if (splits > 1) PagedDecodeReduceKernel<128, T, C><<<reduce_grid, 128, 0, stream>>>(p);
   }
   return cudaGetLastError();
 }
@@ -623,6 +763,23 @@ cudaError_t PagedPrefillAttention(const __half* q, int64_t q_stride,
                        out_stride, stream);
 }
 
+cudaError_t PagedPrefillAttention(const __nv_bfloat16* q, int64_t q_stride,
+                                  const PagedKvCacheFp8T<__nv_bfloat16>& kv,
+                                  const int32_t* cu_seqlens_q, const int32_t* seq_lens,
+                                  int32_t num_seqs, int32_t max_q_len, const AttentionDims& dims,
+                                  __nv_bfloat16* out, int64_t out_stride, cudaStream_t stream) {
+  return LaunchPrefill(q, q_stride, kv, cu_seqlens_q, seq_lens, num_seqs, max_q_len, dims, out,
+                       out_stride, stream);
+}
+cudaError_t PagedPrefillAttention(const __half* q, int64_t q_stride,
+                                  const PagedKvCacheFp8T<__half>& kv, const int32_t* cu_seqlens_q,
+                                  const int32_t* seq_lens, int32_t num_seqs, int32_t max_q_len,
+                                  const AttentionDims& dims, __half* out, int64_t out_stride,
+                                  cudaStream_t stream) {
+  return LaunchPrefill(q, q_stride, kv, cu_seqlens_q, seq_lens, num_seqs, max_q_len, dims, out,
+                       out_stride, stream);
+}
+
 size_t PagedDecodeWorkspaceBytes(int32_t max_num_seqs, int32_t max_seq_len,
                                  const AttentionDims& dims) {
   if (max_num_seqs <= 0 || dims.num_kv_heads <= 0 || dims.num_heads <= 0 ||
@@ -631,10 +788,14 @@ size_t PagedDecodeWorkspaceBytes(int32_t max_num_seqs, int32_t max_seq_len,
   }
   DeviceFigures f;
   if (GetDeviceFigures(&f) != cudaSuccess) return 0;
-  // Fewer sequences get more splits each; size for the worst batch size up to the maximum.
+  // Fewer sequences get more splits each; size for the worst batch size up to the maximum, and
+  // for the cache kind that splits more.
   size_t bytes = 0;
   for (int32_t n = 1; n <= max_num_seqs; ++n) {
-    bytes = std::max(bytes, DecodeWorkspaceFor(n, DecodeSplits(n, max_seq_len, dims, f), dims));
+    for (CacheKind kind : {kCacheT, kCacheFp8}) {
+      bytes =
+          std::max(bytes, DecodeWorkspaceFor(n, DecodeSplits(n, max_seq_len, dims, f, kind), dims));
+    }
   }
   return bytes;
 }
@@ -657,6 +818,23 @@ cudaError_t PagedDecodeAttention(const __half* q, int64_t q_stride, const PagedK
                                  const AttentionDims& dims, void* workspace, size_t workspace_bytes,
                                  __half* out, int64_t out_stride, cudaStream_t stream,
                                  int32_t num_splits) {
+  return LaunchDecode(q, q_stride, kv, seq_lens, num_seqs, max_seq_len, dims, workspace,
+                      workspace_bytes, out, out_stride, stream, num_splits);
+}
+
+cudaError_t PagedDecodeAttention(const __nv_bfloat16* q, int64_t q_stride,
+                                 const PagedKvCacheFp8T<__nv_bfloat16>& kv, const int32_t* seq_lens,
+                                 int32_t num_seqs, int32_t max_seq_len, const AttentionDims& dims,
+                                 void* workspace, size_t workspace_bytes, __nv_bfloat16* out,
+                                 int64_t out_stride, cudaStream_t stream, int32_t num_splits) {
+  return LaunchDecode(q, q_stride, kv, seq_lens, num_seqs, max_seq_len, dims, workspace,
+                      workspace_bytes, out, out_stride, stream, num_splits);
+}
+cudaError_t PagedDecodeAttention(const __half* q, int64_t q_stride,
+                                 const PagedKvCacheFp8T<__half>& kv, const int32_t* seq_lens,
+                                 int32_t num_seqs, int32_t max_seq_len, const AttentionDims& dims,
+                                 void* workspace, size_t workspace_bytes, __half* out,
+                                 int64_t out_stride, cudaStream_t stream, int32_t num_splits) {
   return LaunchDecode(q, q_stride, kv, seq_lens, num_seqs, max_seq_len, dims, workspace,
                       workspace_bytes, out, out_stride, stream, num_splits);
 }

@@ -1,11 +1,18 @@
 // Attention over the paged KV cache (DESIGN.md §4): chunked-prefill / mixed attention and the
 // decode fast path. Raw device pointers + sizes + strides + stream; no engine types.
 //
-// Activations and cache are bf16 or fp16 (each launcher has an overload per type, one kernel body
-// behind both; Q, K, V and out share the type); scores, softmax and accumulation are fp32.
+// Activations are bf16 or fp16 (T: Q and out share it); the cache holds K and V either in T or in
+// float8 e4m3 (the FP8 KV cache, model/quantization.h: stored = e4m3(value / scale), one fp32 scale
+// per layer for K and one for V). Each launcher has an overload per (T, cache type), one kernel
+// body behind all four. Scores, softmax and accumulation are fp32. An fp8 tile is converted to T
+// exactly (every e4m3 value is a normal bf16 / fp16 number) before the tensor-core products, and
+// the scales never enter the inner loops: scores = q . k_stored * (scale * k_scale), and
+// out = (sum_j p_j v_stored_j / l) * v_scale. So an fp8 cache gives what a T cache holding the
+// dequantized values e4m3 * scale would give, up to fp32 rounding.
 //
 // One layer's cache is two arrays, K and V, each [num_blocks, num_kv_heads, block_size, head_dim]
-// (a block holds one kv head's block_size tokens contiguously, 4 KiB at 16 x 128). Position
+// (a block holds one kv head's block_size tokens contiguously, 4 KiB at 16 x 128 in bf16, 2 KiB in
+// fp8). Position
 // p of sequence s lives in block block_tables[s * max_blocks_per_seq + p / block_size] at offset
 // p % block_size. Query head h reads kv head h / (num_heads / num_kv_heads) (GQA).
 //
@@ -18,21 +25,29 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 namespace kiln::kernels {
 
-// One layer's paged cache; T is __nv_bfloat16 or __half.
-template <typename T>
+// One layer's paged cache. T is the activation type (__nv_bfloat16 or __half), C the cache's
+// element type: T, or __nv_fp8_e4m3 (PagedKvCacheFp8T).
+template <typename T, typename C = T>
 struct PagedKvCacheT {
-  const T* k = nullptr;  // [num_blocks, num_kv_heads, block_size, head_dim]
-  const T* v = nullptr;  // same
+  const C* k = nullptr;  // [num_blocks, num_kv_heads, block_size, head_dim]
+  const C* v = nullptr;  // same
   int32_t num_blocks = 0;
   int32_t block_size = 16;                // a multiple of 16 (16, 32, 64)
   const int32_t* block_tables = nullptr;  // device [num_seqs, max_blocks_per_seq]
   int32_t max_blocks_per_seq = 0;
+  // Dequantization scales of an fp8 cache (K = e4m3 * k_scale, V = e4m3 * v_scale): finite and
+  // positive. A T cache holds the values themselves: both must be 1.
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 };
 using PagedKvCache = PagedKvCacheT<__nv_bfloat16>;
+template <typename T>
+using PagedKvCacheFp8T = PagedKvCacheT<T, __nv_fp8_e4m3>;
 
 struct AttentionDims {
   int32_t num_heads = 0;
@@ -58,9 +73,21 @@ cudaError_t PagedPrefillAttention(const __half* q, int64_t q_stride,
                                   const int32_t* seq_lens, int32_t num_seqs, int32_t max_q_len,
                                   const AttentionDims& dims, __half* out, int64_t out_stride,
                                   cudaStream_t stream);
+// The same over an fp8 cache.
+cudaError_t PagedPrefillAttention(const __nv_bfloat16* q, int64_t q_stride,
+                                  const PagedKvCacheFp8T<__nv_bfloat16>& kv,
+                                  const int32_t* cu_seqlens_q, const int32_t* seq_lens,
+                                  int32_t num_seqs, int32_t max_q_len, const AttentionDims& dims,
+                                  __nv_bfloat16* out, int64_t out_stride, cudaStream_t stream);
+cudaError_t PagedPrefillAttention(const __half* q, int64_t q_stride,
+                                  const PagedKvCacheFp8T<__half>& kv, const int32_t* cu_seqlens_q,
+                                  const int32_t* seq_lens, int32_t num_seqs, int32_t max_q_len,
+                                  const AttentionDims& dims, __half* out, int64_t out_stride,
+                                  cudaStream_t stream);
 
 // Bytes of the split-K scratch PagedDecodeAttention needs for up to max_num_seqs sequences of up
-// to max_seq_len positions (the same for bf16 and fp16: the scratch is fp32).
+// to max_seq_len positions: the same for every activation and cache type (the scratch is fp32,
+// and the size is the largest any of them needs).
 size_t PagedDecodeWorkspaceBytes(int32_t max_num_seqs, int32_t max_seq_len,
                                  const AttentionDims& dims);
 
@@ -82,6 +109,17 @@ cudaError_t PagedDecodeAttention(const __half* q, int64_t q_stride, const PagedK
                                  const AttentionDims& dims, void* workspace, size_t workspace_bytes,
                                  __half* out, int64_t out_stride, cudaStream_t stream,
                                  int32_t num_splits = 0);
+// The same over an fp8 cache.
+cudaError_t PagedDecodeAttention(const __nv_bfloat16* q, int64_t q_stride,
+                                 const PagedKvCacheFp8T<__nv_bfloat16>& kv, const int32_t* seq_lens,
+                                 int32_t num_seqs, int32_t max_seq_len, const AttentionDims& dims,
+                                 void* workspace, size_t workspace_bytes, __nv_bfloat16* out,
+                                 int64_t out_stride, cudaStream_t stream, int32_t num_splits = 0);
+cudaError_t PagedDecodeAttention(const __half* q, int64_t q_stride,
+                                 const PagedKvCacheFp8T<__half>& kv, const int32_t* seq_lens,
+                                 int32_t num_seqs, int32_t max_seq_len, const AttentionDims& dims,
+                                 void* workspace, size_t workspace_bytes, __half* out,
+                                 int64_t out_stride, cudaStream_t stream, int32_t num_splits = 0);
 
 // Bytes of the split-K scratch for num_seqs sequences at a forced num_splits.
 size_t PagedDecodeWorkspaceBytesForSplits(int32_t num_seqs, int32_t num_splits,

@@ -12,13 +12,27 @@
 // resp. 1.25e-3 in the norm) leave 1.5x headroom on the worst case; the fp16 ones are the bf16
 // ones / 8, the ratio of the two ulps, so an fp16 path that rounded P or the output to bf16 fails
 // them. Any of a wrong mask, a wrong head mapping or a dropped tile moves the error to O(0.1..1).
+//
+// FP8 cache (PagedAttentionFp8CacheGpu, both activation types): K and V are random values x in
+// [-1, 1] stored as e4m3(x / scale) (RopeStoreKv's rule), with scales 1, 0.05 (codes up to 20),
+// 0.0025 (up to 400: the top binades) and 3.0 (codes of at most 1/3, with subnormals). The CPU
+// twin reads the dequantized values e4m3 * scale, so quantization itself is no part of the
+// difference: the kernel converts each code to T exactly and folds the scales into fp32 factors
+// (scores = q . code * (scale * k_scale), out = (sum p code_v / l) * v_scale), which moves a
+// result by a few fp32 ulps against the twin's q . (code * k_scale) and sum p (code * v_scale).
+// The remaining differences are the T-cache ones above (P and the output rounded to T, the
+// accumulation order), and the dequantized values are still of magnitude <= 1, so the same
+// bounds apply. Unowned cache slots hold the e4m3 NaN (read by mistake: NaN in fp16, ~1.3e5 in
+// bf16, an O(1) error either way).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <random>
 #include <string>
@@ -45,22 +59,34 @@ struct Shape {
   int out_pad = 0;  // extra elements per out row
 };
 
-// One layer's paged cache with random K/V of type T, random non-contiguous block tables, and NaN
-// in every slot no sequence owns (unused blocks and the tail of each sequence's last block), so a
-// read past a sequence's end shows up as NaN in its output.
-template <typename T>
+// An fp8 cache's scales (a T cache's are 1).
+struct Scales {
+  float k = 1.0f, v = 1.0f;
+};
+
+using Fp8 = __nv_fp8_e4m3;
+
+// One layer's paged cache of element type C (T, or Fp8 for activations of type T) with random
+// K/V, random non-contiguous block tables, and NaN in every slot no sequence owns (unused blocks
+// and the tail of each sequence's last block), so a read past a sequence's end shows up as NaN in
+// its output.
+template <typename T, typename C = T>
 struct Cache {
+  static constexpr bool kFp8 = std::is_same_v<C, Fp8>;
+  using Bits = std::conditional_t<kFp8, uint8_t, uint16_t>;  // what the kernel reads
   Shape shape;
+  Scales scales;
   std::vector<int> seq_lens;
   int num_blocks = 0, max_blocks_per_seq = 0;
   std::vector<int32_t> tables;
-  std::vector<uint16_t> k, v;       // kernel layout [blocks, kv_heads, block_size, head_dim]
+  std::vector<Bits> k, v;           // kernel layout [blocks, kv_heads, block_size, head_dim]
   std::vector<float> k_ref, v_ref;  // CPU layout   [blocks, block_size, kv_heads, head_dim]
 
   // min_table_len: the block table covers at least this many positions per sequence (decode's
   // max_seq_len must fit in it).
-  Cache(const Shape& s, std::vector<int> lens, std::mt19937& rng, int min_table_len = 0)
-      : shape(s), seq_lens(std::move(lens)) {
+  Cache(const Shape& s, std::vector<int> lens, std::mt19937& rng, int min_table_len = 0,
+        Scales sc = {})
+      : shape(s), scales(sc), seq_lens(std::move(lens)) {
     const int bs = s.block_size, kvh = s.num_kv_heads, hd = s.head_dim;
     int used = 0;
     for (int len : seq_lens) {
@@ -75,8 +101,8 @@ struct Cache {
     std::shuffle(perm.begin(), perm.end(), rng);
     tables.assign(seq_lens.size() * max_blocks_per_seq, -1);
     const size_t elems = size_t(num_blocks) * bs * kvh * hd;
-    k.assign(elems, kPoison);
-    v.assign(elems, kPoison);
+    k.assign(elems, kFp8 ? kPoisonFp8 : kPoison);
+    v.assign(elems, kFp8 ? kPoisonFp8 : kPoison);
     k_ref.assign(elems, NAN);
     v_ref.assign(elems, NAN);
     std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
@@ -89,10 +115,17 @@ struct Cache {
           for (int d = 0; d < hd; ++d) {
             const size_t kern = ((block * kvh + h) * bs + pos % bs) * hd + d;
             const size_t ref = ((block * bs + pos % bs) * kvh + h) * hd + d;
-            k[kern] = Format<T>::FromF32(uni(rng));
-            v[kern] = Format<T>::FromF32(uni(rng));
-            k_ref[ref] = Format<T>::ToF32(k[kern]);
-            v_ref[ref] = Format<T>::ToF32(v[kern]);
+            if constexpr (kFp8) {
+              k[kern] = E4m3Sat(uni(rng) / sc.k);
+              v[kern] = E4m3Sat(uni(rng) / sc.v);
+              k_ref[ref] = F8E4M3ToF32(k[kern]) * sc.k;
+              v_ref[ref] = F8E4M3ToF32(v[kern]) * sc.v;
+            } else {
+              k[kern] = Format<T>::FromF32(uni(rng));
+              v[kern] = Format<T>::FromF32(uni(rng));
+              k_ref[ref] = Format<T>::ToF32(k[kern]);
+              v_ref[ref] = Format<T>::ToF32(v[kern]);
+            }
           }
         }
       }
@@ -118,8 +151,8 @@ void RandomQ(const Shape& s, int num_tokens, std::mt19937& rng, std::vector<uint
   }
 }
 
-template <typename T>
-std::vector<float> CpuReference(const Cache<T>& c, const std::vector<float>& q_ref,
+template <typename T, typename C>
+std::vector<float> CpuReference(const Cache<T, C>& c, const std::vector<float>& q_ref,
                                 const std::vector<int>& q_lens) {
   const Shape& s = c.shape;
   std::vector<int32_t> cu(q_lens.size() + 1, 0), positions;
@@ -181,12 +214,15 @@ void ExpectClose(const Shape& s, const std::vector<uint16_t>& out, const std::ve
               what.c_str(), rel, max_abs);
 }
 
-template <typename T>
-PagedKvCacheT<T> DeviceCache(const Cache<T>& c, const Dev<uint16_t>& k, const Dev<uint16_t>& v,
-                             const Dev<int32_t>& tables) {
-  PagedKvCacheT<T> kv;
-  kv.k = As<T>(k.ptr);
-  kv.v = As<T>(v.ptr);
+template <typename T, typename C>
+PagedKvCacheT<T, C> DeviceCache(const Cache<T, C>& c, const Dev<typename Cache<T, C>::Bits>& k,
+                                const Dev<typename Cache<T, C>::Bits>& v,
+                                const Dev<int32_t>& tables) {
+  PagedKvCacheT<T, C> kv;
+  kv.k = reinterpret_cast<const C*>(k.ptr);
+  kv.v = reinterpret_cast<const C*>(v.ptr);
+  kv.k_scale = c.scales.k;
+  kv.v_scale = c.scales.v;
   kv.num_blocks = c.num_blocks;
   kv.block_size = c.shape.block_size;
   kv.block_tables = tables.ptr;
@@ -199,11 +235,13 @@ AttentionDims DimsOf(const Shape& s) {
                        1.0f / std::sqrt(static_cast<float>(s.head_dim))};
 }
 
-template <typename T>
+// C: the cache's element type (T, or Fp8 with scales sc).
+template <typename T, typename C = T>
 void RunPrefill(const Shape& s, const std::vector<int>& q_lens, const std::vector<int>& seq_lens,
-                uint32_t seed, const std::string& what) {
+                uint32_t seed, const std::string& what, Scales sc = {}) {
+  using Bits = typename Cache<T, C>::Bits;
   std::mt19937 rng(seed);
-  Cache<T> c(s, seq_lens, rng);
+  Cache<T, C> c(s, seq_lens, rng, 0, sc);
   const int num_tokens = std::accumulate(q_lens.begin(), q_lens.end(), 0);
   std::vector<uint16_t> q;
   std::vector<float> q_ref;
@@ -213,7 +251,8 @@ void RunPrefill(const Shape& s, const std::vector<int>& q_lens, const std::vecto
   const int width = s.num_heads * s.head_dim;
   const size_t out_elems = size_t(num_tokens) * (width + s.out_pad);
 
-  Dev<uint16_t> dq(q.size()), dk(c.k.size()), dv(c.v.size()), dout(out_elems);
+  Dev<uint16_t> dq(q.size()), dout(out_elems);
+  Dev<Bits> dk(c.k.size()), dv(c.v.size());
   Dev<int32_t> dtab(c.tables.size()), dcu(cu.size()), dlens(seq_lens.size());
   dq.Upload(q);
   dk.Upload(c.k);
@@ -276,11 +315,13 @@ TYPED_TEST(PagedPrefillAttentionGpu, MixedBatchWithStridesAndPadding) {
 
 // Decode: one query row per sequence; rows with seq_len 0 must stay untouched. num_splits > 0
 // forces the context splits (1: the split kernel writes the output itself).
-template <typename T>
+template <typename T, typename C = T>
 void RunDecode(const Shape& s, const std::vector<int>& seq_lens, int max_seq_len, uint32_t seed,
-               const std::string& what, bool through_graph = false, int num_splits = 0) {
+               const std::string& what, bool through_graph = false, int num_splits = 0,
+               Scales sc = {}) {
+  using Bits = typename Cache<T, C>::Bits;
   std::mt19937 rng(seed);
-  Cache<T> c(s, seq_lens, rng, max_seq_len);
+  Cache<T, C> c(s, seq_lens, rng, max_seq_len, sc);
   const int num_seqs = static_cast<int>(seq_lens.size());
   std::vector<uint16_t> q;
   std::vector<float> q_ref;
@@ -292,7 +333,8 @@ void RunDecode(const Shape& s, const std::vector<int>& seq_lens, int max_seq_len
                               ? PagedDecodeWorkspaceBytesForSplits(num_seqs, num_splits, dims)
                               : PagedDecodeWorkspaceBytes(num_seqs, max_seq_len, dims);
   ASSERT_GT(ws_bytes, 0u);
-  Dev<uint16_t> dq(q.size()), dk(c.k.size()), dv(c.v.size()), dout(out_elems);
+  Dev<uint16_t> dq(q.size()), dout(out_elems);
+  Dev<Bits> dk(c.k.size()), dv(c.v.size());
   Dev<int32_t> dtab(c.tables.size()), dlens(num_seqs);
   Dev<char> ws(ws_bytes);
   dq.Upload(q);
@@ -459,6 +501,158 @@ TYPED_TEST(PagedAttentionGpu, RejectsBadArguments) {
   EXPECT_EQ(
       PagedDecodeAttention(q, 512, kv, ints.ptr, 1, 65, ok, buf.ptr, 1 << 17, out, 512, nullptr),
       cudaErrorInvalidValue);  // max_seq_len beyond the block table
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// ---- FP8 (e4m3) cache ----------------------------------------------------------------------
+
+KILN_ELEMENT_TYPED_TEST_SUITE(PagedAttentionFp8CacheGpu);
+
+const Scales kUnit{1.0f, 1.0f};
+const Scales kSmallK{0.05f, 3.0f};  // K codes up to 20, V codes of at most 1/3 (subnormals)
+const Scales kLargeK{3.0f, 0.05f};
+const Scales kTopBinades{0.0025f, 0.0025f};  // codes up to 400
+
+std::string ScalesName(const Scales& sc) {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), " k*%g v*%g", sc.k, sc.v);
+  return buf;
+}
+
+TYPED_TEST(PagedAttentionFp8CacheGpu, PrefillChunksOnCachedPrefix) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  RunPrefill<T, Fp8>(kLlama8b, {769}, {769}, 2000, "fp8 prefill hd128 g4 q=ctx=769", kUnit);
+  RunPrefill<T, Fp8>(kSmol, {83}, {83}, 2001, "fp8 prefill hd64 g3 q=ctx=83" + ScalesName(kSmallK),
+                     kSmallK);
+  RunPrefill<T, Fp8>({12, 4, 64, 32}, {769}, {5125}, 2002,
+                     "fp8 chunked hd64 bs32 g3 q=769 ctx=5125" + ScalesName(kSmallK), kSmallK);
+  RunPrefill<T, Fp8>({8, 8, 128, 32}, {7}, {1000}, 2003,
+                     "fp8 chunked hd128 bs32 mha q=7 ctx=1000" + ScalesName(kLargeK), kLargeK);
+  RunPrefill<T, Fp8>({64, 8, 128, 16}, {83}, {3000}, 2004,
+                     "fp8 chunked hd128 g8 q=83 ctx=3000" + ScalesName(kTopBinades), kTopBinades);
+  RunPrefill<T, Fp8>({16, 2, 64, 16}, {129}, {300}, 2005,
+                     "fp8 chunked hd64 g8 q=129 ctx=300" + ScalesName(kSmallK), kSmallK);
+}
+
+TYPED_TEST(PagedAttentionFp8CacheGpu, PrefillMixedBatchWithStrides) {
+  REQUIRE_GPU();
+  const std::vector<int> q_lens = {1, 769, 7, 0, 83, 1, 16};
+  const std::vector<int> seq_lens = {1000, 769, 2000, 0, 5125, 1, 4000};
+  Shape s = kLlama8b;
+  s.q_pad = 2 * s.num_kv_heads * s.head_dim;
+  s.out_pad = 8;
+  RunPrefill<TypeParam, Fp8>(s, q_lens, seq_lens, 2010,
+                             "fp8 mixed hd128 bs16 fused-qkv stride" + ScalesName(kSmallK),
+                             kSmallK);
+  Shape t = kSmol;
+  t.block_size = 32;
+  t.q_pad = 2 * t.num_kv_heads * t.head_dim;
+  t.out_pad = 64;
+  RunPrefill<TypeParam, Fp8>(t, q_lens, seq_lens, 2011,
+                             "fp8 mixed hd64 bs32 fused-qkv stride" + ScalesName(kLargeK), kLargeK);
+}
+
+TYPED_TEST(PagedAttentionFp8CacheGpu, DecodeOddContextsAndPaddingRows) {
+  REQUIRE_GPU();
+  const std::vector<int> lens = {1, 17, 0, 1024, 5125, 0, 300};
+  for (Shape s : {kSmol, kLlama8b}) {
+    for (int bs : {16, 32}) {
+      s.block_size = bs;
+      s.q_pad = 2 * s.num_kv_heads * s.head_dim;
+      s.out_pad = 8;
+      const Scales sc = bs == 16 ? kSmallK : kLargeK;
+      RunDecode<TypeParam, Fp8>(s, lens, 5125, 2020 + bs,
+                                "fp8 decode hd" + std::to_string(s.head_dim) + " bs" +
+                                    std::to_string(bs) + ScalesName(sc),
+                                false, 0, sc);
+    }
+  }
+}
+
+TYPED_TEST(PagedAttentionFp8CacheGpu, DecodeLongContextsSplitK) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  // One sequence: the most splits; a max_seq_len above the live length; group 8 and group 1.
+  RunDecode<T, Fp8>(kLlama8b, {20000}, 32768, 2030, "fp8 decode hd128 g4 b1 ctx=20000 max=32768",
+                    false, 0, kSmallK);
+  RunDecode<T, Fp8>({64, 8, 128, 32}, {3333, 1, 4097}, 8192, 2031,
+                    "fp8 decode hd128 bs32 g8 ctx=3333,1,4097" + ScalesName(kTopBinades), false, 0,
+                    kTopBinades);
+  RunDecode<T, Fp8>({6, 6, 64, 16}, {5125, 5}, 8192, 2032,
+                    "fp8 decode hd64 mha ctx=5125" + ScalesName(kLargeK), false, 0, kLargeK);
+  RunDecode<T, Fp8>({40, 2, 64, 16}, {77, 1500}, 2048, 2033,
+                    "fp8 decode hd64 g20 (two head chunks)" + ScalesName(kUnit), false, 0, kUnit);
+  // Splits forced to 1 (the split kernel writes the output) and chosen for a one-wave batch.
+  RunDecode<T, Fp8>(kLlama8b, {1, 17, 0, 1024, 300}, 1024, 2034, "fp8 decode one split forced",
+                    false, 1, kSmallK);
+  std::mt19937 rng(2035);
+  std::vector<int> lens(96);
+  for (int& n : lens) n = static_cast<int>(rng() % 700);
+  RunDecode<T, Fp8>(kLlama8b, lens, 8192, 2036, "fp8 decode b96 automatic splits", false, 0,
+                    kLargeK);
+}
+
+TYPED_TEST(PagedAttentionFp8CacheGpu, DecodeGraphReplay) {
+  REQUIRE_GPU();
+  RunDecode<TypeParam, Fp8>(kLlama8b, {900, 0, 17, 2048}, 2048, 2040, "fp8 decode graph replay",
+                            /*through_graph=*/true, 0, kSmallK);
+}
+
+// The fp8 paths at sizes compute-sanitizer gets through quickly (--gtest_filter='*SmallShapes*').
+TYPED_TEST(PagedAttentionFp8CacheGpu, SmallShapesForSanitizers) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  Shape s{6, 2, 64, 16, 64, 8};
+  RunPrefill<T, Fp8>(s, {1, 0, 37, 5}, {70, 0, 37, 130}, 2050, "fp8 small prefill hd64", kSmallK);
+  Shape t{4, 2, 128, 32, 0, 8};
+  RunPrefill<T, Fp8>(t, {19, 1}, {19, 200}, 2051, "fp8 small prefill hd128 bs32", kLargeK);
+  RunDecode<T, Fp8>(s, {1, 0, 17, 150}, 160, 2052, "fp8 small decode hd64", false, 0, kSmallK);
+  RunDecode<T, Fp8>(t, {33, 0, 1}, 64, 2053, "fp8 small decode hd128 bs32", false, 0, kLargeK);
+  RunDecode<T, Fp8>(t, {33, 0, 1}, 64, 2054, "fp8 small decode hd128 one split", false, 1, kSmallK);
+}
+
+TYPED_TEST(PagedAttentionFp8CacheGpu, RejectsBadScales) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  Dev<uint16_t> buf(1 << 16);
+  Dev<int32_t> ints(64);
+  buf.Upload(std::vector<uint16_t>(1 << 16, kPoison));
+  const T* q = As<T>(buf.ptr);
+  T* out = As<T>(buf.ptr);
+  PagedKvCacheFp8T<T> kv;
+  kv.k = kv.v = reinterpret_cast<const Fp8*>(buf.ptr);
+  kv.num_blocks = 1;
+  kv.block_size = 16;
+  kv.block_tables = ints.ptr;
+  kv.max_blocks_per_seq = 4;
+  const AttentionDims ok{8, 2, 64, 0.1f};
+  for (float bad : {0.0f, -1.0f, NAN, INFINITY}) {
+    kv.k_scale = bad;
+    kv.v_scale = 1.0f;
+    EXPECT_EQ(PagedPrefillAttention(q, 512, kv, ints.ptr, ints.ptr, 1, 1, ok, out, 512, nullptr),
+              cudaErrorInvalidValue)
+        << "k_scale " << bad;
+    kv.k_scale = 1.0f;
+    kv.v_scale = bad;
+    EXPECT_EQ(
+        PagedDecodeAttention(q, 512, kv, ints.ptr, 1, 64, ok, buf.ptr, 1 << 17, out, 512, nullptr),
+        cudaErrorInvalidValue)
+        << "v_scale " << bad;
+  }
+  // A bf16 / fp16 cache is not quantized: scales other than 1 are a caller's mistake.
+  PagedKvCacheT<T> plain;
+  plain.k = plain.v = q;
+  plain.num_blocks = 1;
+  plain.block_size = 16;
+  plain.block_tables = ints.ptr;
+  plain.max_blocks_per_seq = 4;
+  plain.v_scale = 0.5f;
+  EXPECT_EQ(PagedPrefillAttention(q, 512, plain, ints.ptr, ints.ptr, 1, 1, ok, out, 512, nullptr),
+            cudaErrorInvalidValue);
+  CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<uint16_t> after = buf.Download(1 << 16);
+  EXPECT_TRUE(std::all_of(after.begin(), after.end(), [](uint16_t b) { return b == kPoison; }));
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 

@@ -4,12 +4,17 @@
 //
 // Every conversion from float rounds to nearest even (the _rn intrinsics), so a kernel rounds
 // at the same points to whichever type it runs in; arithmetic stays fp32.
+//
+// The FP8 KV cache's element type, __nv_fp8_e4m3 (e4m3fn: max 448, no infinity), is a storage
+// type only: the kernels convert it to T on load (exact) and store e4m3 with saturation.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace kiln::kernels::dtype_internal {
 
@@ -76,5 +81,46 @@ template <typename T>
 struct alignas(16) Vec8 {
   Pair<T> h[4];
 };
+
+// Whether a cache element type C is the fp8 one (else it is the activation type T).
+template <typename C>
+inline constexpr bool kIsFp8 = std::is_same_v<C, __nv_fp8_e4m3>;
+
+// Two e4m3 codes (x's low byte is the low element) as a pair of T in one register, exactly.
+template <typename T>
+__device__ __forceinline__ uint32_t E4m3x2ToPair(uint32_t x) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(x), __NV_E4M3);
+  const uint32_t bits = uint32_t{h.x} | (uint32_t{h.y} << 16);
+  if constexpr (std::is_same_v<T, __half>) {
+    return bits;
+  } else {
+    static_assert(std::is_same_v<T, __nv_bfloat16>, "T is __nv_bfloat16 or __half");
+    // Every finite e4m3 value is a normal fp16 number (2^-9 .. 448) with at most 4 significant
+    // bits, so its fp16 magnitude bits shifted right by 3 are the bf16 bits of value * 2^-112
+    // (exponent bias 15 vs 127; the 3 bits dropped are zero), still normal; one exact bf16
+    // multiply by 2^112 restores the value. Zero stays zero. Three instructions a pair instead of
+    // fp16 -> fp32 -> bf16's three conversions. (The e4m3 NaN, never stored by the kernels,
+    // comes out as ~1.3e5 rather than NaN.)
+    const uint32_t b = ((bits >> 3) & 0x0fff0fffu) | (bits & 0x80008000u);
+    constexpr uint32_t kTwoTo112 = 0x77807780u;  // bf16 2^112 twice
+    const __nv_bfloat162 v = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&b),
+                                     *reinterpret_cast<const __nv_bfloat162*>(&kTwoTo112));
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+// Eight e4m3 codes (8 bytes, lowest address first) as eight T (one 16-byte vector).
+template <typename T>
+__device__ __forceinline__ uint4 E4m3x8ToVec8(uint2 x) {
+  return make_uint4(E4m3x2ToPair<T>(x.x & 0xffffu), E4m3x2ToPair<T>(x.x >> 16),
+                    E4m3x2ToPair<T>(x.y & 0xffffu), E4m3x2ToPair<T>(x.y >> 16));
+}
+
+// The e4m3 code of v, rounded to nearest even; |v| beyond 448 saturates to +-448 (never NaN).
+__device__ __forceinline__ __nv_fp8_e4m3 ToE4m3Sat(float v) {
+  __nv_fp8_e4m3 r;
+  r.__x = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+  return r;
+}
 
 }  // namespace kiln::kernels::dtype_internal

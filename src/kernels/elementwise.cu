@@ -2,6 +2,9 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cmath>
 
 #include "kernels/dtype_traits.cuh"
 
@@ -11,6 +14,7 @@ namespace {
 using bf16 = __nv_bfloat16;
 using dtype_internal::FloatsToPair;
 using dtype_internal::FromFloat;
+using dtype_internal::kIsFp8;
 using dtype_internal::PairToFloat2;
 using dtype_internal::RoundTo;
 using dtype_internal::ToFloat;
@@ -241,8 +245,8 @@ cudaError_t LaunchRmsNorm(const T* x, int64_t ldx, R* residual, NormResidual mod
 // tokens still spread over several SMs instead of looping inside one block.
 constexpr int kRopeThreads = 128;
 
-template <typename T>
-__global__ void RopeStoreKvKernel(RopeKvArgsT<T> a) {
+template <typename T, typename C>
+__global__ void RopeStoreKvKernel(RopeKvArgsT<T, C> a) {
   const int t = blockIdx.x;
   const int half = a.head_dim / 2;
   const int total_heads = a.num_heads + 2 * a.num_kv_heads;
@@ -274,10 +278,18 @@ __global__ void RopeStoreKvKernel(RopeKvArgsT<T> a) {
       const bool is_k = head < a.num_heads + a.num_kv_heads;
       const int kv_head = head - a.num_heads - (is_k ? 0 : a.num_kv_heads);
       const int64_t block = slot / a.block_size, offset = slot % a.block_size;
-      T* cache = is_k ? a.k_cache : a.v_cache;
-      T* dst = cache + ((block * a.num_kv_heads + kv_head) * a.block_size + offset) * a.head_dim;
-      dst[i0] = FromFloat<T>(x0);
-      dst[i1] = FromFloat<T>(x1);
+      C* cache = is_k ? a.k_cache : a.v_cache;
+      C* dst = cache + ((block * a.num_kv_heads + kv_head) * a.block_size + offset) * a.head_dim;
+      if constexpr (kIsFp8<C>) {
+        // A true division (not a reciprocal's product), so the code is one rounding of the
+        // exact quotient of the T value, as the host's F32ToF8E4M3(round_T(x) / scale).
+        const float scale = is_k ? a.k_scale : a.v_scale;
+        dst[i0] = dtype_internal::ToE4m3Sat(__fdiv_rn(RoundTo<T>(x0), scale));
+        dst[i1] = dtype_internal::ToE4m3Sat(__fdiv_rn(RoundTo<T>(x1), scale));
+      } else {
+        dst[i0] = FromFloat<T>(x0);
+        dst[i1] = FromFloat<T>(x1);
+      }
     }
   }
 }
@@ -350,8 +362,12 @@ cudaError_t LaunchRmsNormF32Residual(const T* x, int64_t ldx, float* residual, b
                        eps, out, ldo, stream);
 }
 
-template <typename T>
-cudaError_t LaunchRopeStoreKv(const RopeKvArgsT<T>& args, cudaStream_t stream) {
+template <typename T, typename C>
+cudaError_t LaunchRopeStoreKv(const RopeKvArgsT<T, C>& args, cudaStream_t stream) {
+  const bool scales_ok = kIsFp8<C> ? std::isfinite(args.k_scale) && std::isfinite(args.v_scale) &&
+                                         args.k_scale > 0.0f && args.v_scale > 0.0f
+                                   : args.k_scale == 1.0f && args.v_scale == 1.0f;
+  if (!scales_ok) return cudaErrorInvalidValue;
   if (args.num_tokens == 0) return cudaSuccess;
   if (args.head_dim % 2 != 0) return cudaErrorInvalidValue;
   const int items = (args.num_heads + 2 * args.num_kv_heads) * (args.head_dim / 2);
@@ -427,6 +443,12 @@ cudaError_t RopeStoreKv(const RopeKvArgs& args, cudaStream_t stream) {
   return LaunchRopeStoreKv(args, stream);
 }
 cudaError_t RopeStoreKv(const RopeKvArgsT<__half>& args, cudaStream_t stream) {
+  return LaunchRopeStoreKv(args, stream);
+}
+cudaError_t RopeStoreKv(const RopeKvArgsFp8T<bf16>& args, cudaStream_t stream) {
+  return LaunchRopeStoreKv(args, stream);
+}
+cudaError_t RopeStoreKv(const RopeKvArgsFp8T<__half>& args, cudaStream_t stream) {
   return LaunchRopeStoreKv(args, stream);
 }
 

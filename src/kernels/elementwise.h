@@ -10,6 +10,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 namespace kiln::kernels {
@@ -57,8 +58,12 @@ cudaError_t RmsNormF32Residual(const __half* x, int64_t ldx, float* residual, bo
 // written. The angle of pair i is positions[t] * inv_freq[i] in fp32 (inv_freq is
 // kiln::cpu::RopeInvFreq's, so linear and llama3 scaling are in it). interleaved = false: HF's
 // rotate_half layout (pairs half a head apart, "neox"); true: adjacent pairs ("gpt-j"). T is the
-// activation and cache type (__nv_bfloat16 or __half); the rotated values are rounded once.
-template <typename T>
+// activation type (__nv_bfloat16 or __half); the rotated values are rounded to T once. C is the
+// cache's element type: T (the values are stored), or __nv_fp8_e4m3 (RopeKvArgsFp8T, the FP8 KV
+// cache of model/quantization.h): k is stored as e4m3(round_T(rotated k) / k_scale) and v as
+// e4m3(v / v_scale), rounded to nearest even; a quotient beyond +-448 (a value beyond
+// 448 * scale) saturates to +-448, never NaN, so an uncalibrated outlier is clipped, not lost.
+template <typename T, typename C = T>
 struct RopeKvArgsT {
   T* qkv = nullptr;
   int64_t ld = 0;
@@ -70,13 +75,21 @@ struct RopeKvArgsT {
   int32_t head_dim = 0;
   const float* inv_freq = nullptr;  // device [head_dim / 2]
   bool interleaved = false;
-  T* k_cache = nullptr;
-  T* v_cache = nullptr;
+  C* k_cache = nullptr;
+  C* v_cache = nullptr;
   int32_t block_size = 16;
+  // An fp8 cache's quantization scales (finite, positive); a T cache's must be 1.
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 };
 using RopeKvArgs = RopeKvArgsT<__nv_bfloat16>;
+template <typename T>
+using RopeKvArgsFp8T = RopeKvArgsT<T, __nv_fp8_e4m3>;
+// cudaErrorInvalidValue for an odd head_dim or scales as above.
 cudaError_t RopeStoreKv(const RopeKvArgs& args, cudaStream_t stream);
 cudaError_t RopeStoreKv(const RopeKvArgsT<__half>& args, cudaStream_t stream);
+cudaError_t RopeStoreKv(const RopeKvArgsFp8T<__nv_bfloat16>& args, cudaStream_t stream);
+cudaError_t RopeStoreKv(const RopeKvArgsFp8T<__half>& args, cudaStream_t stream);
 
 // out[t, i] = silu(gate[t, i]) * up[t, i], with gate_up rows [gate (dim) | up (dim)] of stride
 // ld; silu(gate) rounded (HF's act_fn output), each product computed in fp32 and rounded once.

@@ -34,6 +34,14 @@
 //     T(T(ref) * w) except where ref sits that close to a tie of T, where the first rounding may
 //     go the other way and the output may then differ by up to 2 ulps (1 ulp of the first value,
 //     scaled by w, whose product can land a binade lower).
+//   - RopeStoreKv into an fp8 cache (RopeKvArgsFp8T, k_scale / v_scale): v codes bitwise
+//     E4m3Sat(v / v_scale) (one division and one rounding each side, saturating past 448); k codes
+//     must lie between E4m3Sat(lo / k_scale) and E4m3Sat(hi / k_scale), [lo, hi] being the k
+//     window above (every value of T the rotated k may round to). e4m3 keeps 4 significant bits
+//     to T's 8 / 11, so the T values of one window almost always give one code: the code differs
+//     from the nominal E4m3Sat(T(y) / k_scale) only where T(y) and its neighbour straddle a
+//     rounding boundary of e4m3, i.e. where the quotient lies on (or, for k_scale != 1, next
+//     to) a tie of e4m3, which T's rounding of the rotated value decides; then by one code.
 // These windows are far narrower than the gap between the formats, so the fp16 run fails where
 // the kernel rounds or converts through bf16 anywhere (FloatToHalf's edges include values that
 // round differently in the two, and every random input exercises the other 3 mantissa bits).
@@ -54,6 +62,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
@@ -344,6 +353,60 @@ void RunRmsNorm(const NormCase& c, uint32_t seed, const std::string& what) {
 
 // ---- RopeStoreKv -------------------------------------------------------------------------------
 
+// Where an e4m3 code (sign-magnitude) sits on the line on which neighbouring values differ by 1;
+// the NaNs (0x7f, 0xff) land outside every finite code's range (+-126).
+int Ordinal8(uint8_t b) { return (b & 0x80u) != 0 ? -(b & 0x7f) : (b & 0x7f); }
+
+// Tally's counterpart for e4m3 codes: codes outside their window, codes not the nominal one (and
+// by how many codes at most), codes kept, and how many saturated (+-448).
+class CodeTally {
+ public:
+  explicit CodeTally(std::string what) : what_(std::move(what)) {}
+  CodeTally(const CodeTally&) = delete;
+  CodeTally& operator=(const CodeTally&) = delete;
+
+  // got must lie between the codes lo and hi (inclusive); nominal is the expected code.
+  void Near(uint8_t got, uint8_t lo, uint8_t hi, uint8_t nominal, int64_t row, int64_t col) {
+    ++checked_;
+    saturated_ += (got & 0x7f) == 0x7e;
+    const int g = Ordinal8(got);
+    if (got != nominal) {
+      ++inexact_;
+      max_codes_ = std::max(max_codes_, std::abs(g - Ordinal8(nominal)));
+    }
+    if ((g < Ordinal8(lo) || g > Ordinal8(hi)) && failed_++ < 5) {
+      ADD_FAILURE() << what_ << " [" << row << ", " << col << "]: got code 0x" << std::hex
+                    << int{got} << ", want 0x" << int{nominal} << " in [0x" << int{lo} << ", 0x"
+                    << int{hi} << "]";
+    }
+  }
+  void Kept(uint8_t got, uint8_t before, int64_t row, int64_t col) {
+    ++checked_;
+    if (got != before && overwritten_++ < 5) {
+      ADD_FAILURE() << what_ << " [" << row << ", " << col << "]: overwrote 0x" << std::hex
+                    << int{before} << " with 0x" << int{got};
+    }
+  }
+  int64_t saturated() const { return saturated_; }
+  ~CodeTally() {
+    EXPECT_EQ(failed_, 0) << what_ << ": codes outside the tolerance";
+    EXPECT_EQ(overwritten_, 0) << what_ << ": codes written that must be kept";
+    std::printf("  e4m3 %-58s %11lld checked, %8lld inexact, max %d code, %lld saturated\n",
+                what_.c_str(), static_cast<long long>(checked_), static_cast<long long>(inexact_),
+                max_codes_, static_cast<long long>(saturated_));
+  }
+
+ private:
+  std::string what_;
+  int64_t checked_ = 0, failed_ = 0, inexact_ = 0, overwritten_ = 0, saturated_ = 0;
+  int max_codes_ = 0;
+};
+
+// An fp8 cache's scales (a T cache's are 1).
+struct KvScales {
+  float k = 1.0f, v = 1.0f;
+};
+
 struct RopeCase {
   int num_heads, num_kv_heads, head_dim, block_size;
   int ld_pad = 0;  // qkv rows inside a wider buffer
@@ -366,8 +429,14 @@ int Partner(int d, int head_dim, bool interleaved) {
   return interleaved ? d ^ 1 : (d < half ? d + half : d - half);
 }
 
-template <typename T>
-void RunRope(const RopeCase& c, int num_tokens, uint32_t seed, const std::string& what) {
+// C: the cache's element type, T or __nv_fp8_e4m3 (with scales sc). min_saturated: the fp8 k and
+// v codes that must have saturated (a case that exercises it).
+template <typename T, typename C = T>
+void RunRope(const RopeCase& c, int num_tokens, uint32_t seed, const std::string& what,
+             KvScales sc = {}, int64_t min_saturated = 0) {
+  constexpr bool kFp8 = std::is_same_v<C, __nv_fp8_e4m3>;
+  using CacheBits = std::conditional_t<kFp8, uint8_t, uint16_t>;
+  constexpr CacheBits kCachePoison = kFp8 ? kPoisonFp8 : kPoison;
   std::mt19937 rng(seed);
   const int nh = c.num_heads, kvh = c.num_kv_heads, hd = c.head_dim, bs = c.block_size;
   const int half = hd / 2, kv_width = kvh * hd;
@@ -420,7 +489,17 @@ void RunRope(const RopeCase& c, int num_tokens, uint32_t seed, const std::string
     std::copy(row.begin(), row.end(), qkv.begin() + t * ld);
   }
   const size_t cache_elems = size_t(num_blocks) * kvh * bs * hd;
-  Bits k_cache = Random<T>(cache_elems, 1.0f, rng), v_cache = Random<T>(cache_elems, 1.0f, rng);
+  std::vector<CacheBits> k_cache, v_cache;
+  if constexpr (kFp8) {
+    // Random finite codes (0x7f and 0xff are the NaNs).
+    for (auto* cache : {&k_cache, &v_cache}) {
+      cache->resize(cache_elems);
+      for (uint8_t& b : *cache) b = static_cast<uint8_t>(rng() % 0x7f) | (rng() % 2 ? 0x80 : 0);
+    }
+  } else {
+    k_cache = Random<T>(cache_elems, 1.0f, rng);
+    v_cache = Random<T>(cache_elems, 1.0f, rng);
+  }
   auto cache_index = [&](int64_t slot, int head, int d) {
     return ((slot / bs * kvh + head) * bs + slot % bs) * hd + d;
   };
@@ -428,7 +507,7 @@ void RunRope(const RopeCase& c, int num_tokens, uint32_t seed, const std::string
     if (slot < 0) continue;
     for (int head = 0; head < kvh; ++head) {
       for (int d = 0; d < hd; ++d) {
-        k_cache[cache_index(slot, head, d)] = v_cache[cache_index(slot, head, d)] = kPoison;
+        k_cache[cache_index(slot, head, d)] = v_cache[cache_index(slot, head, d)] = kCachePoison;
       }
     }
   }
@@ -477,7 +556,8 @@ void RunRope(const RopeCase& c, int num_tokens, uint32_t seed, const std::string
   cpu::StoreKv(k_live.data(), kv_width, v_live.data(), kv_width, live_slots.data(),
                static_cast<int64_t>(live_slots.size()), kv_width, k_ref.data(), v_ref.data());
 
-  Dev<uint16_t> dqkv(qkv.size()), dk(cache_elems), dv(cache_elems);
+  Dev<uint16_t> dqkv(qkv.size());
+  Dev<CacheBits> dk(cache_elems), dv(cache_elems);
   Dev<int32_t> dpos(num_tokens);
   Dev<int64_t> dslots(num_tokens);
   Dev<float> dfreq(half);
@@ -487,7 +567,7 @@ void RunRope(const RopeCase& c, int num_tokens, uint32_t seed, const std::string
   dpos.Upload(positions);
   dslots.Upload(slots);
   dfreq.Upload(*inv_freq);
-  RopeKvArgsT<T> a;
+  RopeKvArgsT<T, C> a;
   a.qkv = As<T>(dqkv.ptr);
   a.ld = ld;
   a.positions = dpos.ptr;
@@ -498,13 +578,15 @@ void RunRope(const RopeCase& c, int num_tokens, uint32_t seed, const std::string
   a.head_dim = hd;
   a.inv_freq = dfreq.ptr;
   a.interleaved = c.interleaved;
-  a.k_cache = As<T>(dk.ptr);
-  a.v_cache = As<T>(dv.ptr);
+  a.k_cache = reinterpret_cast<C*>(dk.ptr);
+  a.v_cache = reinterpret_cast<C*>(dv.ptr);
   a.block_size = bs;
+  a.k_scale = sc.k;
+  a.v_scale = sc.v;
   CUDA_OK(RopeStoreKv(a, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
   const Bits qkv_out = dqkv.Download(qkv.size());
-  const Bits k_out = dk.Download(cache_elems), v_out = dv.Download(cache_elems);
+  const std::vector<CacheBits> k_out = dk.Download(cache_elems), v_out = dv.Download(cache_elems);
 
   // A rotated element against the twin's pair (y0, y1).
   auto rotated = [&](Tally<T>& tally, uint16_t got, const float* head, int d, int64_t row) {
@@ -525,7 +607,8 @@ void RunRope(const RopeCase& c, int num_tokens, uint32_t seed, const std::string
       }
     }
   }
-  Tally<T> k_tally(what + " k cache"), v_tally(what + " v cache");
+  using CacheTally = std::conditional_t<kFp8, CodeTally, Tally<T>>;
+  CacheTally k_tally(what + " k cache"), v_tally(what + " v cache");
   for (int64_t slot = 0; slot < int64_t{num_blocks} * bs; ++slot) {
     for (int head = 0; head < kvh; ++head) {
       const float* k_head = k_ref.data() + slot * kv_width + head * hd;
@@ -535,12 +618,27 @@ void RunRope(const RopeCase& c, int num_tokens, uint32_t seed, const std::string
         if (std::isnan(k_head[d])) {
           k_tally.Kept(k_out[i], k_cache[i], slot, head * hd + d);
           v_tally.Kept(v_out[i], v_cache[i], slot, head * hd + d);
+        } else if constexpr (kFp8) {
+          // The k window's T values, divided by the scale, each rounded to a code.
+          const float y = k_head[d];
+          const float err =
+              kRopeErr * (std::fabs(y) + std::fabs(k_head[Partner(d, hd, c.interleaved)]));
+          const Window w = RoundedNear<T>(y, err);
+          k_tally.Near(k_out[i], E4m3Sat(w.lo / sc.k), E4m3Sat(w.hi / sc.k),
+                       E4m3Sat(Val<T>(Round<T>(y)) / sc.k), slot, head * hd + d);
+          // v_head[d] is the T input itself (the twin copies it).
+          const uint8_t v_code = E4m3Sat(v_head[d] / sc.v);
+          v_tally.Near(v_out[i], v_code, v_code, v_code, slot, head * hd + d);
         } else {
           rotated(k_tally, k_out[i], k_head, d, slot);
           v_tally.Exact(v_out[i], Round<T>(v_head[d]), slot, head * hd + d);
         }
       }
     }
+  }
+  if constexpr (kFp8) {
+    EXPECT_GE(k_tally.saturated() + v_tally.saturated(), min_saturated)
+        << what << ": the case was meant to saturate codes";
   }
 }
 
@@ -785,6 +883,81 @@ TYPED_TEST(RopeStoreKvGpu, ScalingsLayoutsAndStrides) {
   }
 }
 
+KILN_ELEMENT_TYPED_TEST_SUITE(RopeStoreKvFp8Gpu);
+
+using Fp8 = __nv_fp8_e4m3;
+
+TYPED_TEST(RopeStoreKvFp8Gpu, OddTokenCountsAndScales) {
+  REQUIRE_GPU();
+  // Scales 1 (codes of the values themselves), 0.05 (codes up to ~56 for |k| <= 2.8) and 3.0
+  // (codes below 1: subnormals), on both models' heads, both layouts and block sizes.
+  uint32_t seed = 1300;
+  const KvScales scales[] = {{1.0f, 1.0f}, {0.05f, 3.0f}, {3.0f, 0.05f}};
+  for (RopeCase c : {kSmolRope, kLlamaRope}) {
+    for (int t : {1, 7, 83, 769}) {
+      const KvScales sc = scales[seed % 3];
+      c.block_size = seed % 2 == 0 ? 16 : 32;
+      c.interleaved = t == 83;
+      c.ld_pad = t == 769 ? 40 : 0;
+      char name[160];
+      std::snprintf(name, sizeof(name), "rope fp8 hd%d %d/%d t=%d bs%d %s k*%g v*%g", c.head_dim,
+                    c.num_heads, c.num_kv_heads, t, c.block_size, c.interleaved ? "gptj" : "neox",
+                    sc.k, sc.v);
+      RunRope<TypeParam, Fp8>(c, t, seed++, name, sc);
+    }
+  }
+}
+
+TYPED_TEST(RopeStoreKvFp8Gpu, SaturatesBeyond448TimesScale) {
+  REQUIRE_GPU();
+  // k and v in [-2, 2] (k rotated: up to 2.83) against 448 * 0.004 = 1.79 and 448 * 0.003 =
+  // 1.34: a good share of the codes must clip to +-448, none may become NaN.
+  RunRope<TypeParam, Fp8>({32, 8, 128, 16, 0, false, 500000.0, kLlama3}, 83, 1320,
+                          "rope fp8 saturating k*0.004 v*0.003", {0.004f, 0.003f}, 10000);
+}
+
+TYPED_TEST(RopeStoreKvFp8Gpu, RejectsBadScales) {
+  REQUIRE_GPU();
+  Dev<uint16_t> buf(1 << 16);
+  Dev<int32_t> ints(64);
+  Dev<float> floats(64);
+  buf.Upload(Bits(1 << 16, kPoison));
+  RopeKvArgsFp8T<TypeParam> a;
+  a.qkv = As<TypeParam>(buf.ptr);
+  a.ld = 5 * 64;
+  a.positions = ints.ptr;
+  a.num_tokens = 1;
+  a.num_heads = 3;
+  a.num_kv_heads = 1;
+  a.head_dim = 64;
+  a.inv_freq = floats.ptr;
+  a.k_cache = a.v_cache = reinterpret_cast<Fp8*>(buf.ptr);
+  for (float bad : {0.0f, -0.5f, NAN, INFINITY}) {
+    a.k_scale = bad;
+    a.v_scale = 1.0f;
+    EXPECT_EQ(RopeStoreKv(a, nullptr), cudaErrorInvalidValue) << "k_scale " << bad;
+    a.k_scale = 1.0f;
+    a.v_scale = bad;
+    EXPECT_EQ(RopeStoreKv(a, nullptr), cudaErrorInvalidValue) << "v_scale " << bad;
+  }
+  RopeKvArgsT<TypeParam> plain;  // a bf16 / fp16 cache is not quantized
+  plain.qkv = As<TypeParam>(buf.ptr);
+  plain.ld = 5 * 64;
+  plain.positions = ints.ptr;
+  plain.num_tokens = 1;
+  plain.num_heads = 3;
+  plain.num_kv_heads = 1;
+  plain.head_dim = 64;
+  plain.inv_freq = floats.ptr;
+  plain.k_cache = plain.v_cache = As<TypeParam>(buf.ptr);
+  plain.k_scale = 2.0f;
+  EXPECT_EQ(RopeStoreKv(plain, nullptr), cudaErrorInvalidValue);
+  CUDA_OK(cudaDeviceSynchronize());
+  const Bits after = buf.Download(1 << 16);
+  EXPECT_TRUE(std::all_of(after.begin(), after.end(), [](uint16_t b) { return b == kPoison; }));
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 TYPED_TEST(SiluMulGpu, OddShapes) {
   REQUIRE_GPU();
   uint32_t seed = 900;
@@ -839,6 +1012,8 @@ TYPED_TEST(ElementwiseGpu, SmallShapesForSanitizers) {
   RunRope<TypeParam>(r, 37, 1205, "small rope neox bs16");
   r = {4, 2, 128, 32, 0, true, 500000.0, kLlama3};
   RunRope<TypeParam>(r, 7, 1206, "small rope gptj bs32 llama3");
+  RunRope<TypeParam, __nv_fp8_e4m3>(r, 7, 1209, "small rope fp8 gptj bs32 k*0.05 v*3",
+                                    {0.05f, 3.0f});
   RunSiluMul<TypeParam>(7, 300, 1, 1, 1207, "small silu_mul");
   RunFloatTo<TypeParam>(1000, 1208, "small float_to");
 }

@@ -123,6 +123,11 @@ TEST(SwapKvBlocksGpu, RoundTripOddShapes) {
   // whose chunk is not a multiple of the unrolled sweep (83 vectors beyond it).
   RunRoundTrip({64, 11, 6, 32768, 0}, /*pairs_in_host_memory=*/false);
   RunRoundTrip({3, 6, 5, (4 * 256 + 83) * 16, 16}, /*pairs_in_host_memory=*/true);
+  // An FP8 KV cache's block moves as bytes like any other: SmolLM2-135M's (60 planes of 3 KiB:
+  // 16 tokens x 3 heads x 64 x 1 byte, 192 vectors, under one CTA's sweep) and the smallest one
+  // (1 kv head x 64 x 16 tokens: 1 KiB). Only the layout's byte counts depend on the cache type.
+  RunRoundTrip({60, 7, 5, 16 * 3 * 64, 0}, /*pairs_in_host_memory=*/true);
+  RunRoundTrip({4, 6, 5, 16 * 64, 32}, /*pairs_in_host_memory=*/false);
 }
 
 TEST(SwapKvBlocksGpu, RejectsBadLayouts) {

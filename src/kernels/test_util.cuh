@@ -1,6 +1,6 @@
 // Helpers shared by the kernel tests (label gpu): CUDA return-code checks, a scoped device array,
-// the poison written into outputs before a launch, the skip when no GPU is visible, and the
-// element types (bf16, fp16) every kernel test runs in.
+// the poison written into outputs before a launch, the skip when no GPU is visible, the element
+// types (bf16, fp16) every kernel test runs in, and the host side of the FP8 KV cache's codes.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -32,6 +33,18 @@ inline constexpr const char* kNoGpu = "no CUDA device visible (this test runs on
 
 // A NaN in bf16 and in fp16: an output element still holding it after a launch was never written.
 inline constexpr uint16_t kPoison = 0xffff;
+
+// The e4m3 NaN: the kernels never store it (they saturate), so an fp8 cache entry still holding
+// it was never written.
+inline constexpr uint8_t kPoisonFp8 = 0x7f;
+
+// The e4m3 code the kernels store for x: kiln::F32ToF8E4M3's (round to nearest even), except
+// that |x| beyond 448 saturates to +-448 (the kernels' __NV_SATFINITE), where F32ToF8E4M3 gives
+// NaN from 480 on (PyTorch's cast).
+inline uint8_t E4m3Sat(float x) {
+  if (std::fabs(x) > 448.0f) return std::signbit(x) ? 0xfe : 0x7e;
+  return F32ToF8E4M3(x);
+}
 
 // A device array freed on scope exit.
 template <typename T>
