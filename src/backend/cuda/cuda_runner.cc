@@ -174,7 +174,7 @@ class CudaRunner final : public CudaRunnerBase {
   std::string name() const override { return "cuda:" + std::to_string(options_.device); }
   int64_t KvBlockBytes(int32_t block_size) const override {
     return int64_t{config_.num_layers} * 2 * config_.num_kv_heads * block_size * config_.head_dim *
-           static_cast<int64_t>(sizeof(T));
+           KvElementBytes();
   }
   Status AllocateKvCache(int32_t num_blocks, int32_t block_size) override;
   Status AllocateSwapSpace(int32_t num_blocks) override;
@@ -193,6 +193,12 @@ class CudaRunner final : public CudaRunnerBase {
   Status EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32_t num_decode, int32_t max_q_len,
                         int32_t num_rows);
   Status EnqueueLogits(int32_t num_rows, int32_t row_offset);
+  // Layer i's RoPE + KV write and attention, over a cache of element type C (T or e4m3).
+  template <typename C>
+  Status EnqueueAttention(int i, int32_t num_tokens, int32_t num_seqs, int32_t num_decode,
+                          int32_t max_q_len);
+  bool fp8_kv() const { return options_.kv_cache_dtype == KvCacheDType::kFp8E4M3; }
+  int64_t KvElementBytes() const { return fp8_kv() ? 1 : static_cast<int64_t>(sizeof(T)); }
   // out[m, n] = x[m, k] . w^T (+ bias) in the layer's format (Gemm::Linear or LinearFp8).
   Status Linear(const T* x, int64_t m, const LinearWeight<T>& w, int64_t n, int64_t k,
                 const T* bias, T* out);
@@ -244,7 +250,9 @@ class CudaRunner final : public CudaRunnerBase {
   int32_t num_blocks_ = 0;
   int32_t block_size_ = 0;
   int32_t max_blocks_per_seq_ = 0;
-  std::vector<T*> k_cache_, v_cache_;
+  std::vector<void*> k_cache_, v_cache_;  // per layer; T or e4m3 (fp8_kv())
+  // Per layer: an fp8 cache's dequantization scales (model/quantization.h; 1 until calibrated).
+  std::vector<float> k_scale_, v_scale_;
   // Swap space: num_host_blocks_ blocks of pinned, mapped host memory (kernels/kv_swap.h layout).
   PinnedHostBuffer swap_;
   int32_t num_host_blocks_ = 0;
@@ -640,7 +648,7 @@ Status CudaRunner<T>::EnqueueSwaps(const StepInputs& in, int slot_index) {
       int64_t{num_blocks_} * config_.num_kv_heads * block_size_ * config_.head_dim;
   const kernels::KvSwapLayout layout{
       .pool = kv_memory_.data(),
-      .plane_stride = per_layer * static_cast<int64_t>(sizeof(T)),
+      .plane_stride = per_layer * KvElementBytes(),
       .num_planes = 2 * config_.num_layers,
       .chunk_bytes = KvBlockBytes(block_size_) / (2 * config_.num_layers),
       .host = swap_.device_data(),
@@ -676,10 +684,13 @@ Status CudaRunner<T>::AllocateKvCache(int32_t num_blocks, int32_t block_size) {
   block_size_ = block_size;
   k_cache_.resize(config_.num_layers);
   v_cache_.resize(config_.num_layers);
-  T* base = static_cast<T*>(kv_memory_.data());
+  k_scale_.assign(config_.num_layers, 1.0f);
+  v_scale_.assign(config_.num_layers, 1.0f);
+  auto* base = static_cast<uint8_t*>(kv_memory_.data());
+  const int64_t plane_bytes = per_layer * KvElementBytes();
   for (int i = 0; i < config_.num_layers; ++i) {
-    k_cache_[i] = base + (2 * i) * per_layer;
-    v_cache_[i] = base + (2 * i + 1) * per_layer;
+    k_cache_[i] = base + (2 * i) * plane_bytes;
+    v_cache_[i] = base + (2 * i + 1) * plane_bytes;
   }
 
   // No sequence outgrows the pool: a shorter context bound means fewer decode splits.
@@ -756,8 +767,6 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
   const int64_t h = c.hidden_size, inter = c.intermediate_size, q = c.q_size(), kv = c.kv_size();
   const int64_t qkv_rows = q + 2 * kv;
   const float eps = c.rms_norm_eps;
-  kernels::AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim,
-                              1.0f / std::sqrt(static_cast<float>(c.head_dim))};
 
   Mark(nullptr);
   KILN_LAUNCH(kernels::EmbeddingLookup(dev_.token_ids, num_tokens, embedding_, c.hidden_size,
@@ -772,43 +781,9 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
     Mark("rms_norm");
     KILN_RETURN_IF_ERROR(Linear(x_, num_tokens, l.qkv, qkv_rows, h, l.qkv_bias, qkv_));
     Mark("qkv");
-    kernels::RopeKvArgsT<T> rope;
-    rope.qkv = qkv_;
-    rope.ld = qkv_rows;
-    rope.positions = dev_.positions;
-    rope.slot_mapping = dev_.slots;
-    rope.num_tokens = num_tokens;
-    rope.num_heads = c.num_heads;
-    rope.num_kv_heads = c.num_kv_heads;
-    rope.head_dim = c.head_dim;
-    rope.inv_freq = inv_freq_;
-    rope.interleaved = interleaved_rope_;
-    rope.k_cache = k_cache_[i];
-    rope.v_cache = v_cache_[i];
-    rope.block_size = block_size_;
-    KILN_LAUNCH(kernels::RopeStoreKv(rope, stream_));
-    Mark("rope_kv_write");
-
-    kernels::PagedKvCacheT<T> cache;
-    cache.k = k_cache_[i];
-    cache.v = v_cache_[i];
-    cache.num_blocks = num_blocks_;
-    cache.block_size = block_size_;
-    cache.max_blocks_per_seq = max_blocks_per_seq_;
-    if (num_decode > 0) {
-      cache.block_tables = dev_.block_tables;
-      KILN_LAUNCH(kernels::PagedDecodeAttention(qkv_, qkv_rows, cache, dev_.seq_lens, num_decode,
-                                                options_.max_model_len, dims, attn_workspace_,
-                                                attn_workspace_bytes_, attn_, q, stream_));
-    }
-    Mark("decode_attention");
-    if (num_seqs > num_decode) {
-      cache.block_tables = dev_.block_tables + int64_t{num_decode} * max_blocks_per_seq_;
-      KILN_LAUNCH(kernels::PagedPrefillAttention(
-          qkv_, qkv_rows, cache, dev_.cu_seqlens + num_decode, dev_.seq_lens + num_decode,
-          num_seqs - num_decode, max_q_len, dims, attn_, q, stream_));
-    }
-    Mark("prefill_attention");
+    KILN_RETURN_IF_ERROR(
+        fp8_kv() ? EnqueueAttention<__nv_fp8_e4m3>(i, num_tokens, num_seqs, num_decode, max_q_len)
+                 : EnqueueAttention<T>(i, num_tokens, num_seqs, num_decode, max_q_len));
     KILN_RETURN_IF_ERROR(Linear(attn_, num_tokens, l.o, h, q, l.o_bias, delta_));
     Mark("o");
     KILN_LAUNCH(kernels::RmsNormF32Residual(delta_, h, h_, false, nullptr, num_tokens,
@@ -824,6 +799,62 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
   }
   KILN_RETURN_IF_ERROR(EnqueueLogits(std::min(num_rows, logit_chunk_), 0));
   Mark("final_norm_lm_head");
+  return Status::Ok();
+}
+
+template <typename T>
+template <typename C>
+Status CudaRunner<T>::EnqueueAttention(int i, int32_t num_tokens, int32_t num_seqs,
+                                       int32_t num_decode, int32_t max_q_len) {
+  const ModelConfig& c = config_;
+  const int64_t q = c.q_size(), qkv_rows = q + 2 * c.kv_size();
+  const kernels::AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim,
+                                    1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+    kernels::RopeKvArgsT<T, C> rope;
+    rope.qkv = qkv_;
+    rope.ld = qkv_rows;
+    rope.positions = dev_.positions;
+    rope.slot_mapping = dev_.slots;
+    rope.num_tokens = num_tokens;
+    rope.num_heads = c.num_heads;
+    rope.num_kv_heads = c.num_kv_heads;
+    rope.head_dim = c.head_dim;
+    rope.inv_freq = inv_freq_;
+    rope.interleaved = interleaved_rope_;
+    rope.k_cache = static_cast<C*>(k_cache_[i]);
+    rope.v_cache = static_cast<C*>(v_cache_[i]);
+    rope.block_size = block_size_;
+    if constexpr (!std::is_same_v<C, T>) {
+      rope.k_scale = k_scale_[i];
+      rope.v_scale = v_scale_[i];
+    }
+    KILN_LAUNCH(kernels::RopeStoreKv(rope, stream_));
+    Mark("rope_kv_write");
+
+    kernels::PagedKvCacheT<T, C> cache;
+    cache.k = static_cast<const C*>(k_cache_[i]);
+    cache.v = static_cast<const C*>(v_cache_[i]);
+    cache.num_blocks = num_blocks_;
+    cache.block_size = block_size_;
+    cache.max_blocks_per_seq = max_blocks_per_seq_;
+    if constexpr (!std::is_same_v<C, T>) {
+      cache.k_scale = k_scale_[i];
+      cache.v_scale = v_scale_[i];
+    }
+    if (num_decode > 0) {
+      cache.block_tables = dev_.block_tables;
+      KILN_LAUNCH(kernels::PagedDecodeAttention(qkv_, qkv_rows, cache, dev_.seq_lens, num_decode,
+                                                options_.max_model_len, dims, attn_workspace_,
+                                                attn_workspace_bytes_, attn_, q, stream_));
+    }
+    Mark("decode_attention");
+    if (num_seqs > num_decode) {
+      cache.block_tables = dev_.block_tables + int64_t{num_decode} * max_blocks_per_seq_;
+      KILN_LAUNCH(kernels::PagedPrefillAttention(
+          qkv_, qkv_rows, cache, dev_.cu_seqlens + num_decode, dev_.seq_lens + num_decode,
+          num_seqs - num_decode, max_q_len, dims, attn_, q, stream_));
+    }
+    Mark("prefill_attention");
   return Status::Ok();
 }
 
