@@ -26,6 +26,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -36,7 +37,6 @@ namespace {
 
 using kiln::kernels::AttentionDims;
 using kiln::kernels::PagedKvCache;
-using PagedKvCacheFp8 = kiln::kernels::PagedKvCacheFp8T<__nv_bfloat16>;
 
 // The fp8 cache's scales in these runs (any finite positive value times the same).
 constexpr float kFp8Scale = 0.05f;
@@ -50,16 +50,21 @@ constexpr float kFp8Scale = 0.05f;
     }                                                                                            \
   } while (0)
 
+// A hash of (i, seed) as a value uniform in [-1, 1).
+__device__ float HashUniform(size_t i, uint32_t seed) {
+  uint32_t h = uint32_t(i) * 0x9e3779b9u ^ seed;
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  h ^= h >> 16;
+  return float(h & 0xffffff) / float(1 << 24) * 2.0f - 1.0f;
+}
+
 __global__ void FillRandomBf16(__nv_bfloat16* p, size_t n, uint32_t seed, float amp) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 0x9e3779b9u ^ seed;
-    h ^= h >> 16;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13;
-    h *= 0xc2b2ae35u;
-    h ^= h >> 16;
-    p[i] = __float2bfloat16((float(h & 0xffffff) / float(1 << 24) * 2.0f - 1.0f) * amp);
+    p[i] = __float2bfloat16(HashUniform(i, seed) * amp);
   }
 }
 
@@ -72,12 +77,7 @@ void Fill(__nv_bfloat16* p, size_t n, uint32_t seed, float amp = 1.0f) {
 __global__ void FillRandomFp8(uint8_t* p, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 0x9e3779b9u ^ seed;
-    h ^= h >> 16;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13;
-    p[i] = __nv_cvt_float_to_fp8((float(h & 0xffffff) / float(1 << 24) * 2.0f - 1.0f) / kFp8Scale,
-                                 __NV_SATFINITE, __NV_E4M3);
+    p[i] = __nv_cvt_float_to_fp8(HashUniform(i, seed) / kFp8Scale, __NV_SATFINITE, __NV_E4M3);
   }
 }
 
@@ -188,25 +188,18 @@ struct Pool {
     cudaFree(k);
     cudaFree(v);
   }
-  PagedKvCache Cache(int set, int block_size) const {
-    PagedKvCache c;
-    c.k = static_cast<const __nv_bfloat16*>(k);
-    c.v = static_cast<const __nv_bfloat16*>(v);
+  // The pool as a cache of element type C (__nv_bfloat16, or __nv_fp8_e4m3 scaled by kFp8Scale)
+  // through table set `set`.
+  template <typename C = __nv_bfloat16>
+  kiln::kernels::PagedKvCacheT<__nv_bfloat16, C> Cache(int set, int block_size) const {
+    kiln::kernels::PagedKvCacheT<__nv_bfloat16, C> c;
+    c.k = static_cast<const C*>(k);
+    c.v = static_cast<const C*>(v);
     c.num_blocks = num_blocks;
     c.block_size = block_size;
     c.block_tables = tables[set];
     c.max_blocks_per_seq = max_blocks_per_seq;
-    return c;
-  }
-  PagedKvCacheFp8 CacheFp8(int set, int block_size) const {
-    PagedKvCacheFp8 c;
-    c.k = static_cast<const __nv_fp8_e4m3*>(k);
-    c.v = static_cast<const __nv_fp8_e4m3*>(v);
-    c.num_blocks = num_blocks;
-    c.block_size = block_size;
-    c.block_tables = tables[set];
-    c.max_blocks_per_seq = max_blocks_per_seq;
-    c.k_scale = c.v_scale = kFp8Scale;
+    if (std::is_same_v<C, __nv_fp8_e4m3>) c.k_scale = c.v_scale = kFp8Scale;
     return c;
   }
 };
@@ -238,8 +231,8 @@ Row BenchPrefill(const std::string& name, const AttentionDims& d, int num_seqs, 
   CK(cudaMemcpy(lens, lens_h.data(), lens_h.size() * 4, cudaMemcpyHostToDevice));
   const float ms = MedianMs(stream, 3, 20, [&] {
     if (fp8) {
-      CK(kiln::kernels::PagedPrefillAttention(q, width, pool.CacheFp8(0, bs), cu, lens, num_seqs,
-                                              q_len, d, out, width, stream));
+      CK(kiln::kernels::PagedPrefillAttention(q, width, pool.Cache<__nv_fp8_e4m3>(0, bs), cu, lens,
+                                              num_seqs, q_len, d, out, width, stream));
     } else {
       CK(kiln::kernels::PagedPrefillAttention(q, width, pool.Cache(0, bs), cu, lens, num_seqs,
                                               q_len, d, out, width, stream));
@@ -367,8 +360,9 @@ Row BenchDecode(const std::string& name, const AttentionDims& d, int num_seqs, i
   CK(cudaMalloc(&ws, ws_bytes));
   const float ms = GraphMsPerSet(pool, stream, [&](int s) {
     if (fp8) {
-      CK(kiln::kernels::PagedDecodeAttention(q, width, pool.CacheFp8(s, bs), lens, num_seqs, limit,
-                                             d, ws, ws_bytes, out, width, stream, splits));
+      CK(kiln::kernels::PagedDecodeAttention(q, width, pool.Cache<__nv_fp8_e4m3>(s, bs), lens,
+                                             num_seqs, limit, d, ws, ws_bytes, out, width, stream,
+                                             splits));
     } else {
       CK(kiln::kernels::PagedDecodeAttention(q, width, pool.Cache(s, bs), lens, num_seqs, limit, d,
                                              ws, ws_bytes, out, width, stream, splits));

@@ -230,6 +230,18 @@ PagedKvCacheT<T, C> DeviceCache(const Cache<T, C>& c, const Dev<typename Cache<T
   return kv;
 }
 
+// A one-block cache of element type C over `data` (16-byte aligned), for the argument checks.
+template <typename T, typename C = T>
+PagedKvCacheT<T, C> OneBlockCache(const void* data, const int32_t* tables) {
+  PagedKvCacheT<T, C> kv;
+  kv.k = kv.v = static_cast<const C*>(data);
+  kv.num_blocks = 1;
+  kv.block_size = 16;
+  kv.block_tables = tables;
+  kv.max_blocks_per_seq = 4;
+  return kv;
+}
+
 AttentionDims DimsOf(const Shape& s) {
   return AttentionDims{s.num_heads, s.num_kv_heads, s.head_dim,
                        1.0f / std::sqrt(static_cast<float>(s.head_dim))};
@@ -272,6 +284,36 @@ void RunPrefill(const Shape& s, const std::vector<int>& q_lens, const std::vecto
 const Shape kSmol{9, 3, 64, 16};       // SmolLM2-135M
 const Shape kLlama8b{32, 8, 128, 16};  // Llama-3.1-8B
 
+// " k*0.05 v*3" for an fp8 cache's scales; nothing for a T cache.
+template <typename C>
+std::string ScalesName(const Scales& sc) {
+  if (!std::is_same_v<C, Fp8>) return "";
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), " k*%g v*%g", sc.k, sc.v);
+  return buf;
+}
+
+// Decode rows (q_len 1 on 1000s of positions), a full prefill, chunks, and a padding sequence
+// (q_len 0, seq_len 0) in one launch; q as in a fused qkv buffer, out with its own padding. At
+// head_dim 128 / block 16 (seed) and head_dim 64 / block 32 (seed + 1), with the fp8 scales
+// sc128 / sc64.
+template <typename T, typename C = T>
+void RunMixedBatch(uint32_t seed, const std::string& prefix, Scales sc128 = {}, Scales sc64 = {}) {
+  const std::vector<int> q_lens = {1, 769, 7, 0, 83, 1, 16};
+  const std::vector<int> seq_lens = {1000, 769, 2000, 0, 5125, 1, 4000};
+  Shape s = kLlama8b;
+  s.q_pad = 2 * s.num_kv_heads * s.head_dim;
+  s.out_pad = 8;
+  RunPrefill<T, C>(s, q_lens, seq_lens, seed,
+                   prefix + "mixed hd128 bs16 fused-qkv stride" + ScalesName<C>(sc128), sc128);
+  Shape t = kSmol;
+  t.block_size = 32;
+  t.q_pad = 2 * t.num_kv_heads * t.head_dim;
+  t.out_pad = 64;
+  RunPrefill<T, C>(t, q_lens, seq_lens, seed + 1,
+                   prefix + "mixed hd64 bs32 fused-qkv stride" + ScalesName<C>(sc64), sc64);
+}
+
 KILN_ELEMENT_TYPED_TEST_SUITE(PagedPrefillAttentionGpu);
 KILN_ELEMENT_TYPED_TEST_SUITE(PagedDecodeAttentionGpu);
 KILN_ELEMENT_TYPED_TEST_SUITE(PagedAttentionGpu);
@@ -298,19 +340,7 @@ TYPED_TEST(PagedPrefillAttentionGpu, ChunkedPrefillOnLongContext) {
 
 TYPED_TEST(PagedPrefillAttentionGpu, MixedBatchWithStridesAndPadding) {
   REQUIRE_GPU();
-  // Decode rows (q_len 1 on 1000s of positions), a full prefill, chunks, and a padding sequence
-  // (q_len 0, seq_len 0) in one launch; q as in a fused qkv buffer, out with its own padding.
-  const std::vector<int> q_lens = {1, 769, 7, 0, 83, 1, 16};
-  const std::vector<int> seq_lens = {1000, 769, 2000, 0, 5125, 1, 4000};
-  Shape s = kLlama8b;
-  s.q_pad = 2 * s.num_kv_heads * s.head_dim;
-  s.out_pad = 8;
-  RunPrefill<TypeParam>(s, q_lens, seq_lens, 11, "mixed hd128 bs16 fused-qkv stride");
-  Shape t = kSmol;
-  t.block_size = 32;
-  t.q_pad = 2 * t.num_kv_heads * t.head_dim;
-  t.out_pad = 64;
-  RunPrefill<TypeParam>(t, q_lens, seq_lens, 12, "mixed hd64 bs32 fused-qkv stride");
+  RunMixedBatch<TypeParam>(11, "");
 }
 
 // Decode: one query row per sequence; rows with seq_len 0 must stay untouched. num_splits > 0
@@ -404,18 +434,30 @@ void RunDecode(const Shape& s, const std::vector<int>& seq_lens, int max_seq_len
   ExpectClose<T>(s, live_out, CpuReference(c, q_live, q_lens), num_live, what);
 }
 
-TYPED_TEST(PagedDecodeAttentionGpu, OddContextsAndPaddingRows) {
-  REQUIRE_GPU();
+// Decode over contexts 1..5,125 with padding rows, both model shapes, block sizes 16 and 32
+// (seed + block size), a fused-qkv q stride and a padded out stride; fp8 scales sc16 / sc32 by
+// block size.
+template <typename T, typename C = T>
+void RunDecodeOddContexts(uint32_t seed, const std::string& prefix, Scales sc16 = {},
+                          Scales sc32 = {}) {
   const std::vector<int> lens = {1, 17, 0, 1024, 5125, 0, 300};
   for (Shape s : {kSmol, kLlama8b}) {
     for (int bs : {16, 32}) {
       s.block_size = bs;
       s.q_pad = 2 * s.num_kv_heads * s.head_dim;
       s.out_pad = 8;
-      RunDecode<TypeParam>(s, lens, 5125, 20 + bs,
-                           "decode hd" + std::to_string(s.head_dim) + " bs" + std::to_string(bs));
+      const Scales sc = bs == 16 ? sc16 : sc32;
+      RunDecode<T, C>(s, lens, 5125, seed + bs,
+                      prefix + "decode hd" + std::to_string(s.head_dim) + " bs" +
+                          std::to_string(bs) + ScalesName<C>(sc),
+                      false, 0, sc);
     }
   }
+}
+
+TYPED_TEST(PagedDecodeAttentionGpu, OddContextsAndPaddingRows) {
+  REQUIRE_GPU();
+  RunDecodeOddContexts<TypeParam>(20, "");
 }
 
 TYPED_TEST(PagedDecodeAttentionGpu, LongContextManySplits) {
@@ -476,12 +518,7 @@ TYPED_TEST(PagedAttentionGpu, RejectsBadArguments) {
   Dev<int32_t> ints(64);
   const TypeParam* q = As<TypeParam>(buf.ptr);
   TypeParam* out = As<TypeParam>(buf.ptr);
-  PagedKvCacheT<TypeParam> kv;
-  kv.k = kv.v = q;
-  kv.num_blocks = 1;
-  kv.block_size = 16;
-  kv.block_tables = ints.ptr;
-  kv.max_blocks_per_seq = 4;
+  PagedKvCacheT<TypeParam> kv = OneBlockCache<TypeParam>(buf.ptr, ints.ptr);
   AttentionDims bad_dim{8, 2, 96, 0.1f};
   EXPECT_EQ(PagedPrefillAttention(q, 768, kv, ints.ptr, ints.ptr, 1, 1, bad_dim, out, 768, nullptr),
             cudaErrorInvalidValue);
@@ -513,61 +550,31 @@ const Scales kSmallK{0.05f, 3.0f};  // K codes up to 20, V codes of at most 1/3 
 const Scales kLargeK{3.0f, 0.05f};
 const Scales kTopBinades{0.0025f, 0.0025f};  // codes up to 400
 
-std::string ScalesName(const Scales& sc) {
-  char buf[48];
-  std::snprintf(buf, sizeof(buf), " k*%g v*%g", sc.k, sc.v);
-  return buf;
-}
-
 TYPED_TEST(PagedAttentionFp8CacheGpu, PrefillChunksOnCachedPrefix) {
   REQUIRE_GPU();
   using T = TypeParam;
   RunPrefill<T, Fp8>(kLlama8b, {769}, {769}, 2000, "fp8 prefill hd128 g4 q=ctx=769", kUnit);
-  RunPrefill<T, Fp8>(kSmol, {83}, {83}, 2001, "fp8 prefill hd64 g3 q=ctx=83" + ScalesName(kSmallK),
-                     kSmallK);
+  RunPrefill<T, Fp8>(kSmol, {83}, {83}, 2001,
+                     "fp8 prefill hd64 g3 q=ctx=83" + ScalesName<Fp8>(kSmallK), kSmallK);
   RunPrefill<T, Fp8>({12, 4, 64, 32}, {769}, {5125}, 2002,
-                     "fp8 chunked hd64 bs32 g3 q=769 ctx=5125" + ScalesName(kSmallK), kSmallK);
+                     "fp8 chunked hd64 bs32 g3 q=769 ctx=5125" + ScalesName<Fp8>(kSmallK), kSmallK);
   RunPrefill<T, Fp8>({8, 8, 128, 32}, {7}, {1000}, 2003,
-                     "fp8 chunked hd128 bs32 mha q=7 ctx=1000" + ScalesName(kLargeK), kLargeK);
+                     "fp8 chunked hd128 bs32 mha q=7 ctx=1000" + ScalesName<Fp8>(kLargeK), kLargeK);
   RunPrefill<T, Fp8>({64, 8, 128, 16}, {83}, {3000}, 2004,
-                     "fp8 chunked hd128 g8 q=83 ctx=3000" + ScalesName(kTopBinades), kTopBinades);
+                     "fp8 chunked hd128 g8 q=83 ctx=3000" + ScalesName<Fp8>(kTopBinades),
+                     kTopBinades);
   RunPrefill<T, Fp8>({16, 2, 64, 16}, {129}, {300}, 2005,
-                     "fp8 chunked hd64 g8 q=129 ctx=300" + ScalesName(kSmallK), kSmallK);
+                     "fp8 chunked hd64 g8 q=129 ctx=300" + ScalesName<Fp8>(kSmallK), kSmallK);
 }
 
 TYPED_TEST(PagedAttentionFp8CacheGpu, PrefillMixedBatchWithStrides) {
   REQUIRE_GPU();
-  const std::vector<int> q_lens = {1, 769, 7, 0, 83, 1, 16};
-  const std::vector<int> seq_lens = {1000, 769, 2000, 0, 5125, 1, 4000};
-  Shape s = kLlama8b;
-  s.q_pad = 2 * s.num_kv_heads * s.head_dim;
-  s.out_pad = 8;
-  RunPrefill<TypeParam, Fp8>(s, q_lens, seq_lens, 2010,
-                             "fp8 mixed hd128 bs16 fused-qkv stride" + ScalesName(kSmallK),
-                             kSmallK);
-  Shape t = kSmol;
-  t.block_size = 32;
-  t.q_pad = 2 * t.num_kv_heads * t.head_dim;
-  t.out_pad = 64;
-  RunPrefill<TypeParam, Fp8>(t, q_lens, seq_lens, 2011,
-                             "fp8 mixed hd64 bs32 fused-qkv stride" + ScalesName(kLargeK), kLargeK);
+  RunMixedBatch<TypeParam, Fp8>(2010, "fp8 ", kSmallK, kLargeK);
 }
 
 TYPED_TEST(PagedAttentionFp8CacheGpu, DecodeOddContextsAndPaddingRows) {
   REQUIRE_GPU();
-  const std::vector<int> lens = {1, 17, 0, 1024, 5125, 0, 300};
-  for (Shape s : {kSmol, kLlama8b}) {
-    for (int bs : {16, 32}) {
-      s.block_size = bs;
-      s.q_pad = 2 * s.num_kv_heads * s.head_dim;
-      s.out_pad = 8;
-      const Scales sc = bs == 16 ? kSmallK : kLargeK;
-      RunDecode<TypeParam, Fp8>(s, lens, 5125, 2020 + bs,
-                                "fp8 decode hd" + std::to_string(s.head_dim) + " bs" +
-                                    std::to_string(bs) + ScalesName(sc),
-                                false, 0, sc);
-    }
-  }
+  RunDecodeOddContexts<TypeParam, Fp8>(2020, "fp8 ", kSmallK, kLargeK);
 }
 
 TYPED_TEST(PagedAttentionFp8CacheGpu, DecodeLongContextsSplitK) {
@@ -577,12 +584,13 @@ TYPED_TEST(PagedAttentionFp8CacheGpu, DecodeLongContextsSplitK) {
   RunDecode<T, Fp8>(kLlama8b, {20000}, 32768, 2030, "fp8 decode hd128 g4 b1 ctx=20000 max=32768",
                     false, 0, kSmallK);
   RunDecode<T, Fp8>({64, 8, 128, 32}, {3333, 1, 4097}, 8192, 2031,
-                    "fp8 decode hd128 bs32 g8 ctx=3333,1,4097" + ScalesName(kTopBinades), false, 0,
-                    kTopBinades);
+                    "fp8 decode hd128 bs32 g8 ctx=3333,1,4097" + ScalesName<Fp8>(kTopBinades),
+                    false, 0, kTopBinades);
   RunDecode<T, Fp8>({6, 6, 64, 16}, {5125, 5}, 8192, 2032,
-                    "fp8 decode hd64 mha ctx=5125" + ScalesName(kLargeK), false, 0, kLargeK);
+                    "fp8 decode hd64 mha ctx=5125" + ScalesName<Fp8>(kLargeK), false, 0, kLargeK);
   RunDecode<T, Fp8>({40, 2, 64, 16}, {77, 1500}, 2048, 2033,
-                    "fp8 decode hd64 g20 (two head chunks)" + ScalesName(kUnit), false, 0, kUnit);
+                    "fp8 decode hd64 g20 (two head chunks)" + ScalesName<Fp8>(kUnit), false, 0,
+                    kUnit);
   // Splits forced to 1 (the split kernel writes the output) and chosen for a one-wave batch.
   RunDecode<T, Fp8>(kLlama8b, {1, 17, 0, 1024, 300}, 1024, 2034, "fp8 decode one split forced",
                     false, 1, kSmallK);
@@ -620,12 +628,7 @@ TYPED_TEST(PagedAttentionFp8CacheGpu, RejectsBadScales) {
   buf.Upload(std::vector<uint16_t>(1 << 16, kPoison));
   const T* q = As<T>(buf.ptr);
   T* out = As<T>(buf.ptr);
-  PagedKvCacheFp8T<T> kv;
-  kv.k = kv.v = reinterpret_cast<const Fp8*>(buf.ptr);
-  kv.num_blocks = 1;
-  kv.block_size = 16;
-  kv.block_tables = ints.ptr;
-  kv.max_blocks_per_seq = 4;
+  PagedKvCacheFp8T<T> kv = OneBlockCache<T, Fp8>(buf.ptr, ints.ptr);
   const AttentionDims ok{8, 2, 64, 0.1f};
   for (float bad : {0.0f, -1.0f, NAN, INFINITY}) {
     kv.k_scale = bad;
@@ -641,12 +644,7 @@ TYPED_TEST(PagedAttentionFp8CacheGpu, RejectsBadScales) {
         << "v_scale " << bad;
   }
   // A bf16 / fp16 cache is not quantized: scales other than 1 are a caller's mistake.
-  PagedKvCacheT<T> plain;
-  plain.k = plain.v = q;
-  plain.num_blocks = 1;
-  plain.block_size = 16;
-  plain.block_tables = ints.ptr;
-  plain.max_blocks_per_seq = 4;
+  PagedKvCacheT<T> plain = OneBlockCache<T>(buf.ptr, ints.ptr);
   plain.v_scale = 0.5f;
   EXPECT_EQ(PagedPrefillAttention(q, 512, plain, ints.ptr, ints.ptr, 1, 1, ok, out, 512, nullptr),
             cudaErrorInvalidValue);

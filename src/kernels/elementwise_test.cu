@@ -887,6 +887,24 @@ KILN_ELEMENT_TYPED_TEST_SUITE(RopeStoreKvFp8Gpu);
 
 using Fp8 = __nv_fp8_e4m3;
 
+// RopeStoreKv's arguments for one token of 3 q heads and 1 kv head, qkv and both caches in buf:
+// the argument checks' base case.
+template <typename T, typename C = T>
+RopeKvArgsT<T, C> OneTokenRopeArgs(uint16_t* buf, const int32_t* positions, const float* inv_freq,
+                                   int head_dim) {
+  RopeKvArgsT<T, C> a;
+  a.qkv = As<T>(buf);
+  a.ld = 5 * head_dim;
+  a.positions = positions;
+  a.num_tokens = 1;
+  a.num_heads = 3;
+  a.num_kv_heads = 1;
+  a.head_dim = head_dim;
+  a.inv_freq = inv_freq;
+  a.k_cache = a.v_cache = reinterpret_cast<C*>(buf);
+  return a;
+}
+
 TYPED_TEST(RopeStoreKvFp8Gpu, OddTokenCountsAndScales) {
   REQUIRE_GPU();
   // Scales 1 (codes of the values themselves), 0.05 (codes up to ~56 for |k| <= 2.8) and 3.0
@@ -922,16 +940,7 @@ TYPED_TEST(RopeStoreKvFp8Gpu, RejectsBadScales) {
   Dev<int32_t> ints(64);
   Dev<float> floats(64);
   buf.Upload(Bits(1 << 16, kPoison));
-  RopeKvArgsFp8T<TypeParam> a;
-  a.qkv = As<TypeParam>(buf.ptr);
-  a.ld = 5 * 64;
-  a.positions = ints.ptr;
-  a.num_tokens = 1;
-  a.num_heads = 3;
-  a.num_kv_heads = 1;
-  a.head_dim = 64;
-  a.inv_freq = floats.ptr;
-  a.k_cache = a.v_cache = reinterpret_cast<Fp8*>(buf.ptr);
+  RopeKvArgsFp8T<TypeParam> a = OneTokenRopeArgs<TypeParam, Fp8>(buf.ptr, ints.ptr, floats.ptr, 64);
   for (float bad : {0.0f, -0.5f, NAN, INFINITY}) {
     a.k_scale = bad;
     a.v_scale = 1.0f;
@@ -940,16 +949,8 @@ TYPED_TEST(RopeStoreKvFp8Gpu, RejectsBadScales) {
     a.v_scale = bad;
     EXPECT_EQ(RopeStoreKv(a, nullptr), cudaErrorInvalidValue) << "v_scale " << bad;
   }
-  RopeKvArgsT<TypeParam> plain;  // a bf16 / fp16 cache is not quantized
-  plain.qkv = As<TypeParam>(buf.ptr);
-  plain.ld = 5 * 64;
-  plain.positions = ints.ptr;
-  plain.num_tokens = 1;
-  plain.num_heads = 3;
-  plain.num_kv_heads = 1;
-  plain.head_dim = 64;
-  plain.inv_freq = floats.ptr;
-  plain.k_cache = plain.v_cache = As<TypeParam>(buf.ptr);
+  // A bf16 / fp16 cache is not quantized.
+  RopeKvArgsT<TypeParam> plain = OneTokenRopeArgs<TypeParam>(buf.ptr, ints.ptr, floats.ptr, 64);
   plain.k_scale = 2.0f;
   EXPECT_EQ(RopeStoreKv(plain, nullptr), cudaErrorInvalidValue);
   CUDA_OK(cudaDeviceSynchronize());
@@ -1027,16 +1028,7 @@ TYPED_TEST(ElementwiseGpu, RejectsBadArgumentsAndSkipsEmptyLaunches) {
   EXPECT_EQ(RmsNorm(As<TypeParam>(buf.ptr), 12289, nullptr, nullptr, 1, 12289,
                     As<TypeParam>(buf.ptr), 1e-5f, As<TypeParam>(buf.ptr), 12289, nullptr),
             cudaErrorInvalidValue);
-  RopeKvArgsT<TypeParam> a;
-  a.qkv = As<TypeParam>(buf.ptr);
-  a.ld = 5 * 63;
-  a.positions = ints.ptr;
-  a.num_tokens = 1;
-  a.num_heads = 3;
-  a.num_kv_heads = 1;
-  a.head_dim = 63;
-  a.inv_freq = floats.ptr;
-  a.k_cache = a.v_cache = As<TypeParam>(buf.ptr);
+  RopeKvArgsT<TypeParam> a = OneTokenRopeArgs<TypeParam>(buf.ptr, ints.ptr, floats.ptr, 63);
   EXPECT_EQ(RopeStoreKv(a, nullptr), cudaErrorInvalidValue);
   // Nothing to do: success, and nothing written.
   a.head_dim = 64;
