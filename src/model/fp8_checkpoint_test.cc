@@ -60,15 +60,7 @@ TestTensor F32Tensor(const std::string& name, std::vector<int64_t> shape,
 // per channel ([rows, 1], scale of row r = 0.01 * (r + 1)) or per tensor ([], 0.05). `edit`
 // changes the tensor list before it is written.
 struct Fp8Options {
-  json quantization_config = {
-      {"quant_method", "compressed-tensors"},
-      {"format", "float-quantized"},
-      {"config_groups",
-       {{"group_0",
-         {{"targets", {"Linear"}},
-          {"weights", {{"type", "float"}, {"num_bits", 8}, {"strategy", "channel"}}},
-          {"input_activations",
-           {{"type", "float"}, {"num_bits", 8}, {"strategy", "token"}, {"dynamic", true}}}}}}}};
+  json quantization_config = json::parse(testing::CompressedTensorsFp8Config());
   bool per_channel = true;
   bool input_scales = false;
   std::string kv_scale_style;  // "", "compressed-tensors", "modelopt"

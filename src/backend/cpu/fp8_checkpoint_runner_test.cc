@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -131,14 +130,6 @@ std::string WriteFp8(const std::string& src, const Fp8Write& o) {
   return dir;
 }
 
-std::vector<int32_t> RandomTokens(int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> dist(0, 299);
-  std::vector<int32_t> out(n);
-  for (int32_t& t : out) t = dist(rng);
-  return out;
-}
-
 // A 12-token prefill (logprobs of every prompt position) then 4 greedy decodes, one sequence in
 // blocks 0, 1, ... of 4 tokens: every ScoredToken with the full distribution.
 std::vector<ScoredToken> RunSteps(const std::string& dir, CpuRunnerOptions options) {
@@ -147,7 +138,7 @@ std::vector<ScoredToken> RunSteps(const std::string& dir, CpuRunnerOptions optio
   auto runner = CreateCpuRunner(*ckpt, options);
   EXPECT_TRUE(runner.ok()) << runner.status().ToString();
   EXPECT_TRUE((*runner)->AllocateKvCache(8, 4).ok());
-  std::vector<int32_t> tokens = RandomTokens(12, 5);
+  std::vector<int32_t> tokens = testing::RandomTokenIds(12, 5, 299);
   std::vector<ScoredToken> out;
   int32_t computed = 0;
   for (int step = 0; step < 5; ++step) {
@@ -211,17 +202,7 @@ class Fp8CheckpointRunner : public ::testing::Test {
   std::vector<std::string> dirs_;
 };
 
-json CompressedTensorsChannel() {
-  return {{"quant_method", "compressed-tensors"},
-          {"format", "float-quantized"},
-          {"config_groups",
-           {{"group_0",
-             {{"targets", {"Linear"}},
-              {"weights", {{"type", "float"}, {"num_bits", 8}, {"strategy", "channel"}}},
-              {"input_activations",
-               {{"type", "float"}, {"num_bits", 8}, {"strategy", "token"}, {"dynamic", true}}}}}}},
-          {"ignore", {"lm_head"}}};
-}
+json CompressedTensorsChannel() { return json::parse(testing::CompressedTensorsFp8Config()); }
 
 TEST_F(Fp8CheckpointRunner, PerChannelCheckpointRunsBitwiseLikeQuantizingAtLoad) {
   const std::string bf16 = Keep(Bf16Checkpoint());
