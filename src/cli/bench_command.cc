@@ -262,6 +262,8 @@ std::unique_ptr<LLM> LoadModel(const std::string& cmd, const EngineFlags& flags)
 Json EngineJson(const EngineFlags& f, LLM& llm) {
   return {{"model", f.model},
           {"device", ResolveDevice(f.device)},
+          {"quantization", f.quantization},
+          {"kv_cache_dtype", f.kv_cache_dtype},
           {"max_num_seqs", f.max_num_seqs},
           {"max_num_batched_tokens", f.max_num_batched_tokens},
           {"gpu_memory_utilization", f.gpu_memory_utilization},

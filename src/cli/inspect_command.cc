@@ -122,6 +122,14 @@ void Run(const InspectOptions& o) {
     }
     j["runtime_weight_bytes"] = runtime_weight_bytes;
     j["quantization"] = QuantMethodName(*quantization);
+    const CheckpointQuantization& pre = ckpt.quantization();
+    if (pre.method != QuantMethod::kNone) {
+      j["checkpoint_quantization"] = {{"method", QuantMethodName(pre.method)},
+                                      {"format", pre.format},
+                                      {"per_channel", pre.per_channel},
+                                      {"static_activations", pre.static_activations},
+                                      {"kv_cache_scales", !ckpt.kv_cache_scales().empty()}};
+    }
     j["compute_dtype"] = DTypeName(compute_dtype);
     j["kv_cache_dtype"] = DTypeName(*kv_dtype);
     j["kv_bytes_per_token"] = kv_per_token;
@@ -183,6 +191,12 @@ void Run(const InspectOptions& o) {
     by_dtype += std::string(DTypeName(dtype)) + " " + FormatBytes(bytes);
   }
   Print("weights (stored)", FormatBytes(ckpt.WeightBytes()) + ": " + by_dtype);
+  if (const CheckpointQuantization& pre = ckpt.quantization(); pre.method != QuantMethod::kNone) {
+    Print("pre-quantized", std::string(QuantMethodName(pre.method)) + " (" + pre.format + ", " +
+                               (pre.per_channel ? "per-channel" : "per-tensor") + " weight scales" +
+                               (ckpt.kv_cache_scales().empty() ? "" : ", calibrated KV scales") +
+                               ")");
+  }
   Print("weights (on GPU)",
         FormatBytes(runtime_weight_bytes) + " (" + std::string(DTypeName(compute_dtype)) +
             (*quantization == QuantMethod::kFp8 ? "; linear layers fp8 (--quantization fp8)"

@@ -7,6 +7,7 @@
 
 #include "core/logging.h"
 #include "model/checkpoint_files.h"
+#include "model/fp8_checkpoint.h"
 #include "model/weights.h"
 
 namespace kiln {
@@ -102,6 +103,8 @@ Result<Checkpoint> Checkpoint::OpenHfDirectory(const std::string& dir) {
     return NotFound(config_path + ": missing; an HF checkpoint directory needs config.json");
   }
   KILN_ASSIGN_OR_RETURN(ckpt.config_, LoadHfConfig(config_path));
+  // Before the weights: a method kiln cannot run (AWQ's qweight, ...) fails with its name.
+  KILN_ASSIGN_OR_RETURN(ckpt.quantization_, internal::ReadCheckpointQuantization(dir));
   const std::string gen_path = (fs::path(dir) / "generation_config.json").string();
   if (fs::exists(gen_path)) {
     KILN_ASSIGN_OR_RETURN(ckpt.generation_config_, LoadGenerationConfig(gen_path));
@@ -193,9 +196,19 @@ Result<Checkpoint> Checkpoint::OpenHfDirectory(const std::string& dir) {
     KILN_RETURN_IF_ERROR(ValidateWeight(spec, w, config_path));
     ckpt.weights_.push_back(std::move(w));
   }
+  std::set<std::string> scale_tensors;
+  auto find = [&](const std::string& name) -> std::optional<internal::TensorRef> {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) return std::nullopt;
+    return internal::TensorRef{it->second, ckpt.files_->safetensors[shard_of[name]].path()};
+  };
+  KILN_RETURN_IF_ERROR(internal::AttachFp8Scales(&ckpt.quantization_, ckpt.config_.num_layers, find,
+                                                 &ckpt.weights_, &ckpt.kv_cache_scales_,
+                                                 &scale_tensors));
   int unused = 0;
   for (auto& [name, t] : by_name) {
-    if (!expected.count(name) && !name.ends_with("rotary_emb.inv_freq")) {
+    if (!expected.count(name) && !scale_tensors.count(name) &&
+        !name.ends_with("rotary_emb.inv_freq")) {
       if (!(name == "lm_head.weight" && ckpt.config_.tie_word_embeddings)) ++unused;
     }
   }

@@ -21,6 +21,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/quantization.h"
 
 namespace kiln {
 
@@ -41,6 +42,26 @@ struct Weight {
   Shape shape;  // row-major
   int64_t nbytes;
   const uint8_t* data;  // valid while the Checkpoint lives
+  // An FP8 checkpoint's e4m3 linear weight (dtype kF8E4M3): its dequantization scales,
+  // value[r, c] = e4m3[r, c] * fp8_row_scales[r], fp32 [shape[0]] (a per-tensor scale repeated).
+  // Empty for every other weight.
+  std::vector<float> fp8_row_scales;
+};
+
+// How a checkpoint was quantized before kiln saw it (config.json's quantization_config, or
+// ModelOpt's hf_quant_config.json); docs/quantization.md, "Pre-quantized checkpoints".
+struct CheckpointQuantization {
+  QuantMethod method = QuantMethod::kNone;  // kFp8: the layers' linear weights are e4m3 + scales
+  std::string format;                       // "fp8", "compressed-tensors", "modelopt"; "" = none
+  std::string config_file;                  // where it was declared
+  bool per_channel = false;                 // weight scales per output channel, else per tensor
+  bool static_activations = false;  // input_scale tensors present (kiln quantizes per token)
+};
+
+// The FP8 KV cache scales of one layer: stored K = e4m3(k / k_scale), V likewise.
+struct KvCacheScales {
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 };
 
 class Checkpoint {
@@ -49,7 +70,9 @@ class Checkpoint {
   // model.safetensors.index.json + shards) or a GGUF file. Every failure names the file and,
   // where one is involved, the tensor: NotFound for missing files or weights, Corrupt for
   // malformed files or shapes that contradict the config, Unsupported for architectures and
-  // dtypes kiln does not handle.
+  // dtypes kiln does not handle. An FP8 checkpoint (vLLM "fp8", compressed-tensors, ModelOpt)
+  // has each e4m3 linear weight's scale tensor checked (shape, dtype, finite and positive) and
+  // attached (Weight::fp8_row_scales), its input scales checked, and its KV scales read.
   static Result<Checkpoint> Open(const std::string& path);
 
   Checkpoint(Checkpoint&&) noexcept;
@@ -64,6 +87,12 @@ class Checkpoint {
   QkRopeLayout qk_rope_layout() const { return qk_rope_layout_; }
   // A human-readable model name (GGUF general.name, else the directory name).
   const std::string& name() const { return name_; }
+
+  // Pre-quantization (FP8 checkpoints); method kNone for a plain checkpoint and for GGUF.
+  const CheckpointQuantization& quantization() const { return quantization_; }
+  // Per layer, from the checkpoint's k_scale / v_scale tensors (calibrated FP8 KV cache
+  // scales); empty when it has none.
+  const std::vector<KvCacheScales>& kv_cache_scales() const { return kv_cache_scales_; }
 
   // Expected weights in ExpectedWeights() order.
   const std::vector<Weight>& weights() const { return weights_; }
@@ -86,6 +115,8 @@ class Checkpoint {
   std::optional<GenerationConfig> generation_config_;
   QkRopeLayout qk_rope_layout_ = QkRopeLayout::kHalfSplit;
   std::vector<Weight> weights_;
+  CheckpointQuantization quantization_;
+  std::vector<KvCacheScales> kv_cache_scales_;
   std::unique_ptr<Files> files_;
 
   static Result<Checkpoint> OpenHfDirectory(const std::string& dir);

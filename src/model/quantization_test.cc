@@ -86,6 +86,44 @@ TEST(QuantizationTest, QuantizeThenDequantizeIsWithinHalfAnUlp) {
   }
 }
 
+// QuantizeRowFp8 converts with its own branchless routine: it must give F32ToF8E4M3's code for
+// every value it can meet, |x / s| <= 448. A row whose largest value is 448 has scale exactly 1,
+// so x / s = x.
+TEST(QuantizationTest, QuantizeRowCodesAreF32ToF8E4M3ForEveryValue) {
+  std::vector<float> values;
+  for (int code = 0; code < 0x7f; ++code) {
+    const float v = F8E4M3ToF32(static_cast<uint8_t>(code));
+    const float next = code + 1 < 0x7f ? F8E4M3ToF32(static_cast<uint8_t>(code + 1)) : 480.0f;
+    const float mid = (v + next) / 2;  // exact: both have few significant bits
+    for (float c : {v, mid}) {
+      for (float x : {c, std::nextafter(c, 0.0f), std::nextafter(c, 1e9f)}) {
+        if (x <= 448.0f) values.push_back(x);
+      }
+    }
+  }
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<uint32_t> bits(0, 0x43e00000u);  // every f32 in [0, 448]
+  for (int i = 0; i < 1000000; ++i) values.push_back(F32FromBits(bits(rng)));
+  values.push_back(1e-30f);
+  values.push_back(0.0f);
+  std::vector<float> row;
+  for (float v : values) {
+    row.push_back(v);
+    row.push_back(-v);
+  }
+  row.push_back(448.0f);
+  std::vector<uint8_t> q(row.size());
+  ASSERT_EQ(QuantizeRowFp8(row.data(), static_cast<int64_t>(row.size()), q.data()), 1.0f);
+  int mismatches = 0;
+  for (size_t i = 0; i < row.size(); ++i) {
+    if (q[i] != F32ToF8E4M3(row[i]) && ++mismatches <= 5) {
+      ADD_FAILURE() << "x = " << row[i] << " (bits 0x" << std::hex << F32Bits(row[i])
+                    << "): code 0x" << int{q[i]} << ", F32ToF8E4M3 0x" << int{F32ToF8E4M3(row[i])};
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
 TEST(QuantizationTest, AllZeroRowHasTheFloorScaleAndZeroCodes) {
   std::vector<float> x(37, 0.0f);
   x[3] = -0.0f;

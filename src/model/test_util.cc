@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "core/check.h"
 #include "model/safetensors.h"
@@ -91,6 +92,25 @@ void WriteTinyCheckpoint(const std::string& dir, const ModelConfig& config, int 
     for (const TestTensor& t : shards[s]) index["weight_map"][t.name] = name;
   }
   WriteFile(dir + "/model.safetensors.index.json", index.dump(2));
+}
+
+std::vector<int32_t> RandomTokenIds(int n, uint32_t seed, int32_t max_id) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, max_id);
+  std::vector<int32_t> out(n);
+  for (int32_t& t : out) t = dist(rng);
+  return out;
+}
+
+std::string CompressedTensorsFp8Config() {
+  return R"({"quant_method": "compressed-tensors", "format": "float-quantized",
+             "config_groups": {"group_0": {
+               "targets": ["Linear"],
+               "weights": {"type": "float", "num_bits": 8, "strategy": "channel",
+                           "dynamic": false, "symmetric": true},
+               "input_activations": {"type": "float", "num_bits": 8, "strategy": "token",
+                                     "dynamic": true, "symmetric": true}}},
+             "ignore": ["lm_head"], "quantization_status": "compressed"})";
 }
 
 ModelConfig TinyLlamaConfig() {

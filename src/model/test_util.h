@@ -35,4 +35,11 @@ void WriteTinyCheckpoint(const std::string& dir, const ModelConfig& config, int 
 // A small valid Llama config (2 layers, hidden 64, 4 heads, 2 kv heads, vocab 128).
 ModelConfig TinyLlamaConfig();
 
+// `n` token ids uniform in [0, max_id], from `seed`.
+std::vector<int32_t> RandomTokenIds(int n, uint32_t seed, int32_t max_id);
+
+// The quantization_config (JSON text) of an llm-compressor FP8-Dynamic checkpoint:
+// compressed-tensors, per-channel e4m3 weights, per-token dynamic e4m3 activations.
+std::string CompressedTensorsFp8Config();
+
 }  // namespace kiln::testing

@@ -358,6 +358,14 @@ Result<std::unique_ptr<ModelRunner>> CreateCpuRunner(const Checkpoint& ckpt,
                  << " is not applied by the CPU backend; attention over longer contexts will "
                     "differ from the reference";
   }
+  const CheckpointQuantization& pre = ckpt.quantization();
+  if (pre.method == QuantMethod::kFp8) {
+    LOG(INFO) << ckpt.path() << ": FP8 checkpoint (" << pre.format << ", "
+              << (pre.per_channel ? "per-channel" : "per-tensor")
+              << " weight scales): its e4m3 linear layers run W8A8 with per-token activation "
+                 "scales"
+              << (pre.static_activations ? " (its static input_scale tensors are not used)" : "");
+  }
   KILN_ASSIGN_OR_RETURN(
       cpu::CpuWeights weights,
       cpu::LoadCpuWeights(ckpt, options.dequantize_weights_at_load, options.quantization));

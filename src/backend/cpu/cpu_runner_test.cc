@@ -119,11 +119,7 @@ std::unique_ptr<ModelRunner> MakeRunner(const Checkpoint& ckpt, CpuRunnerOptions
 }
 
 std::vector<int32_t> RandomTokens(int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> dist(0, 299);
-  std::vector<int32_t> out(n);
-  for (int32_t& t : out) t = dist(rng);
-  return out;
+  return kiln::testing::RandomTokenIds(n, seed, 299);
 }
 
 // The engine's side of a step, minimally: sequences with their tokens and block tables, blocks

@@ -66,7 +66,8 @@ OwnedWeight ToF32(const OwnedWeight& w) {
   return out;
 }
 
-// A [rows, cols] matrix as held: its stored bytes when Linear decodes its dtype, else f32.
+// A [rows, cols] matrix as held: its stored bytes when Linear decodes its dtype (an FP8
+// checkpoint's e4m3 weight with its row scales always), else f32.
 Result<OwnedWeight> LoadMatrix(const Checkpoint& ckpt, const std::string& name,
                                bool dequantize_at_load) {
   KILN_ASSIGN_OR_RETURN(const Weight* w, Find(ckpt, name));
@@ -76,7 +77,11 @@ Result<OwnedWeight> LoadMatrix(const Checkpoint& ckpt, const std::string& name,
   OwnedWeight out;
   out.rows = rows;
   out.cols = cols;
-  if (format && !dequantize_at_load) {
+  if (w->dtype == DType::kF8E4M3 && !w->fp8_row_scales.empty()) {
+    out.format = WeightFormat::kF8E4M3;
+    out.bytes.assign(w->data, w->data + w->nbytes);
+    out.row_scales = w->fp8_row_scales;
+  } else if (format && !dequantize_at_load) {
     out.format = *format;
     out.bytes.assign(w->data, w->data + w->nbytes);
   } else {
@@ -198,6 +203,10 @@ Result<CpuWeights> LoadCpuWeights(const Checkpoint& ckpt, bool dequantize_at_loa
     KILN_ASSIGN_OR_RETURN(l.input_norm, LoadVector(ckpt, p + "input_layernorm.weight"));
     KILN_ASSIGN_OR_RETURN(l.post_attention_norm,
                           LoadVector(ckpt, p + "post_attention_layernorm.weight"));
+    if (!ckpt.kv_cache_scales().empty()) {
+      l.k_scale = ckpt.kv_cache_scales()[i].k_scale;
+      l.v_scale = ckpt.kv_cache_scales()[i].v_scale;
+    }
 
     std::vector<OwnedWeight> qkv(3);
     const char* kQkv[] = {"q_proj", "k_proj", "v_proj"};

@@ -13,7 +13,8 @@
 //     un-permutation: a row of a fused matrix is a row (an output channel) of one part, so this
 //     is per-channel quantization of each part. The source is each row's f32 decoding (GGUF
 //     blocks dequantized first). This one step changes values; embedding, norms, biases and
-//     lm_head stay as they are.
+//     lm_head stay as they are. An FP8 checkpoint's e4m3 weights (Weight::fp8_row_scales) are
+//     kept as they are stored, whatever the options, and its KV cache scales are the layers'.
 //   * GGUF `llama` files store q_proj / k_proj rows permuted for llama.cpp's interleaved RoPE
 //     (Checkpoint::qk_rope_layout() == kInterleaved). The rows are put back in HF order here
 //     (UnpermuteQkRows), so the forward pass has one RoPE: HF's rotate_half.
@@ -54,7 +55,7 @@ struct CpuLayerWeights {
   OwnedWeight down;                        // [hidden, intermediate]
   std::vector<float> down_bias;            // [hidden], or empty
   // The FP8 KV cache's scales of this layer (model/quantization.h): stored K = e4m3(k / k_scale).
-  // 1.0 until a calibrated checkpoint sets them.
+  // A calibrated checkpoint's (Checkpoint::kv_cache_scales), else 1.0.
   float k_scale = 1.0f;
   float v_scale = 1.0f;
 };
