@@ -21,6 +21,7 @@
 #include "cli/prompt_file.h"
 #include "eval/compare.h"
 #include "eval/perplexity.h"
+#include "model/quantization.h"
 
 namespace kiln::cli {
 namespace {
@@ -151,36 +152,22 @@ struct SideFlags {
   std::string kv_cache_dtype;
 };
 
-// Copies the side's quantization method and KV cache dtype into LlmOptions::quantization and
-// ::kv_cache_dtype. NOTE: those two fields arrive with the quantization work; until LlmOptions
-// has them, this refuses a value rather than ignore it. It is a template only so that the
-// `requires` tests are checked against the LlmOptions this tree has.
-template <typename Options>
-Status SetQuantizationOptions(const SideFlags& side, const std::string& prefix, Options* o) {
-  if (!side.quantization.empty()) {
-    if constexpr (requires { o->quantization = side.quantization; }) {
-      o->quantization = side.quantization;
-    } else {
-      return Unsupported(prefix + "quantization: this kiln has no quantized engines yet");
-    }
-  }
-  if (!side.kv_cache_dtype.empty()) {
-    if constexpr (requires { o->kv_cache_dtype = side.kv_cache_dtype; }) {
-      o->kv_cache_dtype = side.kv_cache_dtype;
-    } else {
-      return Unsupported(prefix + "kv-cache-dtype: this kiln has no quantized KV cache yet");
-    }
-  }
-  return Status::Ok();
-}
-
 // The LlmOptions of one side: the shared engine flags, then the side's own settings.
 Result<LlmOptions> SideLlmOptions(const EngineFlags& shared, const SideFlags& side,
                                   const std::string& prefix) {
   KILN_ASSIGN_OR_RETURN(LlmOptions o, ToLlmOptions(shared));
   if (!side.device.empty()) o.device = side.device;
   if (!side.dtype.empty()) o.dtype = side.dtype;
-  KILN_RETURN_IF_ERROR(SetQuantizationOptions(side, prefix, &o));
+  if (!side.quantization.empty()) {
+    const Status st = ParseQuantMethod(side.quantization).status();
+    if (!st.ok()) return InvalidArgument(prefix + st.message());
+    o.quantization = side.quantization;
+  }
+  if (!side.kv_cache_dtype.empty()) {
+    const Status st = ParseKvCacheDType(side.kv_cache_dtype).status();
+    if (!st.ok()) return InvalidArgument(prefix + st.message());
+    o.kv_cache_dtype = side.kv_cache_dtype;
+  }
   return o;
 }
 

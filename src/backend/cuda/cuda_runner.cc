@@ -253,6 +253,7 @@ class CudaRunner final : public CudaRunnerBase {
   std::vector<void*> k_cache_, v_cache_;  // per layer; T or e4m3 (fp8_kv())
   // Per layer: an fp8 cache's dequantization scales (model/quantization.h; 1 until calibrated).
   std::vector<float> k_scale_, v_scale_;
+  std::vector<KvCacheScales> checkpoint_kv_scales_;  // per layer, or empty
   // Swap space: num_host_blocks_ blocks of pinned, mapped host memory (kernels/kv_swap.h layout).
   PinnedHostBuffer swap_;
   int32_t num_host_blocks_ = 0;
@@ -437,6 +438,10 @@ Status CudaRunner<T>::Init(const Checkpoint& ckpt) {
     options_.max_model_len = static_cast<int32_t>(config_.max_position_embeddings);
   }
   interleaved_rope_ = ckpt.qk_rope_layout() == QkRopeLayout::kInterleaved;
+  // A pre-quantized FP8 checkpoint runs as FP8 whatever was asked (its weights are e4m3), and
+  // brings its calibrated KV cache scales (used with an FP8 KV cache).
+  if (ckpt.quantization().method == QuantMethod::kFp8) options_.quantization = QuantMethod::kFp8;
+  checkpoint_kv_scales_ = ckpt.kv_cache_scales();
   const auto start = std::chrono::steady_clock::now();
   KILN_RETURN_IF_ERROR(UploadWeights(ckpt));
   upload_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -509,19 +514,34 @@ Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
     KILN_RETURN_IF_ERROR(ToActivation<T>(*w, values));
     return uploader.Upload(values.data(), values.size() * sizeof(uint16_t), dst);
   };
-  // FP8: each fused matrix is uploaded in T into `staging`, then quantized per output channel
-  // (a row of the fused matrix is a row of one of its parts, so the scales are the parts').
+  // A part (rows [row, row + rows) of a fused matrix, or all of one) of a linear layer. FP8: a
+  // pre-quantized e4m3 part is uploaded with its scales; another is uploaded in T into
+  // `staging` and quantized per output channel (a row of the fused matrix is a row of its part,
+  // so per-part and per-fused-matrix quantization are the same).
   DeviceBuffer staging;
   if (fp8) {
     const int64_t largest = std::max({qkv_rows * h, h * q, 2 * inter * h, h * inter});
     KILN_ASSIGN_OR_RETURN(staging, DeviceBuffer::Allocate(largest * sizeof(T)));
   }
-  auto dest = [&](LinearWeight<T>& lw) { return fp8 ? static_cast<T*>(staging.data()) : lw.w; };
-  auto quantize = [&](LinearWeight<T>& lw, int64_t rows, int64_t cols) -> Status {
-    if (!fp8) return Status::Ok();
-    KILN_CUDA_RETURN_IF_ERROR(kernels::QuantizeRowsFp8(
-        static_cast<const T*>(staging.data()), cols, rows, cols,
-        const_cast<__nv_fp8_e4m3*>(lw.fp8.w), cols, const_cast<float*>(lw.fp8.scale), stream_));
+  auto upload_linear = [&](const std::string& name, LinearWeight<T>& lw, int64_t row, int64_t rows,
+                           int64_t cols) -> Status {
+    if (!fp8) return upload(name, lw.w + row * cols);
+    auto* w8 = const_cast<__nv_fp8_e4m3*>(lw.fp8.w) + row * cols;
+    auto* scale = const_cast<float*>(lw.fp8.scale) + row;
+    const Weight* w = ckpt.Find(name);
+    if (w != nullptr && w->dtype == DType::kF8E4M3) {
+      if (static_cast<int64_t>(w->fp8_row_scales.size()) != rows || w->nbytes != rows * cols) {
+        return InvalidArgument(w->file + ": tensor " + w->source_name + " has " +
+                               std::to_string(w->fp8_row_scales.size()) + " scales and " +
+                               std::to_string(w->nbytes) + " bytes for " + std::to_string(rows) +
+                               " x " + std::to_string(cols) + " e4m3 values");
+      }
+      KILN_RETURN_IF_ERROR(uploader.Upload(w->data, w->nbytes, w8));
+      return uploader.Upload(w->fp8_row_scales.data(), rows * sizeof(float), scale);
+    }
+    KILN_RETURN_IF_ERROR(upload(name, static_cast<T*>(staging.data())));
+    KILN_CUDA_RETURN_IF_ERROR(kernels::QuantizeRowsFp8(static_cast<const T*>(staging.data()), cols,
+                                                       rows, cols, w8, cols, scale, stream_));
     return Status::Ok();
   };
   KILN_RETURN_IF_ERROR(upload("model.embed_tokens.weight", embedding_));
@@ -529,24 +549,20 @@ Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     LayerWeights<T>& l = layers_[i];
     KILN_RETURN_IF_ERROR(upload(p + "input_layernorm.weight", l.input_norm));
-    KILN_RETURN_IF_ERROR(upload(p + "self_attn.q_proj.weight", dest(l.qkv)));
-    KILN_RETURN_IF_ERROR(upload(p + "self_attn.k_proj.weight", dest(l.qkv) + q * h));
-    KILN_RETURN_IF_ERROR(upload(p + "self_attn.v_proj.weight", dest(l.qkv) + (q + kv) * h));
-    KILN_RETURN_IF_ERROR(quantize(l.qkv, qkv_rows, h));
+    KILN_RETURN_IF_ERROR(upload_linear(p + "self_attn.q_proj.weight", l.qkv, 0, q, h));
+    KILN_RETURN_IF_ERROR(upload_linear(p + "self_attn.k_proj.weight", l.qkv, q, kv, h));
+    KILN_RETURN_IF_ERROR(upload_linear(p + "self_attn.v_proj.weight", l.qkv, q + kv, kv, h));
     if (c.qkv_bias) {
       KILN_RETURN_IF_ERROR(upload(p + "self_attn.q_proj.bias", l.qkv_bias));
       KILN_RETURN_IF_ERROR(upload(p + "self_attn.k_proj.bias", l.qkv_bias + q));
       KILN_RETURN_IF_ERROR(upload(p + "self_attn.v_proj.bias", l.qkv_bias + q + kv));
     }
-    KILN_RETURN_IF_ERROR(upload(p + "self_attn.o_proj.weight", dest(l.o)));
-    KILN_RETURN_IF_ERROR(quantize(l.o, h, q));
+    KILN_RETURN_IF_ERROR(upload_linear(p + "self_attn.o_proj.weight", l.o, 0, h, q));
     if (c.o_bias) KILN_RETURN_IF_ERROR(upload(p + "self_attn.o_proj.bias", l.o_bias));
     KILN_RETURN_IF_ERROR(upload(p + "post_attention_layernorm.weight", l.post_norm));
-    KILN_RETURN_IF_ERROR(upload(p + "mlp.gate_proj.weight", dest(l.gate_up)));
-    KILN_RETURN_IF_ERROR(upload(p + "mlp.up_proj.weight", dest(l.gate_up) + inter * h));
-    KILN_RETURN_IF_ERROR(quantize(l.gate_up, 2 * inter, h));
-    KILN_RETURN_IF_ERROR(upload(p + "mlp.down_proj.weight", dest(l.down)));
-    KILN_RETURN_IF_ERROR(quantize(l.down, h, inter));
+    KILN_RETURN_IF_ERROR(upload_linear(p + "mlp.gate_proj.weight", l.gate_up, 0, inter, h));
+    KILN_RETURN_IF_ERROR(upload_linear(p + "mlp.up_proj.weight", l.gate_up, inter, inter, h));
+    KILN_RETURN_IF_ERROR(upload_linear(p + "mlp.down_proj.weight", l.down, 0, h, inter));
     if (c.mlp_bias) {
       KILN_RETURN_IF_ERROR(upload(p + "mlp.gate_proj.bias", l.gate_up_bias));
       KILN_RETURN_IF_ERROR(upload(p + "mlp.up_proj.bias", l.gate_up_bias + inter));
@@ -686,6 +702,12 @@ Status CudaRunner<T>::AllocateKvCache(int32_t num_blocks, int32_t block_size) {
   v_cache_.resize(config_.num_layers);
   k_scale_.assign(config_.num_layers, 1.0f);
   v_scale_.assign(config_.num_layers, 1.0f);
+  if (static_cast<int32_t>(checkpoint_kv_scales_.size()) == config_.num_layers) {
+    for (int i = 0; i < config_.num_layers; ++i) {
+      k_scale_[i] = checkpoint_kv_scales_[i].k_scale;
+      v_scale_[i] = checkpoint_kv_scales_[i].v_scale;
+    }
+  }
   auto* base = static_cast<uint8_t*>(kv_memory_.data());
   const int64_t plane_bytes = per_layer * KvElementBytes();
   for (int i = 0; i < config_.num_layers; ++i) {
@@ -810,51 +832,51 @@ Status CudaRunner<T>::EnqueueAttention(int i, int32_t num_tokens, int32_t num_se
   const int64_t q = c.q_size(), qkv_rows = q + 2 * c.kv_size();
   const kernels::AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim,
                                     1.0f / std::sqrt(static_cast<float>(c.head_dim))};
-    kernels::RopeKvArgsT<T, C> rope;
-    rope.qkv = qkv_;
-    rope.ld = qkv_rows;
-    rope.positions = dev_.positions;
-    rope.slot_mapping = dev_.slots;
-    rope.num_tokens = num_tokens;
-    rope.num_heads = c.num_heads;
-    rope.num_kv_heads = c.num_kv_heads;
-    rope.head_dim = c.head_dim;
-    rope.inv_freq = inv_freq_;
-    rope.interleaved = interleaved_rope_;
-    rope.k_cache = static_cast<C*>(k_cache_[i]);
-    rope.v_cache = static_cast<C*>(v_cache_[i]);
-    rope.block_size = block_size_;
-    if constexpr (!std::is_same_v<C, T>) {
-      rope.k_scale = k_scale_[i];
-      rope.v_scale = v_scale_[i];
-    }
-    KILN_LAUNCH(kernels::RopeStoreKv(rope, stream_));
-    Mark("rope_kv_write");
+  kernels::RopeKvArgsT<T, C> rope;
+  rope.qkv = qkv_;
+  rope.ld = qkv_rows;
+  rope.positions = dev_.positions;
+  rope.slot_mapping = dev_.slots;
+  rope.num_tokens = num_tokens;
+  rope.num_heads = c.num_heads;
+  rope.num_kv_heads = c.num_kv_heads;
+  rope.head_dim = c.head_dim;
+  rope.inv_freq = inv_freq_;
+  rope.interleaved = interleaved_rope_;
+  rope.k_cache = static_cast<C*>(k_cache_[i]);
+  rope.v_cache = static_cast<C*>(v_cache_[i]);
+  rope.block_size = block_size_;
+  if constexpr (!std::is_same_v<C, T>) {
+    rope.k_scale = k_scale_[i];
+    rope.v_scale = v_scale_[i];
+  }
+  KILN_LAUNCH(kernels::RopeStoreKv(rope, stream_));
+  Mark("rope_kv_write");
 
-    kernels::PagedKvCacheT<T, C> cache;
-    cache.k = static_cast<const C*>(k_cache_[i]);
-    cache.v = static_cast<const C*>(v_cache_[i]);
-    cache.num_blocks = num_blocks_;
-    cache.block_size = block_size_;
-    cache.max_blocks_per_seq = max_blocks_per_seq_;
-    if constexpr (!std::is_same_v<C, T>) {
-      cache.k_scale = k_scale_[i];
-      cache.v_scale = v_scale_[i];
-    }
-    if (num_decode > 0) {
-      cache.block_tables = dev_.block_tables;
-      KILN_LAUNCH(kernels::PagedDecodeAttention(qkv_, qkv_rows, cache, dev_.seq_lens, num_decode,
-                                                options_.max_model_len, dims, attn_workspace_,
-                                                attn_workspace_bytes_, attn_, q, stream_));
-    }
-    Mark("decode_attention");
-    if (num_seqs > num_decode) {
-      cache.block_tables = dev_.block_tables + int64_t{num_decode} * max_blocks_per_seq_;
-      KILN_LAUNCH(kernels::PagedPrefillAttention(
-          qkv_, qkv_rows, cache, dev_.cu_seqlens + num_decode, dev_.seq_lens + num_decode,
-          num_seqs - num_decode, max_q_len, dims, attn_, q, stream_));
-    }
-    Mark("prefill_attention");
+  kernels::PagedKvCacheT<T, C> cache;
+  cache.k = static_cast<const C*>(k_cache_[i]);
+  cache.v = static_cast<const C*>(v_cache_[i]);
+  cache.num_blocks = num_blocks_;
+  cache.block_size = block_size_;
+  cache.max_blocks_per_seq = max_blocks_per_seq_;
+  if constexpr (!std::is_same_v<C, T>) {
+    cache.k_scale = k_scale_[i];
+    cache.v_scale = v_scale_[i];
+  }
+  if (num_decode > 0) {
+    cache.block_tables = dev_.block_tables;
+    KILN_LAUNCH(kernels::PagedDecodeAttention(qkv_, qkv_rows, cache, dev_.seq_lens, num_decode,
+                                              options_.max_model_len, dims, attn_workspace_,
+                                              attn_workspace_bytes_, attn_, q, stream_));
+  }
+  Mark("decode_attention");
+  if (num_seqs > num_decode) {
+    cache.block_tables = dev_.block_tables + int64_t{num_decode} * max_blocks_per_seq_;
+    KILN_LAUNCH(kernels::PagedPrefillAttention(qkv_, qkv_rows, cache, dev_.cu_seqlens + num_decode,
+                                               dev_.seq_lens + num_decode, num_seqs - num_decode,
+                                               max_q_len, dims, attn_, q, stream_));
+  }
+  Mark("prefill_attention");
   return Status::Ok();
 }
 
