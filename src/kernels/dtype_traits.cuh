@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 #include <type_traits>
@@ -81,6 +82,42 @@ template <typename T>
 struct alignas(16) Vec8 {
   Pair<T> h[4];
 };
+
+// v = the 8 elements at p (16-byte aligned), widened to float.
+template <typename T>
+__device__ __forceinline__ void Load8(const T* p, float (&v)[8]) {
+  const Vec8<T> b = *reinterpret_cast<const Vec8<T>*>(p);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 f = PairToFloat2<T>(b.h[e]);
+    v[2 * e] = f.x;
+    v[2 * e + 1] = f.y;
+  }
+}
+
+// f.template operator()<M>() for the row count m in 1 ..= 8 (kernels templated on their rows,
+// e.g. the skinny linear layers); m > 8 runs the 8-row instance.
+template <typename F>
+__host__ cudaError_t DispatchRows(int m, F&& f) {
+  switch (m) {
+    case 1:
+      return f.template operator()<1>();
+    case 2:
+      return f.template operator()<2>();
+    case 3:
+      return f.template operator()<3>();
+    case 4:
+      return f.template operator()<4>();
+    case 5:
+      return f.template operator()<5>();
+    case 6:
+      return f.template operator()<6>();
+    case 7:
+      return f.template operator()<7>();
+    default:
+      return f.template operator()<8>();
+  }
+}
 
 // Whether a cache element type C is the fp8 one (else it is the activation type T).
 template <typename C>

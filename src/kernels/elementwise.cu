@@ -74,16 +74,7 @@ __device__ __forceinline__ float Load(const T* p) {
 }
 __device__ __forceinline__ float Load(const float* p) { return *p; }
 
-template <typename T>
-__device__ __forceinline__ void Load8(const T* p, float (&v)[8]) {
-  const Vec8<T> b = *reinterpret_cast<const Vec8<T>*>(p);
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const float2 f = PairToFloat2<T>(b.h[e]);
-    v[2 * e] = f.x;
-    v[2 * e + 1] = f.y;
-  }
-}
+using dtype_internal::Load8;
 __device__ __forceinline__ void Load8(const float* p, float (&v)[8]) {
   const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
   v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;

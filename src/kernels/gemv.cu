@@ -107,24 +107,7 @@ bool Supported(const GemvArgsT<T>& a) {
 template <typename T>
 cudaError_t LaunchGemv(const GemvArgsT<T>& a, cudaStream_t stream) {
   if (!Supported(a)) return cudaErrorInvalidValue;
-  switch (a.m) {
-    case 1:
-      return Launch<1>(a, stream);
-    case 2:
-      return Launch<2>(a, stream);
-    case 3:
-      return Launch<3>(a, stream);
-    case 4:
-      return Launch<4>(a, stream);
-    case 5:
-      return Launch<5>(a, stream);
-    case 6:
-      return Launch<6>(a, stream);
-    case 7:
-      return Launch<7>(a, stream);
-    default:
-      return Launch<8>(a, stream);
-  }
+  return dtype_internal::DispatchRows(a.m, [&]<int M>() { return Launch<M>(a, stream); });
 }
 
 }  // namespace

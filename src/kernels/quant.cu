@@ -10,25 +10,15 @@
 namespace kiln::kernels {
 namespace {
 
+using dtype_internal::DispatchRows;
 using dtype_internal::FromFloat;
+using dtype_internal::Load8;
 using dtype_internal::PairToFloat2;
 using dtype_internal::ToFloat;
-using dtype_internal::Vec8;
 
 // model/quantization.h (kept in step by quant_test against the CPU reference).
 constexpr float kFp8Max = 448.0f;
 constexpr float kFp8MinScale = 1.0f / (kFp8Max * 512.0f);
-
-template <typename T>
-__device__ __forceinline__ void Load8(const T* p, float (&v)[8]) {
-  const Vec8<T> b = *reinterpret_cast<const Vec8<T>*>(p);
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const float2 f = PairToFloat2<T>(b.h[e]);
-    v[2 * e] = f.x;
-    v[2 * e + 1] = f.y;
-  }
-}
 
 __device__ __forceinline__ float WarpMax(float v) {
   for (int offset = 16; offset > 0; offset >>= 1) {
@@ -217,24 +207,7 @@ bool Supported(const GemvFp8ArgsT<T>& a) {
 template <typename T>
 cudaError_t LaunchGemvFp8(const GemvFp8ArgsT<T>& a, cudaStream_t stream) {
   if (!Supported(a)) return cudaErrorInvalidValue;
-  switch (a.m) {
-    case 1:
-      return LaunchGemvFp8M<1>(a, stream);
-    case 2:
-      return LaunchGemvFp8M<2>(a, stream);
-    case 3:
-      return LaunchGemvFp8M<3>(a, stream);
-    case 4:
-      return LaunchGemvFp8M<4>(a, stream);
-    case 5:
-      return LaunchGemvFp8M<5>(a, stream);
-    case 6:
-      return LaunchGemvFp8M<6>(a, stream);
-    case 7:
-      return LaunchGemvFp8M<7>(a, stream);
-    default:
-      return LaunchGemvFp8M<8>(a, stream);
-  }
+  return DispatchRows(a.m, [&]<int M>() { return LaunchGemvFp8M<M>(a, stream); });
 }
 
 }  // namespace
