@@ -10,10 +10,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
 EngineRequest MakeRequest(RequestId id, std::vector<int32_t> prompt, int32_t max_tokens,
                           bool ignore_eos, uint64_t seed) {
   EngineRequest r;
@@ -41,11 +37,11 @@ void StepUntilDone(Engine& engine, Clock::time_point start, EngineCounters* coun
       counters->max_num_running = std::max(counters->max_num_running, step.num_running);
       if (step.num_seqs > 0 && step.num_decode_seqs == step.num_seqs) {
         ++counters->num_decode_only_steps;
-        counters->decode_only_seconds += Seconds(s0, s1);
+        counters->decode_only_seconds += SecondsBetween(s0, s1);
         counters->mean_decode_batch += step.num_seqs;  // a sum until the end
       }
     }
-    const double now = Seconds(start, s1);
+    const double now = SecondsBetween(start, s1);
     for (const RequestOutput& o : outputs) on_output(o, now);
   }
 }
@@ -127,7 +123,7 @@ Result<OfflineRun> RunOffline(Engine& engine, const std::vector<BenchRequest>& r
       }
     }
   });
-  run.duration_s = Seconds(start, Clock::now());
+  run.duration_s = SecondsBetween(start, Clock::now());
   const EngineStats& after = engine.stats();
   EngineCounters& c = run.counters;
   if (c.num_decode_only_steps > 0) c.mean_decode_batch /= c.num_decode_only_steps;
@@ -188,7 +184,7 @@ Result<std::vector<LatencyIteration>> RunLatency(Engine& engine, const LatencyOp
         last_step_s = now;
       }
     });
-    result.e2e_s = Seconds(start, Clock::now());
+    result.e2e_s = SecondsBetween(start, Clock::now());
     if (it >= options.num_warmup) iterations.push_back(std::move(result));
   }
   return iterations;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/stats.h"
 
 namespace kiln::benchmark {
 namespace {
@@ -109,12 +110,8 @@ Result<Slo> ParseSlo(std::string_view spec) {
 }
 
 double Percentile(std::vector<double> values, double p) {
-  CHECK(!values.empty()) << "Percentile of no values";
   std::sort(values.begin(), values.end());
-  const double rank = std::clamp(p, 0.0, 100.0) / 100.0 * static_cast<double>(values.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(rank));
-  const size_t hi = std::min(lo + 1, values.size() - 1);
-  return values[lo] + (rank - static_cast<double>(lo)) * (values[hi] - values[lo]);
+  return PercentileOfSorted(values, p);
 }
 
 Distribution Distribute(const std::vector<double>& values_s) {
@@ -132,9 +129,9 @@ Distribution Distribute(const std::vector<double>& values_s) {
   d.stddev = std::sqrt(sq / static_cast<double>(ms.size()));  // population (numpy's np.std)
   d.min = ms.front();
   d.max = ms.back();
-  d.p50 = Percentile(ms, 50);
-  d.p90 = Percentile(ms, 90);
-  d.p99 = Percentile(ms, 99);
+  d.p50 = PercentileOfSorted(ms, 50);
+  d.p90 = PercentileOfSorted(ms, 90);
+  d.p99 = PercentileOfSorted(ms, 99);
   return d;
 }
 

@@ -12,6 +12,7 @@
 // Thread safety: plain functions of their arguments.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -63,6 +64,12 @@ struct Distribution {
   double p99 = 0;
   double max = 0;
 };
+
+// Seconds from a to b on the benchmarks' clock.
+inline double SecondsBetween(std::chrono::steady_clock::time_point a,
+                             std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 // The p-th percentile (0..100) of `values`, linearly interpolated between closest ranks
 // (numpy's default). REQUIRES: !values.empty().

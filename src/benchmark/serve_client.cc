@@ -33,10 +33,6 @@ using Json = nlohmann::json;
 // Every awaited operation hands back (error_code, ...) instead of throwing.
 constexpr auto kAwait = net::as_tuple(net::use_awaitable);
 
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
 // base_url, split.
 struct Endpoint {
   std::string host;
@@ -282,11 +278,11 @@ net::awaitable<void> SendOne(Run& run, const std::string& body, RequestRecord* r
   const ServeClientOptions& o = run.options;
   beast::tcp_stream stream(co_await net::this_coro::executor);
   const Clock::time_point t0 = Clock::now();
-  rec->start_s = Seconds(run.start, t0);
+  rec->start_s = SecondsBetween(run.start, t0);
   stream.expires_at(t0 + std::chrono::duration_cast<Clock::duration>(
                              std::chrono::duration<double>(o.request_timeout_s)));
   auto fail_io = [&](const beast::error_code& ec, const char* what) {
-    rec->e2e_s = Seconds(t0, Clock::now());
+    rec->e2e_s = SecondsBetween(t0, Clock::now());
     Fail(rec, ec == beast::error::timeout ? "timeout" : what, ec.message());
   };
   if (auto [ec, unused] = co_await stream.async_connect(run.addresses, kAwait); ec) {
@@ -326,14 +322,14 @@ net::awaitable<void> SendOne(Run& run, const std::string& body, RequestRecord* r
       co_return;
     }
     const size_t got = sizeof chunk - parser.get().body().size;
-    const double now_s = Seconds(t0, Clock::now());
+    const double now_s = SecondsBetween(t0, Clock::now());
     if (status != 200) {
       if (error_body.size() < 4096) error_body.append(chunk, got);
     } else {
       sse.Feed(std::string_view(chunk, got), now_s);
     }
   }
-  rec->e2e_s = Seconds(t0, Clock::now());
+  rec->e2e_s = SecondsBetween(t0, Clock::now());
   beast::error_code ignored;
   stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
   if (status != 200) {
@@ -381,7 +377,7 @@ net::awaitable<void> Dispatch(Run& run, const std::vector<std::string>& bodies,
     while (max_concurrency > 0 && run.num_in_flight >= max_concurrency) {
       co_await WaitForARequestToEnd(run);
     }
-    if (count == 0 && Seconds(run.start, Clock::now()) >= duration_s) break;
+    if (count == 0 && SecondsBetween(run.start, Clock::now()) >= duration_s) break;
     const size_t k = i % requests.size();
     RequestRecord& rec = records->emplace_back();  // a deque: earlier records stay in place
     rec.input_tokens = requests[k].input_len;
@@ -410,7 +406,7 @@ net::awaitable<void> ShowProgress(Run& run, int32_t total, double duration_s) {
   net::steady_timer timer(run.ioc);
   int last_decile = -1;
   auto draw = [&](bool final_line) {
-    const double elapsed = Seconds(run.start, Clock::now());
+    const double elapsed = SecondsBetween(run.start, Clock::now());
     const double fraction =
         total > 0 ? static_cast<double>(run.num_done) / total : std::min(1.0, elapsed / duration_s);
     const int decile = static_cast<int>(fraction * 10);

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <string>
 
+#include "core/stats.h"
+
 namespace kiln::eval {
 namespace {
 
@@ -32,14 +34,6 @@ SamplingParams GreedyParams(int32_t max_tokens, bool ignore_eos) {
   p.seed = 0;
   p.skip_special_tokens = true;
   return p;
-}
-
-// Percentile p in [0, 100] of sorted values, linear between the two nearest ranks.
-double Percentile(const std::vector<double>& sorted, double p) {
-  const double rank = p / 100.0 * static_cast<double>(sorted.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(rank));
-  const size_t hi = std::min(sorted.size() - 1, lo + 1);
-  return sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - static_cast<double>(lo));
 }
 
 }  // namespace
@@ -199,10 +193,10 @@ Distribution Distribute(std::vector<double> values) {
   d.mean = sum / static_cast<double>(values.size());
   d.min = values.front();
   d.max = values.back();
-  d.p10 = Percentile(values, 10);
-  d.p50 = Percentile(values, 50);
-  d.p90 = Percentile(values, 90);
-  d.p99 = Percentile(values, 99);
+  d.p10 = PercentileOfSorted(values, 10);
+  d.p50 = PercentileOfSorted(values, 50);
+  d.p90 = PercentileOfSorted(values, 90);
+  d.p99 = PercentileOfSorted(values, 99);
   return d;
 }
 
