@@ -33,12 +33,13 @@ struct LogitsJob {
 class CpuRunner final : public ModelRunner {
  public:
   CpuRunner(ModelConfig config, cpu::CpuWeights weights, std::vector<float> inv_freq,
-            int num_threads, KvCacheDType kv_cache_dtype)
+            int num_threads, KvCacheDType kv_cache_dtype, ActivationObserver* observer)
       : config_(std::move(config)),
         weights_(std::move(weights)),
         inv_freq_(std::move(inv_freq)),
         num_threads_(num_threads),
-        kv_fp8_(kv_cache_dtype == KvCacheDType::kFp8E4M3) {}
+        kv_fp8_(kv_cache_dtype == KvCacheDType::kFp8E4M3),
+        observer_(observer) {}
 
   const ModelConfig& config() const override { return config_; }
   std::string name() const override { return "cpu"; }
@@ -57,6 +58,11 @@ class CpuRunner final : public ModelRunner {
   // The step's swap copies (StepInputs::swap_out, then swap_in).
   void SwapBlocks(const StepInputs& in);
   void RunLayer(int layer, const StepInputs& in);
+  // Hands [rows, cols] contiguous f32 inputs of a linear layer to the observer, if any.
+  void Observe(int layer, ActivationObserver::Site site, const float* x, int64_t rows,
+               int64_t cols) {
+    if (observer_ != nullptr) observer_->ObserveLinearInput(layer, site, x, rows, cols, cols);
+  }
   std::vector<float> ComputeLogits(const std::vector<int64_t>& token_rows);
 
   const ModelConfig config_;
@@ -64,6 +70,7 @@ class CpuRunner final : public ModelRunner {
   const std::vector<float> inv_freq_;  // [head_dim / 2]
   const int num_threads_;
   const bool kv_fp8_;  // the cache holds e4m3 codes (scales: CpuLayerWeights::k_scale, v_scale)
+  ActivationObserver* const observer_;  // may be null
 
   int32_t num_blocks_ = 0;
   int32_t block_size_ = 0;
@@ -200,6 +207,7 @@ void CpuRunner::RunLayer(int layer, const StepInputs& in) {
   // Attention block: h += o_proj(attention(rope(qkv_proj(rms_norm(h))))).
   cpu::RmsNorm(hidden_.data(), hidden, w.input_norm.data(), num_tokens, hidden, c.rms_norm_eps,
                normed_.data(), hidden, nt);
+  Observe(layer, ActivationObserver::Site::kQkv, normed_.data(), num_tokens, hidden);
   cpu::Linear(normed_.data(), hidden, num_tokens, w.qkv.view(), OrNull(w.qkv_bias), qkv_.data(),
               qkv_width, /*accumulate=*/false, nt);
   float* q = qkv_.data();
@@ -210,6 +218,7 @@ void CpuRunner::RunLayer(int layer, const StepInputs& in) {
   const int64_t layer_bytes = int64_t{num_blocks_} * block_size_ * kv_size * KvElementBytes();
   uint8_t* k_cache = static_cast<uint8_t*>(k_cache_.data()) + layer * layer_bytes;
   uint8_t* v_cache = static_cast<uint8_t*>(v_cache_.data()) + layer * layer_bytes;
+  if (observer_ != nullptr) observer_->ObserveKv(layer, k, v, num_tokens, kv_size, qkv_width);
   cpu::PagedAttentionArgs args;
   if (kv_fp8_) {
     cpu::StoreKvFp8(k, qkv_width, v, qkv_width, in.slot_mapping.data(), num_tokens, kv_size,
@@ -241,15 +250,18 @@ void CpuRunner::RunLayer(int layer, const StepInputs& in) {
   args.out = attn_.data();
   args.ldo = q_size;
   cpu::PagedAttention(args, nt);
+  Observe(layer, ActivationObserver::Site::kO, attn_.data(), num_tokens, q_size);
   cpu::Linear(attn_.data(), q_size, num_tokens, w.o.view(), OrNull(w.o_bias), hidden_.data(),
               hidden, /*accumulate=*/true, nt);
 
   // MLP block: h += down_proj(silu(gate_proj(x)) * up_proj(x)), x = rms_norm(h).
   cpu::RmsNorm(hidden_.data(), hidden, w.post_attention_norm.data(), num_tokens, hidden,
                c.rms_norm_eps, normed_.data(), hidden, nt);
+  Observe(layer, ActivationObserver::Site::kGateUp, normed_.data(), num_tokens, hidden);
   cpu::Linear(normed_.data(), hidden, num_tokens, w.gate_up.view(), OrNull(w.gate_up_bias),
               gate_up_.data(), 2 * inter, /*accumulate=*/false, nt);
   cpu::SiluMul(gate_up_.data(), 2 * inter, num_tokens, inter, act_.data(), inter, nt);
+  Observe(layer, ActivationObserver::Site::kDown, act_.data(), num_tokens, inter);
   cpu::Linear(act_.data(), inter, num_tokens, w.down.view(), OrNull(w.down_bias), hidden_.data(),
               hidden, /*accumulate=*/true, nt);
 }
@@ -371,7 +383,7 @@ Result<std::unique_ptr<ModelRunner>> CreateCpuRunner(const Checkpoint& ckpt,
       cpu::LoadCpuWeights(ckpt, options.dequantize_weights_at_load, options.quantization));
   return std::unique_ptr<ModelRunner>(new CpuRunner(config, std::move(weights),
                                                     std::move(*inv_freq), options.num_threads,
-                                                    options.kv_cache_dtype));
+                                                    options.kv_cache_dtype, options.observer));
 }
 
 }  // namespace kiln

@@ -34,6 +34,25 @@
 
 namespace kiln {
 
+// Sees the activations of the CPU forward pass as they are computed: what calibration for
+// quantization (kiln build: SmoothQuant, AWQ, GPTQ, FP8 KV cache scales) measures. Called on
+// the thread that runs Execute, once per layer and site per step, with every token of the step.
+class ActivationObserver {
+ public:
+  // The inputs of a decoder layer's linear layers (after fusion: one input feeds q, k and v,
+  // one feeds gate and up).
+  enum class Site : uint8_t { kQkv, kO, kGateUp, kDown };
+
+  virtual ~ActivationObserver() = default;
+  // x: [rows, cols] f32, row stride ld; the input of `site`'s linear layer in `layer`.
+  virtual void ObserveLinearInput(int layer, Site site, const float* x, int64_t rows,
+                                  int64_t cols, int64_t ld) = 0;
+  // k, v: [rows, kv_size] f32, row stride ld: the keys (after RoPE) and values the layer stores
+  // in the KV cache, before any FP8 encoding.
+  virtual void ObserveKv(int layer, const float* k, const float* v, int64_t rows, int64_t kv_size,
+                         int64_t ld) = 0;
+};
+
 struct CpuRunnerOptions {
   // Threads for the ops of one step (the calling thread included). 0 (default) = every core
   // this process may run on. Results do not depend on it; on a machine shared with other work,
@@ -53,6 +72,8 @@ struct CpuRunnerOptions {
   // kFp8E4M3: the KV cache holds e4m3 codes with a per-layer K and V scale (1 byte per element
   // instead of f32's 4; KvBlockBytes reports it). Changes the results by the rounding of K and V.
   KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;
+  // Not owned; must outlive the runner. Null (default): nothing observes.
+  ActivationObserver* observer = nullptr;
 };
 
 // Builds a CPU runner for `ckpt`: loads (and, for GGUF llama files, un-permutes) the weights.

@@ -575,6 +575,76 @@ TEST(CpuRunnerCreateTest, KvBlockBytesAndAllocation) {
   EXPECT_EQ((*runner)->config().hidden_size, 64);
 }
 
+// Records what the forward pass shows an ActivationObserver.
+class RecordingObserver final : public ActivationObserver {
+ public:
+  struct Call {
+    int layer;
+    int site;  // Site, or -1 for ObserveKv
+    int64_t rows, cols;
+    double mean_square;  // over every observed element
+  };
+  void ObserveLinearInput(int layer, Site site, const float* x, int64_t rows, int64_t cols,
+                          int64_t ld) override {
+    calls.push_back({layer, static_cast<int>(site), rows, cols, MeanSquare(x, rows, cols, ld)});
+  }
+  void ObserveKv(int layer, const float* k, const float* v, int64_t rows, int64_t kv_size,
+                 int64_t ld) override {
+    calls.push_back({layer, -1, rows, kv_size, MeanSquare(k, rows, kv_size, ld)});
+    EXPECT_NE(k, v);
+  }
+  std::vector<Call> calls;
+
+ private:
+  static double MeanSquare(const float* x, int64_t rows, int64_t cols, int64_t ld) {
+    double sum = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) sum += double{x[r * ld + c]} * x[r * ld + c];
+    }
+    return sum / static_cast<double>(rows * cols);
+  }
+};
+
+TEST(CpuRunnerCreateTest, ObserverSeesEveryLinearInputAndKvWithoutChangingResults) {
+  ScopedTempDir dir("cpu_runner_observer");
+  const ModelConfig config = BaseConfig();
+  const Checkpoint ckpt = WriteAndOpen(config, dir.path(), DType::kF16);
+  RecordingObserver observer;
+  CpuRunnerOptions observed;
+  observed.observer = &observer;
+  auto plain_runner = MakeRunner(ckpt);
+  auto observed_runner = MakeRunner(ckpt, observed);
+  Harness plain(plain_runner.get()), watched(observed_runner.get());
+  const std::vector<int32_t> prompt = RandomTokens(9, 3);
+  plain.AddSequence(prompt);
+  watched.AddSequence(prompt);
+  const StepResult a = plain.Step({{0, 9, true, false}});
+  const StepResult b = watched.Step({{0, 9, true, false}});
+  ExpectSame(a.seqs[0].sampled, b.seqs[0].sampled, "observed run");
+
+  // Per layer: qkv input, K/V, o input, gate_up input, down input; each with all 9 tokens.
+  ASSERT_EQ(observer.calls.size(), 5u * config.num_layers);
+  const int kKv = -1, kQkv = 0, kO = 1, kGateUp = 2, kDown = 3;
+  const int expected_sites[] = {kQkv, kKv, kO, kGateUp, kDown};
+  const int64_t expected_cols[] = {config.hidden_size, config.kv_size(), config.q_size(),
+                                   config.hidden_size, config.intermediate_size};
+  for (size_t i = 0; i < observer.calls.size(); ++i) {
+    const RecordingObserver::Call& call = observer.calls[i];
+    SCOPED_TRACE("call " + std::to_string(i));
+    EXPECT_EQ(call.layer, static_cast<int>(i / 5));
+    EXPECT_EQ(call.site, expected_sites[i % 5]);
+    EXPECT_EQ(call.rows, 9);
+    EXPECT_EQ(call.cols, expected_cols[i % 5]);
+    EXPECT_GT(call.mean_square, 0.0);
+    // The synthetic norm scales are 1, so rms_norm's outputs have a mean square of
+    // ms / (ms + eps): within 0.5 % of 1 for rows whose own mean square ms is >= 0.002 (the
+    // embedding rows' is about 0.08^2).
+    if (call.site == kQkv || call.site == kGateUp) {
+      EXPECT_NEAR(call.mean_square, 1.0, 5e-3);
+    }
+  }
+}
+
 TEST(CpuRunnerCreateTest, Fp8KvBlockIsAQuarterOfF32) {
   ScopedTempDir dir("cpu_runner_kv_fp8");
   const Checkpoint ckpt = WriteAndOpen(BaseConfig(), dir.path(), DType::kF16);
