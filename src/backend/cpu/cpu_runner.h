@@ -45,8 +45,8 @@ class ActivationObserver {
 
   virtual ~ActivationObserver() = default;
   // x: [rows, cols] f32, row stride ld; the input of `site`'s linear layer in `layer`.
-  virtual void ObserveLinearInput(int layer, Site site, const float* x, int64_t rows,
-                                  int64_t cols, int64_t ld) = 0;
+  virtual void ObserveLinearInput(int layer, Site site, const float* x, int64_t rows, int64_t cols,
+                                  int64_t ld) = 0;
   // k, v: [rows, kv_size] f32, row stride ld: the keys (after RoPE) and values the layer stores
   // in the KV cache, before any FP8 encoding.
   virtual void ObserveKv(int layer, const float* k, const float* v, int64_t rows, int64_t kv_size,
