@@ -42,10 +42,19 @@ struct Weight {
   Shape shape;  // row-major
   int64_t nbytes;
   const uint8_t* data;  // valid while the Checkpoint lives
-  // An FP8 checkpoint's e4m3 linear weight (dtype kF8E4M3): its dequantization scales,
-  // value[r, c] = e4m3[r, c] * fp8_row_scales[r], fp32 [shape[0]] (a per-tensor scale repeated).
-  // Empty for every other weight.
-  std::vector<float> fp8_row_scales;
+  // A pre-quantized per-channel linear weight, e4m3 (dtype kF8E4M3) or int8 (kI8): its
+  // dequantization scales, value[r, c] = code[r, c] * row_scales[r], fp32 [shape[0]] (a
+  // per-tensor scale repeated). Empty for every other weight.
+  std::vector<float> row_scales;
+  // A W4A16 linear weight (dtype kI4, shape [n, k]; the format is model/quantization.h's):
+  // present exactly when the weight is one.
+  struct W4Params {
+    int32_t group_size = 128;
+    std::vector<uint16_t> scales;  // fp16 bits, [n, k / group_size]
+    std::vector<int8_t> zeros;     // [n, k / group_size], each in [-8, 7]
+    std::vector<int32_t> perm;     // [k] (act-order), or empty: stored column j = channel j
+  };
+  std::optional<W4Params> w4;
 };
 
 // How a checkpoint was quantized before kiln saw it (config.json's quantization_config, or
@@ -72,7 +81,7 @@ class Checkpoint {
   // malformed files or shapes that contradict the config, Unsupported for architectures and
   // dtypes kiln does not handle. An FP8 checkpoint (vLLM "fp8", compressed-tensors, ModelOpt)
   // has each e4m3 linear weight's scale tensor checked (shape, dtype, finite and positive) and
-  // attached (Weight::fp8_row_scales), its input scales checked, and its KV scales read.
+  // attached (Weight::row_scales), its input scales checked, and its KV scales read.
   static Result<Checkpoint> Open(const std::string& path);
 
   Checkpoint(Checkpoint&&) noexcept;

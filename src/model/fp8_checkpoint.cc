@@ -228,7 +228,7 @@ Status AttachFp8Scales(CheckpointQuantization* quantization, int num_layers,
     const int64_t rows = w.shape[0];
     KILN_ASSIGN_OR_RETURN(std::vector<float> values, ReadScales(*scale, rows, true));
     quantization->per_channel |= values.size() > 1 || rows == 1;
-    w.fp8_row_scales = values.size() == 1 ? std::vector<float>(rows, values[0]) : values;
+    w.row_scales = values.size() == 1 ? std::vector<float>(rows, values[0]) : values;
     used->insert(source_prefix + ".weight_scale");
     if (std::optional<TensorRef> input = find(source_prefix + ".input_scale")) {
       KILN_RETURN_IF_ERROR(ReadScales(*input, 1, false).status());

@@ -135,14 +135,14 @@ TEST_F(Fp8Checkpoint, CompressedTensorsPerChannelWithKvScales) {
   int fp8 = 0;
   for (const Weight& w : ckpt->weights()) {
     if (!IsLayerLinear(w.name)) {
-      EXPECT_TRUE(w.fp8_row_scales.empty()) << w.name;
+      EXPECT_TRUE(w.row_scales.empty()) << w.name;
       continue;
     }
     ++fp8;
     EXPECT_EQ(w.dtype, DType::kF8E4M3);
-    ASSERT_EQ(w.fp8_row_scales.size(), static_cast<size_t>(w.shape[0])) << w.name;
+    ASSERT_EQ(w.row_scales.size(), static_cast<size_t>(w.shape[0])) << w.name;
     for (int64_t r = 0; r < w.shape[0]; ++r) {
-      EXPECT_EQ(w.fp8_row_scales[r], 0.01f * static_cast<float>(r + 1));
+      EXPECT_EQ(w.row_scales[r], 0.01f * static_cast<float>(r + 1));
     }
   }
   EXPECT_EQ(fp8, 2 * 7);
@@ -170,7 +170,7 @@ TEST_F(Fp8Checkpoint, ModelOptPerTensorWithInputScalesFromHfQuantConfig) {
   EXPECT_TRUE(ckpt->quantization().static_activations);
   const Weight* down = ckpt->Find("model.layers.1.mlp.down_proj.weight");
   ASSERT_NE(down, nullptr);
-  EXPECT_EQ(down->fp8_row_scales, std::vector<float>(64, 0.05f));  // broadcast to every row
+  EXPECT_EQ(down->row_scales, std::vector<float>(64, 0.05f));  // broadcast to every row
   ASSERT_EQ(ckpt->kv_cache_scales().size(), 2u);
   EXPECT_EQ(ckpt->kv_cache_scales()[0].k_scale, 0.5f);
 }
@@ -188,7 +188,7 @@ TEST_F(Fp8Checkpoint, Fp8MethodWithBf16ScalesAndModelOptInConfigJson) {
   auto ckpt = Checkpoint::Open(WriteFp8Checkpoint(o));
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
   EXPECT_EQ(ckpt->quantization().format, "fp8");
-  EXPECT_EQ(ckpt->Find("model.layers.0.self_attn.o_proj.weight")->fp8_row_scales[63], 0.25f);
+  EXPECT_EQ(ckpt->Find("model.layers.0.self_attn.o_proj.weight")->row_scales[63], 0.25f);
   EXPECT_TRUE(ckpt->kv_cache_scales().empty());
 
   o.quantization_config = {{"quant_method", "modelopt"}, {"quant_algo", "FP8"}};

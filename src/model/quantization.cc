@@ -18,6 +18,10 @@ std::string_view QuantMethodName(QuantMethod method) {
       return "none";
     case QuantMethod::kFp8:
       return "fp8";
+    case QuantMethod::kInt8:
+      return "int8-sq";
+    case QuantMethod::kW4A16:
+      return "w4a16";
   }
   return "?";
 }

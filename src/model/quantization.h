@@ -14,6 +14,17 @@
 // to the unquantized model, not further.
 // The embedding, the norms and lm_head stay in the compute type (as vLLM and ModelOpt keep them).
 //
+// INT8 W8A8 (SmoothQuant): the FP8 scheme with int8 in place of e4m3 (scale amax / 127, round
+// to nearest), after SmoothQuant has moved activation outliers into the weights (kiln build).
+//
+// W4A16 (Weight::w4, model/checkpoint.h): a linear weight [n, k] stored as packed signed 4-bit
+// codes (DType::kI4, element (r, c) in byte (r * k + c) / 2, low nibble for even c), in groups
+// of group_size consecutive stored columns, each (row, group) with an fp16 scale and an int8 zero
+// point in [-8, 7] (0 when symmetric):
+//   w[r, c] = (code[r, c] - zero[r, c / group_size]) * scale[r, c / group_size]   (in fp32)
+// With act-order (GPTQ desc_act) the stored columns are a permutation of the input channels:
+// stored column j multiplies input channel perm[j]. Activations stay in the compute type.
+//
 // FP8 KV cache: K and V stored as e4m3 of value / scale (clamped to +-448: Fp8KvEncode) with one
 // fp32 scale per layer for K and one for V (1.0 unless calibrated); attention reads
 // value = e4m3 * scale.
@@ -30,7 +41,9 @@ namespace kiln {
 
 enum class QuantMethod : uint8_t {
   kNone,
-  kFp8,  // W8A8 e4m3, per-channel weights, per-token dynamic activations
+  kFp8,    // W8A8 e4m3, per-channel weights, per-token dynamic activations
+  kInt8,   // W8A8 int8 (SmoothQuant), per-channel weights, per-token dynamic activations
+  kW4A16,  // 4-bit weights in groups along the input (AWQ, GPTQ, round-to-nearest), 16-bit math
 };
 
 // "none" / "fp8". Errors: kInvalidArgument naming the accepted values.

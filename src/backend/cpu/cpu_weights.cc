@@ -77,10 +77,10 @@ Result<OwnedWeight> LoadMatrix(const Checkpoint& ckpt, const std::string& name,
   OwnedWeight out;
   out.rows = rows;
   out.cols = cols;
-  if (w->dtype == DType::kF8E4M3 && !w->fp8_row_scales.empty()) {
+  if (w->dtype == DType::kF8E4M3 && !w->row_scales.empty()) {
     out.format = WeightFormat::kF8E4M3;
     out.bytes.assign(w->data, w->data + w->nbytes);
-    out.row_scales = w->fp8_row_scales;
+    out.row_scales = w->row_scales;
   } else if (format && !dequantize_at_load) {
     out.format = *format;
     out.bytes.assign(w->data, w->data + w->nbytes);

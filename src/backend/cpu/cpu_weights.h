@@ -13,7 +13,7 @@
 //     un-permutation: a row of a fused matrix is a row (an output channel) of one part, so this
 //     is per-channel quantization of each part. The source is each row's f32 decoding (GGUF
 //     blocks dequantized first). This one step changes values; embedding, norms, biases and
-//     lm_head stay as they are. An FP8 checkpoint's e4m3 weights (Weight::fp8_row_scales) are
+//     lm_head stay as they are. An FP8 checkpoint's e4m3 weights (Weight::row_scales) are
 //     kept as they are stored, whatever the options, and its KV cache scales are the layers'.
 //   * GGUF `llama` files store q_proj / k_proj rows permuted for llama.cpp's interleaved RoPE
 //     (Checkpoint::qk_rope_layout() == kInterleaved). The rows are put back in HF order here

@@ -530,14 +530,14 @@ Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
     auto* scale = const_cast<float*>(lw.fp8.scale) + row;
     const Weight* w = ckpt.Find(name);
     if (w != nullptr && w->dtype == DType::kF8E4M3) {
-      if (static_cast<int64_t>(w->fp8_row_scales.size()) != rows || w->nbytes != rows * cols) {
+      if (static_cast<int64_t>(w->row_scales.size()) != rows || w->nbytes != rows * cols) {
         return InvalidArgument(w->file + ": tensor " + w->source_name + " has " +
-                               std::to_string(w->fp8_row_scales.size()) + " scales and " +
+                               std::to_string(w->row_scales.size()) + " scales and " +
                                std::to_string(w->nbytes) + " bytes for " + std::to_string(rows) +
                                " x " + std::to_string(cols) + " e4m3 values");
       }
       KILN_RETURN_IF_ERROR(uploader.Upload(w->data, w->nbytes, w8));
-      return uploader.Upload(w->fp8_row_scales.data(), rows * sizeof(float), scale);
+      return uploader.Upload(w->row_scales.data(), rows * sizeof(float), scale);
     }
     KILN_RETURN_IF_ERROR(upload(name, static_cast<T*>(staging.data())));
     KILN_CUDA_RETURN_IF_ERROR(kernels::QuantizeRowsFp8(static_cast<const T*>(staging.data()), cols,
