@@ -173,8 +173,8 @@ Status Ed25519Verify(const std::string& public_key_pem, std::string_view message
   uint8_t sig[64];
   for (int i = 0; i < 64; ++i) {
     auto nibble = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
-    sig[i] = static_cast<uint8_t>(nibble(signature_hex[2 * i]) << 4 |
-                                  nibble(signature_hex[2 * i + 1]));
+    sig[i] =
+        static_cast<uint8_t>(nibble(signature_hex[2 * i]) << 4 | nibble(signature_hex[2 * i + 1]));
   }
   MdCtx ctx(EVP_MD_CTX_new());
   if (EVP_DigestVerifyInit(ctx.get(), nullptr, nullptr, nullptr, key.get()) != 1) {

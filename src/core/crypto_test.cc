@@ -78,8 +78,7 @@ TEST_F(CryptoTest, FileDigestChunksAndDetectsAChangedByte) {
   EXPECT_EQ(VerifyFileDigest(path, whole, 1).code(), StatusCode::kCorrupt);
   Write("data.bin", bytes + "x");
   EXPECT_EQ(VerifyFileDigest(path, *d, 1).code(), StatusCode::kCorrupt);
-  EXPECT_EQ(Sha256File((dir_ / "missing").string(), 0, 1).status().code(),
-            StatusCode::kNotFound);
+  EXPECT_EQ(Sha256File((dir_ / "missing").string(), 0, 1).status().code(), StatusCode::kNotFound);
 }
 
 TEST_F(CryptoTest, Ed25519SignsAndRejectsTamperingAndOtherKeys) {
@@ -93,8 +92,7 @@ TEST_F(CryptoTest, Ed25519SignsAndRejectsTamperingAndOtherKeys) {
   EXPECT_EQ(Ed25519Verify(pub, "manifest bytez", *sig).code(), StatusCode::kCorrupt);
   EXPECT_EQ(Ed25519Verify(other_pub, "manifest bytes", *sig).code(), StatusCode::kCorrupt);
   EXPECT_EQ(Ed25519Verify(pub, "manifest bytes", "abc").code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(Ed25519Verify((dir_ / "none.pem").string(), "m", *sig).code(),
-            StatusCode::kNotFound);
+  EXPECT_EQ(Ed25519Verify((dir_ / "none.pem").string(), "m", *sig).code(), StatusCode::kNotFound);
   const std::string junk = Write("junk.pem", "not a key");
   EXPECT_EQ(Ed25519Sign(junk, "m").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(Ed25519Sign(pub, "m").status().code(), StatusCode::kInvalidArgument);
