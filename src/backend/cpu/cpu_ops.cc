@@ -197,8 +197,8 @@ void LinearFp8(const float* x, int64_t ldx, int64_t num_rows, const WeightView& 
 // Linear's W4A16 path (cpu_ops.h): the input gathered once into stored-column order (when
 // the weight has an act-order permutation), then the f32 path over panels decoded in stored
 // order.
-void LinearW4(const float* x, int64_t ldx, int64_t num_rows, const WeightView& w,
-              const float* bias, float* y, int64_t ldy, bool accumulate, int num_threads) {
+void LinearW4(const float* x, int64_t ldx, int64_t num_rows, const WeightView& w, const float* bias,
+              float* y, int64_t ldy, bool accumulate, int num_threads) {
   const internal::SimdKernels& kernels = internal::BestSimdKernels();
   const int64_t k = w.cols;
   const int64_t n = w.rows;

@@ -84,8 +84,8 @@ Status CheckW4(const Weight& w) {
       (!p.perm.empty() && p.perm.size() != static_cast<size_t>(k))) {
     return Corrupt(where + ": " + std::to_string(w.nbytes) + " code bytes, " +
                    std::to_string(p.scales.size()) + " scales, " + std::to_string(p.zeros.size()) +
-                   " zeros, " + std::to_string(p.perm.size()) + " perm entries do not fit its shape " +
-                   w.shape.ToString());
+                   " zeros, " + std::to_string(p.perm.size()) +
+                   " perm entries do not fit its shape " + w.shape.ToString());
   }
   for (int8_t z : p.zeros) {
     if (z < -8 || z > 7) return Corrupt(where + ": a zero point outside [-8, 7]");

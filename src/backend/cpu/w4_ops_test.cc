@@ -152,8 +152,8 @@ TEST_P(W4OpsTest, LinearIsBatchAndThreadInvariant) {
 INSTANTIATE_TEST_SUITE_P(Shapes, W4OpsTest,
                          ::testing::Values(Shape3{1, 2, 2, false}, Shape3{19, 96, 32, false},
                                            Shape3{19, 96, 32, true}, Shape3{37, 576, 64, true},
-                                           Shape3{33, 384, 128, false},
-                                           Shape3{17, 384, 128, true}, Shape3{5, 30, 6, true}));
+                                           Shape3{33, 384, 128, false}, Shape3{17, 384, 128, true},
+                                           Shape3{5, 30, 6, true}));
 
 }  // namespace
 }  // namespace kiln::cpu
