@@ -13,6 +13,8 @@ namespace kiln {
 struct Checkpoint::Files {
   std::vector<SafetensorsFile> safetensors;
   std::optional<GgufFile> gguf;
+  // Weights converted at open (AutoAWQ / GPTQ packed codes in kiln's W4A16 layout).
+  std::vector<std::vector<uint8_t>> converted;
 };
 
 }  // namespace kiln
