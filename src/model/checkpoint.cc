@@ -9,6 +9,7 @@
 #include "model/checkpoint_files.h"
 #include "model/engine_dir.h"
 #include "model/fp8_checkpoint.h"
+#include "model/w4_checkpoint.h"
 #include "model/weights.h"
 
 namespace kiln {
@@ -186,8 +187,28 @@ Result<Checkpoint> Checkpoint::OpenHfDirectory(const std::string& dir) {
 
   const std::vector<WeightSpec> specs = ExpectedWeights(ckpt.config_);
   std::set<std::string> expected;
+  std::set<std::string> scale_tensors;
+  auto find = [&](const std::string& name) -> std::optional<internal::TensorRef> {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) return std::nullopt;
+    return internal::TensorRef{it->second, ckpt.files_->safetensors[shard_of[name]].path()};
+  };
+  internal::W4CheckpointConfig w4;
+  int num_converted = 0;
+  if (ckpt.quantization_.method == QuantMethod::kW4A16) {
+    KILN_ASSIGN_OR_RETURN(w4, internal::ReadW4CheckpointConfig(config_path));
+  }
   for (const WeightSpec& spec : specs) {
     expected.insert(spec.name);
+    if (!w4.method.empty() && !by_name.count(spec.name) && spec.name.ends_with(".weight") &&
+        by_name.count(spec.name.substr(0, spec.name.size() - 6) + "qweight")) {
+      auto converted =
+          internal::ConvertW4Weight(w4, spec, find, &ckpt.files_->converted, &scale_tensors);
+      if (!converted.ok()) return converted.status().WithContext(dir);
+      ckpt.weights_.push_back(std::move(converted).value());
+      ++num_converted;
+      continue;
+    }
     auto it = by_name.find(spec.name);
     if (it == by_name.end()) {
       return NotFound(dir + ": weight '" + spec.name + "' is missing (config.json implies it)");
@@ -203,12 +224,10 @@ Result<Checkpoint> Checkpoint::OpenHfDirectory(const std::string& dir) {
     KILN_RETURN_IF_ERROR(ValidateWeight(spec, w, config_path));
     ckpt.weights_.push_back(std::move(w));
   }
-  std::set<std::string> scale_tensors;
-  auto find = [&](const std::string& name) -> std::optional<internal::TensorRef> {
-    auto it = by_name.find(name);
-    if (it == by_name.end()) return std::nullopt;
-    return internal::TensorRef{it->second, ckpt.files_->safetensors[shard_of[name]].path()};
-  };
+  if (!w4.method.empty() && num_converted == 0) {
+    return Corrupt(config_path + ": declares " + w4.method +
+                   " quantization but no linear layer has a qweight tensor");
+  }
   KILN_RETURN_IF_ERROR(internal::AttachFp8Scales(&ckpt.quantization_, ckpt.config_.num_layers, find,
                                                  &ckpt.weights_, &ckpt.kv_cache_scales_,
                                                  &scale_tensors));

@@ -15,6 +15,8 @@ struct Checkpoint::Files {
   std::vector<SafetensorsFile> safetensors;
   std::optional<GgufFile> gguf;
   std::optional<MappedFile> engine_weights;  // an engine directory's weights.bin
+  // Weights converted at open (AutoAWQ / GPTQ packed codes in kiln's W4A16 layout).
+  std::vector<std::vector<uint8_t>> converted;
 };
 
 }  // namespace kiln

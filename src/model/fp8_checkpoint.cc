@@ -183,9 +183,17 @@ Result<CheckpointQuantization> ReadCheckpointQuantization(const std::string& dir
     if (method == "fp8") return FromFp8(qc, config_path);
     if (method == "compressed-tensors") return FromCompressedTensors(qc, config_path);
     if (method == "modelopt") return FromModelOpt(qc, config_path);
+    if (method == "awq" || method == "gptq") {  // details: w4_checkpoint.h
+      CheckpointQuantization q;
+      q.method = QuantMethod::kW4A16;
+      q.format = method;
+      q.config_file = config_path;
+      return q;
+    }
     return Unsupported(config_path + ": quantization_config.quant_method '" + method +
                        "' is not supported; kiln loads FP8 checkpoints (fp8, compressed-tensors, "
-                       "modelopt) and makes INT8 / INT4 engines with kiln build");
+                       "modelopt) and 4-bit AWQ / GPTQ checkpoints, and makes INT8 / INT4 engines "
+                       "with kiln build");
   }
   const std::string modelopt_path = (fs::path(dir) / "hf_quant_config.json").string();
   if (fs::exists(modelopt_path)) {

@@ -263,8 +263,11 @@ TEST_F(Fp8Checkpoint, UnsupportedDeclarationsSayWhat) {
   ExpectOpenFails(o, StatusCode::kUnsupported,
                   {"q_proj.weight", "F8_E4M3", "declares no FP8 quantization_config"});
 
-  o.quantization_config = {{"quant_method", "awq"}, {"bits", 4}};
-  ExpectOpenFails(o, StatusCode::kUnsupported, {"config.json", "'awq'", "kiln build"});
+  o.quantization_config = {{"quant_method", "bitsandbytes"}, {"bits", 4}};
+  ExpectOpenFails(o, StatusCode::kUnsupported, {"config.json", "'bitsandbytes'", "kiln build"});
+
+  o.quantization_config = {{"quant_method", "awq"}, {"bits", 3}, {"group_size", 128}};
+  ExpectOpenFails(o, StatusCode::kUnsupported, {"config.json", "3 bits"});
 
   o.quantization_config = {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}};
   ExpectOpenFails(o, StatusCode::kUnsupported, {"weight_block_size"});

@@ -32,6 +32,7 @@ int ThreadsFor(int num_threads, int64_t num_items, int64_t work) {
 // ---- Weights -----------------------------------------------------------------------------------
 
 std::string_view WeightFormatName(WeightFormat format) {
+  if (format == WeightFormat::kW4) return "w4a16";
   return DTypeName(WeightFormatDType(format));
 }
 
@@ -51,6 +52,8 @@ DType WeightFormatDType(WeightFormat format) {
       return DType::kQ8_0;
     case WeightFormat::kF8E4M3:
       return DType::kF8E4M3;
+    case WeightFormat::kW4:
+      return DType::kI4;
   }
   CHECK(false) << "unreachable";
   return DType::kF32;
@@ -90,8 +93,46 @@ const float* F8E4M3Table() {
   return table.data();
 }
 
+namespace {
+
+// W4A16 rows (cpu_ops.h kW4) to f32: out[r, j] (stored_order) or out[r, perm[j]] =
+// (code - zero) * scale. Each group's 16 possible values are computed once (the same single
+// rounding of the same product), then every code looks its value up.
+void DecodeW4Rows(const WeightView& w, int64_t row_begin, int64_t num_rows, float* out,
+                  bool stored_order) {
+  CHECK(w.w4_scales != nullptr && w.w4_zeros != nullptr && w.w4_group_size > 0 &&
+        w.cols % w.w4_group_size == 0 && w.cols % 2 == 0)
+      << "a w4a16 weight without its group parameters";
+  const int64_t k = w.cols;
+  const int64_t g = w.w4_group_size;
+  const int64_t groups = k / g;
+  const int32_t* perm = stored_order ? nullptr : w.w4_perm;
+  for (int64_t r = 0; r < num_rows; ++r) {
+    const int64_t row = row_begin + r;
+    const uint8_t* codes = w.data + row * (k / 2);
+    float* o = out + r * k;
+    for (int64_t gi = 0; gi < groups; ++gi) {
+      const float scale = F16ToF32(w.w4_scales[row * groups + gi]);
+      const int zero = w.w4_zeros[row * groups + gi];
+      float lut[16];  // indexed by the nibble: codes 0..7, then -8..-1
+      for (int q = 0; q < 16; ++q) lut[q] = static_cast<float>((q < 8 ? q : q - 16) - zero) * scale;
+      for (int64_t c = gi * g; c < (gi + 1) * g; ++c) {
+        const uint8_t byte = codes[c / 2];
+        const float v = lut[c % 2 == 0 ? (byte & 0xf) : (byte >> 4)];
+        o[perm != nullptr ? perm[c] : c] = v;
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void DecodeRows(const WeightView& w, int64_t row_begin, int64_t num_rows, float* out) {
   CHECK(row_begin >= 0 && num_rows >= 0 && row_begin + num_rows <= w.rows);
+  if (w.format == WeightFormat::kW4) {
+    DecodeW4Rows(w, row_begin, num_rows, out, /*stored_order=*/false);
+    return;
+  }
   internal::BestSimdKernels().decode_rows(w, row_begin, num_rows, out);
 }
 
@@ -153,6 +194,41 @@ void LinearFp8(const float* x, int64_t ldx, int64_t num_rows, const WeightView& 
   });
 }
 
+// Linear's W4A16 path (cpu_ops.h): the input gathered once into stored-column order (when
+// the weight has an act-order permutation), then the f32 path over panels decoded in stored
+// order.
+void LinearW4(const float* x, int64_t ldx, int64_t num_rows, const WeightView& w, const float* bias,
+              float* y, int64_t ldy, bool accumulate, int num_threads) {
+  const internal::SimdKernels& kernels = internal::BestSimdKernels();
+  const int64_t k = w.cols;
+  const int64_t n = w.rows;
+  thread_local std::vector<float> gathered;
+  if (w.w4_perm != nullptr) {
+    gathered.resize(num_rows * k);
+    for (int64_t m = 0; m < num_rows; ++m) {
+      const float* xm = x + m * ldx;
+      float* gm = gathered.data() + m * k;
+      for (int64_t j = 0; j < k; ++j) gm[j] = xm[w.w4_perm[j]];
+    }
+    x = gathered.data();
+    ldx = k;
+  }
+  constexpr int64_t kPanel = 16;
+  const int64_t num_panels = (n + kPanel - 1) / kPanel;
+  const int threads = ThreadsFor(num_threads, num_panels, num_rows * n * k);
+  ParallelFor(num_panels, threads, [&](int64_t p_begin, int64_t p_end) {
+    thread_local std::vector<float> panel;
+    if (panel.size() < static_cast<size_t>(kPanel * k)) panel.resize(kPanel * k);
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      const int64_t n0 = p * kPanel;
+      const int64_t cols = std::min(kPanel, n - n0);
+      DecodeW4Rows(w, n0, cols, panel.data(), /*stored_order=*/true);
+      kernels.linear_block(x, ldx, num_rows, k, panel.data(), k, cols, bias ? bias + n0 : nullptr,
+                           y + n0, ldy, accumulate);
+    }
+  });
+}
+
 }  // namespace
 
 void Linear(const float* x, int64_t ldx, int64_t num_rows, const WeightView& w, const float* bias,
@@ -160,6 +236,10 @@ void Linear(const float* x, int64_t ldx, int64_t num_rows, const WeightView& w, 
   if (num_rows == 0 || w.rows == 0) return;
   if (w.format == WeightFormat::kF8E4M3) {
     LinearFp8(x, ldx, num_rows, w, bias, y, ldy, accumulate, num_threads);
+    return;
+  }
+  if (w.format == WeightFormat::kW4) {
+    LinearW4(x, ldx, num_rows, w, bias, y, ldy, accumulate, num_threads);
     return;
   }
   const internal::SimdKernels& kernels = internal::BestSimdKernels();

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "backend/cpu/thread_pool.h"
+#include "core/logging.h"
 #include "model/dequant.h"
 
 namespace kiln::cpu {
@@ -54,7 +55,7 @@ Result<std::vector<float>> LoadVector(const Checkpoint& ckpt, const std::string&
 // The f32 values of `w` (an fp8 row's codes times its scale).
 OwnedWeight ToF32(const OwnedWeight& w) {
   if (w.format == WeightFormat::kF32) return w;
-  OwnedWeight out{WeightFormat::kF32, w.rows, w.cols, {}, {}};
+  OwnedWeight out{WeightFormat::kF32, w.rows, w.cols, {}, {}, {}};
   out.bytes.resize(w.rows * w.cols * sizeof(float));
   auto* f = reinterpret_cast<float*>(out.bytes.data());
   DecodeRows(w.view(), 0, w.rows, f);
@@ -64,6 +65,37 @@ OwnedWeight ToF32(const OwnedWeight& w) {
     }
   }
   return out;
+}
+
+// A W4A16 weight's parameters are consistent with its shape (Linear trusts them).
+Status CheckW4(const Weight& w) {
+  const Weight::W4Params& p = *w.w4;
+  const int64_t n = w.shape[0];
+  const int64_t k = w.shape[1];
+  const std::string where = w.file + ": w4a16 tensor '" + w.name + "'";
+  if (p.group_size <= 0 || k % p.group_size != 0 || k % 2 != 0) {
+    return InvalidArgument(where + " of shape " + w.shape.ToString() + " has group size " +
+                           std::to_string(p.group_size) +
+                           "; the CPU backend needs an even input size that the group size "
+                           "divides");
+  }
+  const size_t groups = static_cast<size_t>(n * (k / p.group_size));
+  if (w.nbytes != n * k / 2 || p.scales.size() != groups || p.zeros.size() != groups ||
+      (!p.perm.empty() && p.perm.size() != static_cast<size_t>(k))) {
+    return Corrupt(where + ": " + std::to_string(w.nbytes) + " code bytes, " +
+                   std::to_string(p.scales.size()) + " scales, " + std::to_string(p.zeros.size()) +
+                   " zeros, " + std::to_string(p.perm.size()) +
+                   " perm entries do not fit its shape " + w.shape.ToString());
+  }
+  for (int8_t z : p.zeros) {
+    if (z < -8 || z > 7) return Corrupt(where + ": a zero point outside [-8, 7]");
+  }
+  std::vector<bool> seen(k, false);
+  for (int32_t c : p.perm) {
+    if (c < 0 || c >= k || seen[c]) return Corrupt(where + ": perm is not a permutation of 0..k-1");
+    seen[c] = true;
+  }
+  return Status::Ok();
 }
 
 // A [rows, cols] matrix as held: its stored bytes when Linear decodes its dtype (an FP8
@@ -77,7 +109,12 @@ Result<OwnedWeight> LoadMatrix(const Checkpoint& ckpt, const std::string& name,
   OwnedWeight out;
   out.rows = rows;
   out.cols = cols;
-  if (w->dtype == DType::kF8E4M3 && !w->row_scales.empty()) {
+  if (w->dtype == DType::kI4 && w->w4.has_value()) {
+    KILN_RETURN_IF_ERROR(CheckW4(*w));
+    out.format = WeightFormat::kW4;
+    out.bytes.assign(w->data, w->data + w->nbytes);
+    out.w4 = *w->w4;
+  } else if (w->dtype == DType::kF8E4M3 && !w->row_scales.empty()) {
     out.format = WeightFormat::kF8E4M3;
     out.bytes.assign(w->data, w->data + w->nbytes);
     out.row_scales = w->row_scales;
@@ -92,19 +129,34 @@ Result<OwnedWeight> LoadMatrix(const Checkpoint& ckpt, const std::string& name,
   return out;
 }
 
-// Rows of `parts` stacked in order; f32 unless every part has the same format.
-OwnedWeight Stack(std::vector<OwnedWeight> parts) {
+// Rows of `parts` stacked in order; f32 unless every part has the same format (and, for W4A16,
+// the same group size and permutation).
+OwnedWeight Stack(std::vector<OwnedWeight> parts, const std::string& what) {
   bool same_format = true;
   for (const OwnedWeight& p : parts) same_format &= p.format == parts[0].format;
+  if (same_format && parts[0].format == WeightFormat::kW4) {
+    for (const OwnedWeight& p : parts) {
+      if (p.w4.group_size != parts[0].w4.group_size || p.w4.perm != parts[0].w4.perm) {
+        LOG(INFO) << what << ": its w4a16 parts differ in group size or act-order permutation, "
+                  << "so the fused matrix is held in f32";
+        same_format = false;
+        break;
+      }
+    }
+  }
   if (!same_format) {
     for (OwnedWeight& p : parts) p = ToF32(p);
   }
-  OwnedWeight out{parts[0].format, 0, parts[0].cols, {}, {}};
+  OwnedWeight out{parts[0].format, 0, parts[0].cols, {}, {}, {}};
+  out.w4.group_size = parts[0].w4.group_size;
+  out.w4.perm = parts[0].w4.perm;
   for (const OwnedWeight& p : parts) {
     CHECK_EQ(p.cols, out.cols);
     out.rows += p.rows;
     out.bytes.insert(out.bytes.end(), p.bytes.begin(), p.bytes.end());
     out.row_scales.insert(out.row_scales.end(), p.row_scales.begin(), p.row_scales.end());
+    out.w4.scales.insert(out.w4.scales.end(), p.w4.scales.begin(), p.w4.scales.end());
+    out.w4.zeros.insert(out.w4.zeros.end(), p.w4.zeros.begin(), p.w4.zeros.end());
   }
   return out;
 }
@@ -133,7 +185,9 @@ void AppendFloats(const std::vector<float>& v, std::vector<float>* out) {
 
 int64_t CpuWeights::MatrixBytes() const {
   auto bytes = [](const OwnedWeight& w) {
-    return static_cast<int64_t>(w.bytes.size() + w.row_scales.size() * sizeof(float));
+    return static_cast<int64_t>(w.bytes.size() + w.row_scales.size() * sizeof(float) +
+                                w.w4.scales.size() * sizeof(uint16_t) + w.w4.zeros.size() +
+                                w.w4.perm.size() * sizeof(int32_t));
   };
   int64_t total = bytes(embedding) + bytes(lm_head);
   for (const CpuLayerWeights& l : layers) {
@@ -144,7 +198,7 @@ int64_t CpuWeights::MatrixBytes() const {
 
 OwnedWeight QuantizeFp8(const OwnedWeight& w) {
   if (w.format == WeightFormat::kF8E4M3) return w;
-  OwnedWeight out{WeightFormat::kF8E4M3, w.rows, w.cols, {}, {}};
+  OwnedWeight out{WeightFormat::kF8E4M3, w.rows, w.cols, {}, {}, {}};
   out.bytes.resize(w.rows * w.cols);
   out.row_scales.resize(w.rows);
   const WeightView view = w.view();
@@ -230,7 +284,7 @@ Result<CpuWeights> LoadCpuWeights(const Checkpoint& ckpt, bool dequantize_at_loa
                                        WeightRowBytes(qkv[j].format, qkv[j].cols), &qkv[j].bytes));
       }
     }
-    l.qkv = Stack(std::move(qkv));
+    l.qkv = Stack(std::move(qkv), p + "self_attn.qkv");
     KILN_ASSIGN_OR_RETURN(l.o, LoadMatrix(ckpt, p + "self_attn.o_proj.weight", dequantize_at_load));
     if (c.o_bias) {
       KILN_ASSIGN_OR_RETURN(l.o_bias, LoadVector(ckpt, p + "self_attn.o_proj.bias"));
@@ -241,7 +295,7 @@ Result<CpuWeights> LoadCpuWeights(const Checkpoint& ckpt, bool dequantize_at_loa
                           LoadMatrix(ckpt, p + "mlp.gate_proj.weight", dequantize_at_load));
     KILN_ASSIGN_OR_RETURN(gate_up[1],
                           LoadMatrix(ckpt, p + "mlp.up_proj.weight", dequantize_at_load));
-    l.gate_up = Stack(std::move(gate_up));
+    l.gate_up = Stack(std::move(gate_up), p + "mlp.gate_up");
     KILN_ASSIGN_OR_RETURN(l.down, LoadMatrix(ckpt, p + "mlp.down_proj.weight", dequantize_at_load));
     if (c.mlp_bias) {
       for (const char* name : {"gate_proj", "up_proj"}) {

@@ -15,6 +15,12 @@
 //     blocks dequantized first). This one step changes values; embedding, norms, biases and
 //     lm_head stay as they are. An FP8 checkpoint's e4m3 weights (Weight::row_scales) are
 //     kept as they are stored, whatever the options, and its KV cache scales are the layers'.
+//   * W4A16 weights (dtype kI4 with Weight::w4: engine directories, AutoAWQ / GPTQ checkpoints)
+//     stay packed (WeightFormat::kW4) whatever the options. Fusing q/k/v or gate/up
+//     concatenates their rows, group scales and zeros; the parts must share the group size and
+//     the act-order permutation (they read the same input; GPTQ computes one per input when it
+//     quantizes from one Hessian per site). Parts that differ are fused as f32 decodings
+//     instead (logged).
 //   * GGUF `llama` files store q_proj / k_proj rows permuted for llama.cpp's interleaved RoPE
 //     (Checkpoint::qk_rope_layout() == kInterleaved). The rows are put back in HF order here
 //     (UnpermuteQkRows), so the forward pass has one RoPE: HF's rotate_half.
@@ -37,9 +43,18 @@ struct OwnedWeight {
   int64_t cols = 0;
   std::vector<uint8_t> bytes;     // rows * WeightRowBytes(format, cols)
   std::vector<float> row_scales;  // [rows] for kF8E4M3, else empty
+  Weight::W4Params w4;            // kW4: group scales, zeros, perm (model/quantization.h)
 
   WeightView view() const {
-    return {format, rows, cols, bytes.data(), row_scales.empty() ? nullptr : row_scales.data()};
+    WeightView v{format, rows, cols, bytes.data(),
+                 row_scales.empty() ? nullptr : row_scales.data()};
+    if (format == WeightFormat::kW4) {
+      v.w4_group_size = w4.group_size;
+      v.w4_scales = w4.scales.data();
+      v.w4_zeros = w4.zeros.data();
+      v.w4_perm = w4.perm.empty() ? nullptr : w4.perm.data();
+    }
+    return v;
   }
 };
 

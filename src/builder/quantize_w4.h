@@ -1,0 +1,121 @@
+// W4A16 quantizers for kiln build (docs/quantization.md, "W4A16: RTN, AWQ, GPTQ"): each turns
+// the decoder layers' linear weights of an opened Checkpoint into the W4A16 format of
+// model/quantization.h (packed signed 4-bit codes, fp16 group scales, int8 zeros, optional
+// act-order permutation), groups of `group_size` consecutive stored columns.
+//
+//   RTN   round to nearest: per (row, group) asymmetric min/max, scale = (max - min) / 15,
+//         zero = round(-min / scale) clamped to [0, 15] (stored minus 8).
+//   AWQ   activation-aware scaling: per input channel s = mean|x|^alpha (normalized), alpha
+//         searched over a grid in [0, 1) for the smallest output error on calibration rows;
+//         the weight columns are multiplied by s before RTN and 1/s folds into the op that
+//         produces the input (input_layernorm for qkv, post_attention_layernorm for gate/up, the
+//         up_proj rows for down). o_proj is not scaled (its input is attention's output: for a
+//         GQA model v_proj cannot absorb it, as AutoAWQ also skips it), only clipped. Then a
+//         clipping search per (row, group) (AWQ's auto_clip; not for q and k).
+//   GPTQ  Hessian-based: H = 2 X^T X over the calibration inputs of each site (one H per input:
+//         q/k/v share it, gate/up share it), 1 % dampening, columns quantized one at a time
+//         with the error fed back through the upper Cholesky factor of H^-1, in lazy blocks of
+//         128 columns; act-order sorts the columns by diag(H) descending (Weight::W4Params::perm,
+//         the same for every part of a fused site).
+//
+// Calibration runs the CPU runner once over the calibration sequences (the unquantized model,
+// not layer by layer on the partly quantized one) with W4Calibrator observing every linear
+// input. Output rows are in the checkpoint's own row order (a GGUF file's q/k rows stay in its
+// interleaved layout; Checkpoint::qk_rope_layout says which).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_runner.h"
+#include "builder/quantize.h"
+#include "core/dtype.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "model/checkpoint.h"
+#include "model/quantization.h"
+
+namespace kiln {
+
+enum class W4Algorithm : uint8_t { kRtn, kAwq, kGptq };
+std::string_view W4AlgorithmName(W4Algorithm algorithm);  // "rtn", "awq", "gptq"
+
+struct W4Options {
+  W4Algorithm algorithm = W4Algorithm::kRtn;
+  int32_t group_size = 128;  // must divide every linear layer's input size (and be even)
+  bool act_order = true;     // GPTQ only
+  double gptq_damp = 0.01;   // of mean(diag(H))
+  int32_t awq_grid = 20;     // alphas 0, 1/grid, ..., (grid - 1) / grid
+  bool awq_clip = true;
+  int32_t awq_sample_rows = 512;  // calibration rows kept per site for AWQ's error
+  int num_threads = 0;            // 0 = every core
+};
+
+// One decoder layer's linear input site (cpu_runner.h ActivationObserver::Site).
+struct W4SiteStats {
+  int64_t cols = 0;
+  int64_t rows_seen = 0;
+  std::vector<double> abs_sum;  // [cols] sum |x|
+  std::vector<float> samples;   // [num_samples, cols] every stride-th row
+  int64_t num_samples = 0;
+  std::vector<double> gram;  // [cols, cols] sum x^T x (GPTQ), or empty
+};
+
+// Collects what the W4 quantizers need from the calibration pass.
+class W4Calibrator : public ActivationObserver {
+ public:
+  // sample_stride: keep every sample_stride-th row (up to max_samples) per site.
+  W4Calibrator(int num_layers, bool gram, int64_t sample_stride, int64_t max_samples,
+               int num_threads);
+  void ObserveLinearInput(int layer, Site site, const float* x, int64_t rows, int64_t cols,
+                          int64_t ld) override;
+  void ObserveKv(int, const float*, const float*, int64_t, int64_t, int64_t) override {}
+  const W4SiteStats& stats(int layer, Site site) const {
+    return sites_[layer * 4 + static_cast<int>(site)];
+  }
+
+ private:
+  bool gram_;
+  int64_t sample_stride_;
+  int64_t max_samples_;
+  int num_threads_;
+  std::vector<W4SiteStats> sites_;  // [layer * 4 + site]
+};
+
+// Runs the CPU runner over `sequences` (each one prefill) with `observer`.
+Status RunCalibration(const Checkpoint& ckpt, const std::vector<std::vector<int32_t>>& sequences,
+                      ActivationObserver* observer, int num_threads);
+
+// Quantizes every decoder layer's q/k/v/o/gate/up/down weight. `calibration`: token sequences
+// (unused by RTN). Returns the W4A16 tensors under their HF names and, for AWQ, the changed
+// norm weights (f32). Errors: InvalidArgument naming the tensor when the group size does not
+// divide its input size (or is odd, or < 2), or when AWQ/GPTQ get no calibration tokens;
+// those of the checkpoint's weights and of the calibration pass.
+Result<QuantizedModel> QuantizeW4(const Checkpoint& ckpt, const W4Options& options,
+                                  const std::vector<std::vector<int32_t>>& calibration);
+
+namespace internal {
+
+// RTN of one row's group of `size` values: writes codes [-8, 7] and returns (fp16 scale bits,
+// zero in [-8, 7]). The scale is rounded to fp16 before the codes are chosen.
+std::pair<uint16_t, int8_t> QuantizeGroupRtn(const float* w, int64_t size, int8_t* codes);
+
+// GPTQ of w [n, k] (modified: ends as the dequantized weight) with Hessian h [k, k] (modified).
+// Returns codes [n, k] (stored order), scales/zeros [n, k / group], perm ([k] or empty).
+struct W4Codes {
+  std::vector<int8_t> codes;
+  Weight::W4Params params;
+};
+W4Codes Gptq(std::vector<float>& w, int64_t n, int64_t k, std::vector<double> h, int32_t group,
+             bool act_order, double damp, int num_threads);
+W4Codes Rtn(const float* w, int64_t n, int64_t k, int32_t group);
+
+// The upper Cholesky factor U of a^-1 (a^-1 = U^T U) for a symmetric positive definite a [k, k];
+// false if a is not positive definite.
+bool UpperCholeskyOfInverse(std::vector<double>& a, int64_t k);
+
+}  // namespace internal
+}  // namespace kiln
