@@ -2,7 +2,9 @@
 //
 // The listener starts first (so /health answers 503 while the model loads), the model loads on
 // a second thread, and the main thread waits for SIGTERM / SIGINT, then drains and exits 0.
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -17,6 +19,9 @@
 #include "engine/executor.h"
 #include "engine/llm.h"
 #include "server/server.h"
+#ifdef KILN_HAS_CUDA
+#include "backend/cuda/cuda_runner.h"
+#endif
 
 namespace kiln::cli {
 namespace {
@@ -84,9 +89,34 @@ Result<server::ServerOptions> ToServerOptions(const ServeOptions& o) {
   return s;
 }
 
+// Where the start-up went (CUDA): the weights' upload rate, the GEMM tuning or the engine's
+// table, the decode graphs.
+void PrintStartup(const ModelRunner& runner, double seconds) {
+#ifdef KILN_HAS_CUDA
+  auto r = GetCudaMemoryReport(runner);
+  if (r.ok()) {
+    std::fprintf(stderr,
+                 "kiln serve: ready in %.2f s: weights %.2f GB uploaded in %.2f s (%.1f GB/s), "
+                 "decode graphs %.2f s (GEMM tuning %.2f s, %d algorithms from the engine's "
+                 "table), the rest %.2f s (opening, CUDA context, allocations)\n",
+                 seconds, r->weight_bytes / 1e9, r->upload_seconds,
+                 r->weight_bytes / 1e9 / std::max(r->upload_seconds, 1e-9),
+                 r->graph_capture_seconds, r->gemm_tune_seconds, r->gemm_table_entries,
+                 seconds - r->upload_seconds - r->graph_capture_seconds);
+    return;
+  }
+#endif
+  (void)runner;
+  std::fprintf(stderr, "kiln serve: ready in %.2f s\n", seconds);
+}
+
 // Loads the model and hands it to the server.
-Result<std::string> Load(const ServeOptions& o, const LlmOptions& options, server::Server* server) {
+Result<std::string> Load(const ServeOptions& o, LlmOptions options, server::Server* server) {
+  const auto start = std::chrono::steady_clock::now();
+  options.load_progress = ByteProgressBar("kiln serve: weights");
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<LLM> llm, LLM::Create(o.engine.model, options));
+  PrintStartup(llm->engine().runner(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   auto model = std::make_unique<server::ServedModel>();
   // NOTE: as vLLM, the default name is the model argument as given (clients that ported from
   // vLLM send what they passed to --model).
