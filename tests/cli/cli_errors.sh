@@ -165,6 +165,33 @@ expect_error "--bogus" "${c[@]}" --prompts "$work/prompts.txt" --bogus
 expect_error "--prompts" "${c[@]}"
 expect_error "quantization: expected none or fp8" bench offline "$work/missing" -q fp4
 expect_error "kv-cache-dtype: expected" bench latency "$work/missing" --kv-cache-dtype q8
+# kiln build: bad options fail before any work; an engine builds, runs, signs and verifies
+expect_exit 1 "--quant: expected none, fp8" build "$work/tiny" --out "$work/eng" --quant fp4
+expect_exit 1 "kv-cache-dtype: expected" build "$work/tiny" --out "$work/eng" --kv-cache-dtype q8
+expect_exit 1 "--dtype: expected" build "$work/tiny" --out "$work/eng" --dtype int8
+expect_exit 1 "--tune: expected" build "$work/tiny" --out "$work/eng" --tune maybe
+expect_exit 1 "--calib: --quant fp8 does not calibrate" build "$work/tiny" --out "$work/eng" --quant fp8 --calib "$work/notes.txt"
+expect_exit 1 "--sign" build "$work/tiny" --out "$work/eng" --sign "$work/notes.txt"
+expect_exit 1 "--out must differ" build "$work/tiny" --out "$work/tiny"
+expect_exit 1 "not a kiln engine" build "$work/tiny" --out "$work/empty/.." --tune off
+expect_exit 1 "no such file" build "$work/missing" --out "$work/eng"
+expect_exit 0 "wrote" build "$work/tiny" --out "$work/eng" --quant fp8 --tune off
+expect_exit 1 "pass --force" build "$work/tiny" --out "$work/eng" --tune off
+expect_exit 0 "engine" inspect "$work/eng"
+g=(generate --device cpu --kv-cache-memory 64MiB --prompt hi --max-tokens 2)
+expect_exit 1 "not signed" "${g[@]}" "$work/eng" --verify-key "$work/notes.txt"
+expect_exit 1 "needs a kiln engine" "${g[@]}" "$work/tiny" --verify-key "$work/notes.txt"
+if openssl genpkey -algorithm ed25519 -out "$work/key.pem" 2>/dev/null &&
+   openssl pkey -in "$work/key.pem" -pubout -out "$work/key.pub.pem" 2>/dev/null; then
+  expect_exit 0 "signed with" build "$work/tiny" --out "$work/eng" --quant fp8 --tune off --force --sign "$work/key.pem"
+  "$kiln" "${g[@]}" "$work/eng" --verify-key "$work/key.pub.pem" >/dev/null 2>&1 && pass=$((pass + 1)) ||
+    { fail=$((fail + 1)); echo "FAIL: a signed engine did not verify"; }
+  printf 'x' >>"$work/eng/config.json"
+  expect_exit 1 "config.json" "${g[@]}" "$work/eng" --verify-key "$work/key.pub.pem"
+  expect_exit 1 "not a PEM public key" "${g[@]}" "$work/eng" --verify-key "$work/notes.txt"
+else
+  echo "SKIP: the signing cases need the openssl command (Debian openssl)"
+fi
 truncate -s 1000 "$work/tiny/model.safetensors"
 expect_error "model.safetensors" inspect "$work/tiny"
 expect_error "not empty" synth --preset smollm2-135m --out "$work/tiny"
