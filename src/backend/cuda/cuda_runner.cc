@@ -449,6 +449,11 @@ Status CudaRunner<T>::Init(const Checkpoint& ckpt) {
     options_.max_model_len = static_cast<int32_t>(config_.max_position_embeddings);
   }
   interleaved_rope_ = ckpt.qk_rope_layout() == QkRopeLayout::kInterleaved;
+  const QuantMethod pre = ckpt.quantization().method;
+  if (pre == QuantMethod::kInt8 || pre == QuantMethod::kW4A16) {
+    return Unsupported(ckpt.path() + ": its weights are " + std::string(QuantMethodName(pre)) +
+                       ", which the CUDA backend does not run yet; use --device cpu");
+  }
   // A pre-quantized FP8 checkpoint runs as FP8 whatever was asked (its weights are e4m3), and
   // brings its calibrated KV cache scales (used with an FP8 KV cache).
   if (ckpt.quantization().method == QuantMethod::kFp8) options_.quantization = QuantMethod::kFp8;
