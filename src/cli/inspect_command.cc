@@ -130,6 +130,11 @@ void Run(const InspectOptions& o) {
                                       {"static_activations", pre.static_activations},
                                       {"kv_cache_scales", !ckpt.kv_cache_scales().empty()}};
     }
+    if (const auto& engine = ckpt.engine()) {
+      j["engine"] = {{"quant_recipe", engine->quant_recipe},
+                     {"kv_cache_dtype", KvCacheDTypeName(engine->kv_cache_dtype)},
+                     {"gemm_table", engine->gemm_table_path}};
+    }
     j["compute_dtype"] = DTypeName(compute_dtype);
     j["kv_cache_dtype"] = DTypeName(*kv_dtype);
     j["kv_bytes_per_token"] = kv_per_token;
@@ -158,6 +163,13 @@ void Run(const InspectOptions& o) {
   Print("model", ckpt.path());
   Print("name", ckpt.name());
   Print("format", std::string(CheckpointFormatName(ckpt.format())));
+  if (const auto& engine = ckpt.engine()) {
+    Print("engine",
+          "built with --quant " + engine->quant_recipe + ", KV cache " +
+              std::string(KvCacheDTypeName(engine->kv_cache_dtype)) + " by default, " +
+              (engine->gemm_table_path.empty() ? "no GEMM table"
+                                               : "GEMM table " + engine->gemm_table_path));
+  }
   const std::string family(ModelFamilyName(c.family));
   Print("architecture", family + (c.architecture.empty() || c.architecture == family
                                       ? ""
