@@ -1,7 +1,8 @@
-// FP8 (e4m3fn) quantization and weight-only FP8 linear layers (model/quantization.h has the
-// arithmetic; the CPU backend is its reference). Raw device pointers + sizes + strides + stream;
-// no engine types. Activations are bf16 or fp16 (an overload per type, one kernel body behind
-// both). Every function returns the launch status and never synchronizes (graph-capturable).
+// FP8 (e4m3fn) and INT8 quantization and weight-only FP8 / INT8 linear layers
+// (model/quantization.h has the arithmetic; the CPU backend is its reference). Raw device pointers
+// + sizes + strides + stream; no engine types. Activations are bf16 or fp16 (an overload per type,
+// one kernel body behind both). Every function returns the launch status and never synchronizes
+// (graph-capturable).
 #pragma once
 
 #include <cstdint>
@@ -62,5 +63,50 @@ bool GemvFp8Supported(const GemvFp8ArgsT<__half>& args);
 // REQUIRES: GemvFp8Supported(args).
 cudaError_t GemvFp8(const GemvFp8ArgsT<__nv_bfloat16>& args, cudaStream_t stream);
 cudaError_t GemvFp8(const GemvFp8ArgsT<__half>& args, cudaStream_t stream);
+
+// ---- INT8 (SmoothQuant W8A8, model/quantization.h) -------------------------------------------
+
+// Per-row int8 quantization: scales[r] = max(amax_r / 127, FLT_MIN) and
+// out[r, c] = round-to-nearest-even(x[r, c] / scales[r]) (IEEE fp32 division) clamped to +-127:
+// bit-exact with the CPU reference (QuantizeRowInt8). Same layout and requirements as
+// QuantizeRowsFp8.
+cudaError_t QuantizeRowsInt8(const __nv_bfloat16* x, int64_t ldx, int64_t rows, int64_t cols,
+                             int8_t* out, int64_t ldo, float* scales, cudaStream_t stream);
+cudaError_t QuantizeRowsInt8(const __half* x, int64_t ldx, int64_t rows, int64_t cols, int8_t* out,
+                             int64_t ldo, float* scales, cudaStream_t stream);
+
+// The epilogue of an int8 x int8 -> int32 GEMM: out[m, n] = acc[m, n] * row_scale[m] *
+// col_scale[n] (+ bias[n]) in fp32, one rounding to T (or none: out_f32). acc: [rows, cols] with
+// row stride ld_acc; out: [rows, cols] with row stride ldo; rows <= 65535.
+cudaError_t ApplyInt8Scales(const int32_t* acc, int64_t ld_acc, int64_t rows, int64_t cols,
+                            const float* row_scale, const float* col_scale,
+                            const __nv_bfloat16* bias, void* out, int64_t ldo, bool out_f32,
+                            cudaStream_t stream);
+cudaError_t ApplyInt8Scales(const int32_t* acc, int64_t ld_acc, int64_t rows, int64_t cols,
+                            const float* row_scale, const float* col_scale, const __half* bias,
+                            void* out, int64_t ldo, bool out_f32, cudaStream_t stream);
+
+// Weight-only INT8 skinny linear layer (W8A16): GemvFp8 with int8 weight codes,
+// out[m, n] = (sum_k x[m, k] * w[n, k]) * w_scale[n] (+ bias[n]). Same kernel body, same
+// requirements (GemvInt8Supported).
+template <typename T>
+struct GemvInt8ArgsT {
+  const T* x = nullptr;  // [m, k], row stride ldx
+  int64_t ldx = 0;
+  int32_t m = 0;                   // 1 ..= kGemvMaxRows (gemv.h)
+  const int8_t* w = nullptr;       // [n, k] contiguous
+  const float* w_scale = nullptr;  // [n]
+  int64_t n = 0;
+  int64_t k = 0;
+  const T* bias = nullptr;  // [n] or null
+  void* out = nullptr;      // [m, n], row stride ldo
+  int64_t ldo = 0;
+  bool out_f32 = false;
+};
+
+bool GemvInt8Supported(const GemvInt8ArgsT<__nv_bfloat16>& args);
+bool GemvInt8Supported(const GemvInt8ArgsT<__half>& args);
+cudaError_t GemvInt8(const GemvInt8ArgsT<__nv_bfloat16>& args, cudaStream_t stream);
+cudaError_t GemvInt8(const GemvInt8ArgsT<__half>& args, cudaStream_t stream);
 
 }  // namespace kiln::kernels
