@@ -40,13 +40,14 @@ cudaError_t ApplyFp8Scales(const __nv_bfloat16* y, int64_t ld, int64_t rows, int
 // (sum_k x[m, k] * e4m3(w[n, k])) * w_scale[n] (+ bias[n]), fp32 accumulation, one rounding to
 // the output type (T, or fp32 with out_f32). The weight stream is half of a bf16 GEMV's: each
 // warp owns output columns and streams its row of w in 16-byte (16-element) loads.
-template <typename T>
-struct GemvFp8ArgsT {
+// Code: the weight's one-byte code type, __nv_fp8_e4m3 (GemvFp8ArgsT) or int8_t (GemvInt8ArgsT).
+template <typename T, typename Code>
+struct GemvW8ArgsT {
   const T* x = nullptr;  // [m, k], row stride ldx
   int64_t ldx = 0;
-  int32_t m = 0;                     // 1 ..= kGemvMaxRows (gemv.h)
-  const __nv_fp8_e4m3* w = nullptr;  // [n, k] contiguous
-  const float* w_scale = nullptr;    // [n]
+  int32_t m = 0;                   // 1 ..= kGemvMaxRows (gemv.h)
+  const Code* w = nullptr;         // [n, k] contiguous
+  const float* w_scale = nullptr;  // [n]
   int64_t n = 0;
   int64_t k = 0;
   const T* bias = nullptr;  // [n] or null
@@ -54,6 +55,8 @@ struct GemvFp8ArgsT {
   int64_t ldo = 0;
   bool out_f32 = false;
 };
+template <typename T>
+using GemvFp8ArgsT = GemvW8ArgsT<T, __nv_fp8_e4m3>;
 
 // Whether GemvFp8 handles these operands: 1 <= m <= kGemvMaxRows, k a multiple of 16, ldx a
 // multiple of 8, x and w 16-byte aligned.
@@ -90,19 +93,7 @@ cudaError_t ApplyInt8Scales(const int32_t* acc, int64_t ld_acc, int64_t rows, in
 // out[m, n] = (sum_k x[m, k] * w[n, k]) * w_scale[n] (+ bias[n]). Same kernel body, same
 // requirements (GemvInt8Supported).
 template <typename T>
-struct GemvInt8ArgsT {
-  const T* x = nullptr;  // [m, k], row stride ldx
-  int64_t ldx = 0;
-  int32_t m = 0;                   // 1 ..= kGemvMaxRows (gemv.h)
-  const int8_t* w = nullptr;       // [n, k] contiguous
-  const float* w_scale = nullptr;  // [n]
-  int64_t n = 0;
-  int64_t k = 0;
-  const T* bias = nullptr;  // [n] or null
-  void* out = nullptr;      // [m, n], row stride ldo
-  int64_t ldo = 0;
-  bool out_f32 = false;
-};
+using GemvInt8ArgsT = GemvW8ArgsT<T, int8_t>;
 
 bool GemvInt8Supported(const GemvInt8ArgsT<__nv_bfloat16>& args);
 bool GemvInt8Supported(const GemvInt8ArgsT<__half>& args);

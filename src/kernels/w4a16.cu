@@ -91,8 +91,8 @@ constexpr uint32_t kMagicPair = std::is_same_v<T, __half> ? 0x64006400u : 0x4300
 template <typename T>
 __device__ __forceinline__ uint32_t SubPair(uint32_t a, uint32_t b) {
   if constexpr (std::is_same_v<T, __half>) {
-    const __half2 r = __hsub2(*reinterpret_cast<const __half2*>(&a),
-                              *reinterpret_cast<const __half2*>(&b));
+    const __half2 r =
+        __hsub2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
     return *reinterpret_cast<const uint32_t*>(&r);
   } else {
     const __nv_bfloat162 r = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&a),
@@ -243,7 +243,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int tt = 0; tt < kTT; ++tt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) red[(warp * kE + (r * kTT + tt) * 4 + i) * 32 + lane] = acc[r][tt][i];
+      for (int i = 0; i < 4; ++i)
+        red[(warp * kE + (r * kTT + tt) * 4 + i) * 32 + lane] = acc[r][tt][i];
   __syncthreads();
   for (int idx = threadIdx.x; idx < kE * 32; idx += kWarps * 32) {
     float v = 0.0f;
@@ -272,8 +273,8 @@ cudaError_t LaunchW4(const W4GemmArgsT<T>& a, cudaStream_t stream) {
           kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
       if (e != cudaSuccess) return e;
     }
-    kernel<<<grid, kWarps * 32, smem, stream>>>(a.x, a.ldx, a.m, w, a.sz, group16, a.n, a.k,
-                                                a.bias, out, a.ldo);
+    kernel<<<grid, kWarps * 32, smem, stream>>>(a.x, a.ldx, a.m, w, a.sz, group16, a.n, a.k, a.bias,
+                                                out, a.ldo);
     return cudaGetLastError();
   };
   if (a.out_f32) {
@@ -282,15 +283,18 @@ cudaError_t LaunchW4(const W4GemmArgsT<T>& a, cudaStream_t stream) {
   return launch(W4GemmKernel<kTT, kRB, kKPG, kU, T, T>, static_cast<T*>(a.out));
 }
 
-// Rows -> (token tiles, row tiles per block, tiles in flight per stage); then the group size's
+// Rows -> (token tiles, row tiles per block, tiles in flight per warp); then the group size's
 // kKPG. Two row tiles per block share each x fragment (halving x's re-reads from L1/L2) at the
-// cost of registers (a.row_tiles picks; 0: one up to 16 rows, two beyond where n allows).
+// cost of registers: measured faster from 9 rows on, slower up to 8 (gemv_bench --w4, H100).
+// a.row_tiles / a.tiles_in_flight override the choice (benchmarks).
 template <int kKPG, typename T>
 cudaError_t DispatchW4Rows(const W4GemmArgsT<T>& a, cudaStream_t stream) {
-  const bool pairs = a.n % (2 * kW4TileRows) == 0 &&
-                     (a.row_tiles == 2 || (a.row_tiles == 0 && a.m > 16));
+  const bool pairs =
+      a.n % (2 * kW4TileRows) == 0 && (a.row_tiles == 2 || (a.row_tiles == 0 && a.m > 8));
   if (a.m <= 8) {
-    return pairs ? LaunchW4<1, 2, kKPG, 2>(a, stream) : LaunchW4<1, 1, kKPG, 4>(a, stream);
+    if (pairs) return LaunchW4<1, 2, kKPG, 2>(a, stream);
+    return a.tiles_in_flight == 8 ? LaunchW4<1, 1, kKPG, 8>(a, stream)
+                                  : LaunchW4<1, 1, kKPG, 4>(a, stream);
   }
   if (a.m <= 16) {
     return pairs ? LaunchW4<2, 2, kKPG, 2>(a, stream) : LaunchW4<2, 1, kKPG, 4>(a, stream);
@@ -319,8 +323,8 @@ cudaError_t LaunchW4Gemm(const W4GemmArgsT<T>& a, cudaStream_t stream) {
 }
 
 template <typename T>
-cudaError_t LaunchGather(const T* x, int64_t ldx, int64_t m, int64_t k, const int32_t* perm,
-                         T* out, cudaStream_t stream) {
+cudaError_t LaunchGather(const T* x, int64_t ldx, int64_t m, int64_t k, const int32_t* perm, T* out,
+                         cudaStream_t stream) {
   if (m == 0 || k == 0) return cudaSuccess;
   if (m > 65535) return cudaErrorInvalidValue;  // grid.y
   constexpr int kBlock = 256;
@@ -360,8 +364,8 @@ cudaError_t W4GatherColumns(const __nv_bfloat16* x, int64_t ldx, int64_t m, int6
                             const int32_t* perm, __nv_bfloat16* out, cudaStream_t stream) {
   return LaunchGather(x, ldx, m, k, perm, out, stream);
 }
-cudaError_t W4GatherColumns(const __half* x, int64_t ldx, int64_t m, int64_t k,
-                            const int32_t* perm, __half* out, cudaStream_t stream) {
+cudaError_t W4GatherColumns(const __half* x, int64_t ldx, int64_t m, int64_t k, const int32_t* perm,
+                            __half* out, cudaStream_t stream) {
   return LaunchGather(x, ldx, m, k, perm, out, stream);
 }
 

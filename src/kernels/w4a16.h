@@ -43,8 +43,8 @@ cudaError_t W4RepackScales(const uint16_t* scales, const int8_t* zeros, int64_t 
 // Act-order: out[r, j] = x[r, perm[j]] for r < m, j < k (out contiguous [m, k]).
 cudaError_t W4GatherColumns(const __nv_bfloat16* x, int64_t ldx, int64_t m, int64_t k,
                             const int32_t* perm, __nv_bfloat16* out, cudaStream_t stream);
-cudaError_t W4GatherColumns(const __half* x, int64_t ldx, int64_t m, int64_t k,
-                            const int32_t* perm, __half* out, cudaStream_t stream);
+cudaError_t W4GatherColumns(const __half* x, int64_t ldx, int64_t m, int64_t k, const int32_t* perm,
+                            __half* out, cudaStream_t stream);
 
 // out[m, n] = sum_c x[m, c] * (code[n, c] - zero[n, g(c)]) * scale[n, g(c)] (+ bias[n]), stored
 // columns c (apply W4GatherColumns first for act-order), fp32 accumulation, one rounding to the
@@ -53,8 +53,8 @@ template <typename T>
 struct W4GemmArgsT {
   const T* x = nullptr;  // [m, k], row stride ldx
   int64_t ldx = 0;
-  int32_t m = 0;               // 1 ..= kW4GemmMaxRows
-  const uint8_t* w = nullptr;  // tiled codes (W4RepackCodes)
+  int32_t m = 0;                 // 1 ..= kW4GemmMaxRows
+  const uint8_t* w = nullptr;    // tiled codes (W4RepackCodes)
   const uint32_t* sz = nullptr;  // W4RepackScales
   int64_t group_size = 0;
   int64_t n = 0;
@@ -63,9 +63,9 @@ struct W4GemmArgsT {
   void* out = nullptr;      // [m, n], row stride ldo
   int64_t ldo = 0;
   bool out_f32 = false;
-  // 16-row weight tiles per block, 1 or 2 (2 needs n a multiple of 32); 0: the default for m.
-  // For benchmarks (gemv_bench --w4 times both).
-  int32_t row_tiles = 0;
+  // For benchmarks (gemv_bench --w4 times the alternatives); 0: the default for m.
+  int32_t row_tiles = 0;        // 16-row weight tiles per block, 1 or 2 (2: n a multiple of 32)
+  int32_t tiles_in_flight = 0;  // 64-column tiles each warp loads at once (8: m <= 8, 1 row tile)
 };
 
 // W4ShapeSupported, 1 <= m <= kW4GemmMaxRows, ldx a multiple of 4, x 8-byte and w 16-byte

@@ -33,6 +33,26 @@ Result<std::vector<const void*>> TuneWeights(const GemmShape& s, std::span<const
   return std::vector<const void*>(w.begin(), w.end());
 }
 
+// The arguments of kernels::GemvFp8 / GemvInt8 (the same fields; w's code type differs).
+template <typename Code, typename T>
+kernels::GemvW8ArgsT<T, Code> W8GemvArgs(const T* x, int64_t ldx, int64_t m, const Code* w,
+                                         const float* w_scale, int64_t n, int64_t k, const T* bias,
+                                         void* out, int64_t ldo, bool out_f32) {
+  kernels::GemvW8ArgsT<T, Code> g;
+  g.x = x;
+  g.ldx = ldx;
+  g.m = static_cast<int32_t>(m);
+  g.w = w;
+  g.w_scale = w_scale;
+  g.n = n;
+  g.k = k;
+  g.bias = bias;
+  g.out = out;
+  g.ldo = ldo;
+  g.out_f32 = out_f32;
+  return g;
+}
+
 }  // namespace
 
 // Row-major out[m, n] = x[m, k] . w[n, k]^T is, in cuBLASLt's column-major terms,
@@ -199,18 +219,7 @@ Status Gemm::LinearFp8Of(const T* x, int64_t ldx, int64_t m, Fp8Weight w, int64_
                          cudaStream_t stream) {
   if (m == 0) return Status::Ok();
   if (m <= fp8_gemv_max_rows_) {
-    kernels::GemvFp8ArgsT<T> g;
-    g.x = x;
-    g.ldx = ldx;
-    g.m = static_cast<int32_t>(m);
-    g.w = w.w;
-    g.w_scale = w.scale;
-    g.n = n;
-    g.k = k;
-    g.bias = bias;
-    g.out = out;
-    g.ldo = ldo;
-    g.out_f32 = out_f32;
+    const auto g = W8GemvArgs(x, ldx, m, w.w, w.scale, n, k, bias, out, ldo, out_f32);
     if (kernels::GemvFp8Supported(g)) {
       KILN_CUDA_RETURN_IF_ERROR(kernels::GemvFp8(g, stream));
       return Status::Ok();
@@ -257,18 +266,7 @@ Status Gemm::LinearInt8Of(const T* x, int64_t ldx, int64_t m, Int8Weight w, int6
                           cudaStream_t stream) {
   if (m == 0) return Status::Ok();
   if (m <= int8_gemv_max_rows_) {
-    kernels::GemvInt8ArgsT<T> g;
-    g.x = x;
-    g.ldx = ldx;
-    g.m = static_cast<int32_t>(m);
-    g.w = w.w;
-    g.w_scale = w.scale;
-    g.n = n;
-    g.k = k;
-    g.bias = bias;
-    g.out = out;
-    g.ldo = ldo;
-    g.out_f32 = out_f32;
+    const auto g = W8GemvArgs(x, ldx, m, w.w, w.scale, n, k, bias, out, ldo, out_f32);
     if (kernels::GemvInt8Supported(g)) {
       KILN_CUDA_RETURN_IF_ERROR(kernels::GemvInt8(g, stream));
       return Status::Ok();

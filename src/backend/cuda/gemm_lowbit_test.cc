@@ -101,7 +101,8 @@ struct W4Case {
   bool symmetric = false;  // all zeros 0 (uploaded as null zeros)
   int64_t ldx_pad = 0, ldo_pad = 0;
   // Non-zero: kernels::W4Gemm directly with this W4GemmArgsT::row_tiles (the choice LinearW4
-  // does not make for this m), after kernels::W4GatherColumns where act_order.
+  // does not make for this m; 1 with m <= 8: 8 tiles in flight per warp), after
+  // kernels::W4GatherColumns where act_order.
   int32_t row_tiles = 0;
 };
 
@@ -170,8 +171,8 @@ void RunW4(Gemm& gemm, const W4Case& c, uint32_t seed) {
     a.x = As<T>(d_x.ptr);
     a.ldx = ldx;
     if (c.act_order) {
-      CUDA_OK(kernels::W4GatherColumns(a.x, ldx, c.m, c.k, d_perm.ptr, As<T>(d_scratch.ptr),
-                                       nullptr));
+      CUDA_OK(
+          kernels::W4GatherColumns(a.x, ldx, c.m, c.k, d_perm.ptr, As<T>(d_scratch.ptr), nullptr));
       a.x = As<T>(d_scratch.ptr);
       a.ldx = c.k;
     }
@@ -186,6 +187,7 @@ void RunW4(Gemm& gemm, const W4Case& c, uint32_t seed) {
     a.ldo = ldo;
     a.out_f32 = c.out_f32;
     a.row_tiles = c.row_tiles;
+    a.tiles_in_flight = c.m <= 8 && c.row_tiles == 1 ? 8 : 0;  // the other m <= 8 choice
     ASSERT_TRUE(kernels::W4GemmSupported(a));
     CUDA_OK(kernels::W4Gemm(a, nullptr));
   }
@@ -238,13 +240,17 @@ TYPED_TEST(GemmW4Gpu, EveryDispatchAgainstTheDefinition) {
       {61, 80, 640, 16, false, true, false},
       // More than one launch's rows.
       {130, 64, 640, 128, true, true, false},
-      // The other row-tile choice of each row count (two tiles up to 16 rows, one beyond).
+      // The other choices of each row count: two row tiles up to 8 rows, one beyond; 8 tiles in
+      // flight per warp up to 8 rows.
       {1, 96, 1152, 128, true, true, false, false, 0, 0, 2},
       {6, 64, 576, 32, false, true, true, false, 0, 0, 2},
       {9, 64, 640, 16, true, false, false, false, 4, 0, 2},
       {23, 96, 576, 64, true, true, false, false, 0, 0, 1},
       {47, 64, 1152, 128, false, true, true, false, 0, 3, 1},
       {40, 32, 640, 16, true, true, false, false, 0, 0, 2},
+      {5, 80, 1152, 128, true, true, false, false, 0, 0, 1},
+      {8, 48, 576, 64, false, false, true, true, 4, 2, 1},
+      {12, 64, 576, 32, true, true, false, false, 0, 0, 1},
   };
   uint32_t seed = 11;
   for (const W4Case& c : cases) RunW4<TypeParam>(*gemm, c, seed++);
@@ -257,8 +263,8 @@ TEST(GemmW4Gpu, RejectsUnsupportedShapes) {
   W4Weight w;
   w.group_size = 128;
   // n not a multiple of 16; k not of 64; a group size of 48.
-  EXPECT_EQ(gemm->LinearW4(static_cast<const __nv_bfloat16*>(nullptr), 256, 1, w, 200, 256,
-                           nullptr, nullptr, 200, false, nullptr, nullptr)
+  EXPECT_EQ(gemm->LinearW4(static_cast<const __nv_bfloat16*>(nullptr), 256, 1, w, 200, 256, nullptr,
+                           nullptr, 200, false, nullptr, nullptr)
                 .code(),
             StatusCode::kUnsupported);
   EXPECT_EQ(gemm->LinearW4(static_cast<const __nv_bfloat16*>(nullptr), 160, 1, w, 64, 160, nullptr,
@@ -305,8 +311,8 @@ TYPED_TEST(Int8Gpu, QuantizeRowsIsBitExact) {
   d_x.Upload(x);
   d_q.Upload(std::vector<int8_t>(rows * ldo, static_cast<int8_t>(-128)));  // never a code
   d_s.Upload(std::vector<float>(rows, NAN));
-  CUDA_OK(kernels::QuantizeRowsInt8(As<T>(d_x.ptr), ldx, rows, cols, d_q.ptr, ldo, d_s.ptr,
-                                    nullptr));
+  CUDA_OK(
+      kernels::QuantizeRowsInt8(As<T>(d_x.ptr), ldx, rows, cols, d_q.ptr, ldo, d_s.ptr, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
   const std::vector<int8_t> q = d_q.Download(rows * ldo);
   const std::vector<float> s = d_s.Download(rows);
@@ -369,10 +375,9 @@ void RunInt8(Gemm& gemm, const Int8Case& c, uint32_t seed) {
   d_x.Upload(x);
   d_bias.Upload(bias);
   d_out.Upload(std::vector<uint8_t>(out_bytes, 0xff));
-  const Status st = gemm.LinearInt8(
-      As<T>(d_x.ptr), ldx, c.m, Int8Weight{d_w.ptr, d_sw.ptr}, c.n, c.k,
-      c.bias ? As<T>(d_bias.ptr) : nullptr, d_out.ptr, ldo, c.out_f32,
-      Int8Scratch{d_xq.ptr, d_sx.ptr, d_acc.ptr}, nullptr);
+  const Status st = gemm.LinearInt8(As<T>(d_x.ptr), ldx, c.m, Int8Weight{d_w.ptr, d_sw.ptr}, c.n,
+                                    c.k, c.bias ? As<T>(d_bias.ptr) : nullptr, d_out.ptr, ldo,
+                                    c.out_f32, Int8Scratch{d_xq.ptr, d_sx.ptr, d_acc.ptr}, nullptr);
   ASSERT_TRUE(st.ok()) << st.ToString();
   CUDA_OK(cudaDeviceSynchronize());
   const std::vector<uint8_t> out = d_out.Download(out_bytes);
@@ -424,8 +429,8 @@ TYPED_TEST(Int8Gpu, LinearOnBothPaths) {
   Dev<uint8_t> d(1 << 16);
   const Status st = gemm->LinearInt8(
       reinterpret_cast<const TypeParam*>(d.ptr), 768, 17,
-      Int8Weight{reinterpret_cast<const int8_t*>(d.ptr), reinterpret_cast<const float*>(d.ptr)},
-      83, 768, nullptr, d.ptr, 83, false, Int8Scratch{}, nullptr);
+      Int8Weight{reinterpret_cast<const int8_t*>(d.ptr), reinterpret_cast<const float*>(d.ptr)}, 83,
+      768, nullptr, d.ptr, 83, false, Int8Scratch{}, nullptr);
   EXPECT_EQ(st.code(), StatusCode::kUnsupported) << st.ToString();
 }
 

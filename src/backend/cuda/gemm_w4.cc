@@ -21,15 +21,16 @@ Status Gemm::LinearW4(const __half* x, int64_t ldx, int64_t m, const W4Weight& w
 }
 
 template <typename T>
-Status Gemm::LinearW4Of(const T* x, int64_t ldx, int64_t m, const W4Weight& w, int64_t n,
-                        int64_t k, const T* bias, void* out, int64_t ldo, bool out_f32,
-                        void* scratch, cudaStream_t stream) {
+Status Gemm::LinearW4Of(const T* x, int64_t ldx, int64_t m, const W4Weight& w, int64_t n, int64_t k,
+                        const T* bias, void* out, int64_t ldo, bool out_f32, void* scratch,
+                        cudaStream_t stream) {
   if (m == 0) return Status::Ok();
   if (!kernels::W4ShapeSupported(n, k, w.group_size)) {
-    return Unsupported("Gemm: a W4A16 linear layer needs n a multiple of 16, k of 64 and a group "
-                       "size of 16, 32 or a multiple of 64 dividing k; got n=" +
-                       std::to_string(n) + " k=" + std::to_string(k) +
-                       " group_size=" + std::to_string(w.group_size));
+    return Unsupported(
+        "Gemm: a W4A16 linear layer needs n a multiple of 16, k of 64 and a group "
+        "size of 16, 32 or a multiple of 64 dividing k; got n=" +
+        std::to_string(n) + " k=" + std::to_string(k) +
+        " group_size=" + std::to_string(w.group_size));
   }
   if (w.perm != nullptr) {
     if (scratch == nullptr) return InvalidArgument("Gemm::LinearW4: act-order needs a scratch");
@@ -54,8 +55,9 @@ Status Gemm::LinearW4Of(const T* x, int64_t ldx, int64_t m, const W4Weight& w, i
     a.m = static_cast<int32_t>(std::min<int64_t>(kernels::kW4GemmMaxRows, m - row));
     a.out = static_cast<char*>(out) + row * ldo * out_elem;
     if (!kernels::W4GemmSupported(a)) {
-      return InvalidArgument("Gemm::LinearW4: x needs a row stride multiple of 4 and 8-byte "
-                             "alignment, the weight 16-byte alignment");
+      return InvalidArgument(
+          "Gemm::LinearW4: x needs a row stride multiple of 4 and 8-byte "
+          "alignment, the weight 16-byte alignment");
     }
     KILN_CUDA_RETURN_IF_ERROR(kernels::W4Gemm(a, stream));
   }
