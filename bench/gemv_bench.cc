@@ -303,7 +303,7 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8) {
                                            tiled, nullptr) == cudaSuccess);
         BENCH_CHECK(kernels::W4RepackScales(static_cast<const uint16_t*>(dsc.data()),
                                             static_cast<const int8_t*>(dzr.data()), l.n, groups,
-                                            /*bf16=*/true, sz, nullptr) == cudaSuccess);
+                                            /*bf16=*/true, sz, l.n, nullptr) == cudaSuccess);
         weights4.push_back({tiled, sz, nullptr, kGroup});
       }
     }

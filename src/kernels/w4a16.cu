@@ -67,12 +67,12 @@ __host__ __device__ inline uint32_t SubBits(bool bf16, int zero) {
 
 __global__ void RepackScalesKernel(const uint16_t* __restrict__ scales,
                                    const int8_t* __restrict__ zeros, int64_t n, int64_t groups,
-                                   bool bf16, uint32_t* __restrict__ sz) {
+                                   bool bf16, uint32_t* __restrict__ sz, int64_t ldsz) {
   const int64_t id = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;  // (row, group)
   if (id >= n * groups) return;
   const int64_t row = id / groups, g = id % groups;
   const int zero = zeros != nullptr ? zeros[id] : 0;
-  sz[g * n + row] = uint32_t{scales[id]} | (SubBits(bf16, zero) << 16);
+  sz[g * ldsz + row] = uint32_t{scales[id]} | (SubBits(bf16, zero) << 16);
 }
 
 template <typename T>
@@ -352,11 +352,12 @@ cudaError_t W4RepackCodes(const uint8_t* codes, int64_t n, int64_t k, uint8_t* t
 }
 
 cudaError_t W4RepackScales(const uint16_t* scales, const int8_t* zeros, int64_t n, int64_t groups,
-                           bool bf16, uint32_t* sz, cudaStream_t stream) {
+                           bool bf16, uint32_t* sz, int64_t ldsz, cudaStream_t stream) {
   if (n * groups == 0) return cudaSuccess;
+  if (ldsz < n) return cudaErrorInvalidValue;
   constexpr int kBlock = 256;
   RepackScalesKernel<<<static_cast<unsigned>((n * groups + kBlock - 1) / kBlock), kBlock, 0,
-                       stream>>>(scales, zeros, n, groups, bf16, sz);
+                       stream>>>(scales, zeros, n, groups, bf16, sz, ldsz);
   return cudaGetLastError();
 }
 

@@ -32,13 +32,14 @@ bool W4ShapeSupported(int64_t n, int64_t k, int64_t group_size);
 cudaError_t W4RepackCodes(const uint8_t* codes, int64_t n, int64_t k, uint8_t* tiled,
                           cudaStream_t stream);
 
-// scales: fp16 bits [n, groups]; zeros: int8 [n, groups] (null: all zero); sz: [groups, n] words
-// (group-major, so that the rows a warp needs are adjacent): the scale's fp16 bits in the low
-// half, the activation type's (bf16: true, else fp16) bits of 2^e + 8 + zero in the high half
-// (e = 7 resp. 10: what the kernel subtracts from its 2^e + (code + 8)). A weight repacked for
-// one activation type runs with that type only.
+// scales: fp16 bits [n, groups]; zeros: int8 [n, groups] (null: all zero); sz: [groups, ldsz]
+// words (group-major, so that the rows a warp needs are adjacent; ldsz >= n: the rows of a fused
+// matrix's part start at sz + its first row): the scale's fp16 bits in the low half, the
+// activation type's (bf16: true, else fp16) bits of 2^e + 8 + zero in the high half (e = 7
+// resp. 10: what the kernel subtracts from its 2^e + (code + 8)). A weight repacked for one
+// activation type runs with that type only.
 cudaError_t W4RepackScales(const uint16_t* scales, const int8_t* zeros, int64_t n, int64_t groups,
-                           bool bf16, uint32_t* sz, cudaStream_t stream);
+                           bool bf16, uint32_t* sz, int64_t ldsz, cudaStream_t stream);
 
 // Act-order: out[r, j] = x[r, perm[j]] for r < m, j < k (out contiguous [m, k]).
 cudaError_t W4GatherColumns(const __nv_bfloat16* x, int64_t ldx, int64_t m, int64_t k,

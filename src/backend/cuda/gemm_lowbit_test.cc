@@ -155,7 +155,7 @@ void RunW4(Gemm& gemm, const W4Case& c, uint32_t seed) {
   d_tiled.Upload(std::vector<uint8_t>(packed.size(), 0xa5));  // the repack must write it all
   CUDA_OK(kernels::W4RepackCodes(d_packed.ptr, c.n, c.k, d_tiled.ptr, nullptr));
   CUDA_OK(kernels::W4RepackScales(d_scales.ptr, c.symmetric ? nullptr : d_zeros.ptr, c.n, groups,
-                                  std::is_same_v<T, __nv_bfloat16>, d_sz.ptr, nullptr));
+                                  std::is_same_v<T, __nv_bfloat16>, d_sz.ptr, c.n, nullptr));
   W4Weight w;
   w.tiled = d_tiled.ptr;
   w.sz = d_sz.ptr;
