@@ -15,13 +15,21 @@
 //     three timed together) at every m: where LinearFp8 should switch (its fp8_gemv_max_rows),
 //     and the speed-up over bf16 (the best of Gemv / tuned cuBLASLt).
 //
-//   build/bench/gemv_bench [--json F] [--prefill | --fp8]
+//   - with --w4 and / or --int8, the decode batches m = 1 .. 64 of the W4A16 layers
+//     (Gemm::LinearW4: kernels::W4Gemm on repacked 4-bit weights, group size 128) and of the
+//     INT8 ones (Gemm::LinearInt8: the W8A16 GEMV up to 8 rows, and per-token quantization +
+//     int8 cuBLASLt GEMM (tuned) + scale epilogue at every m) against the bf16 layers of the
+//     same run (the best of Gemv and tuned cuBLASLt), each next to its roofline: the bytes it
+//     must move (weights, scales, x, out) over the copy bandwidth.
+//
+//   build/bench/gemv_bench [--json F] [--prefill | --fp8 | --w4 --int8]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <span>
@@ -32,6 +40,7 @@
 #include "core/buffer.h"
 #include "cuda_yardstick.h"
 #include "kernels/quant.h"
+#include "kernels/w4a16.h"
 
 namespace kiln {
 namespace {
@@ -224,13 +233,219 @@ int RunFp8(const std::string& json_path) {
   return 0;
 }
 
+// Random bytes (seeded) into a device buffer.
+void FillBytes(DeviceBuffer& b, uint32_t seed) {
+  std::vector<uint8_t> host(b.size());
+  std::mt19937 rng(seed);
+  for (uint8_t& v : host) v = static_cast<uint8_t>(rng());
+  BENCH_CHECK(b.CopyFromHost(host.data(), host.size()).ok());
+}
+
+// W4A16 and INT8 layers against bf16 ones at decode batches, weights streamed from HBM.
+int RunLowbit(const std::string& json_path, bool w4, bool int8) {
+  const double copy_bw = bench::DeviceCopyBandwidth();
+  std::printf("copy bandwidth %.0f GB/s\n", copy_bw / 1e9);
+  Json out;
+  out["copy_bandwidth_gb_s"] = copy_bw / 1e9;
+  const Layer layers[] = {{"qkv", 6144, 4096, false},
+                          {"o", 4096, 4096, false},
+                          {"gate_up", 28672, 4096, false},
+                          {"down", 4096, 14336, false}};
+  constexpr int64_t kMaxRows = 64, kGroup = 128;
+  DeviceBuffer x = DeviceBuffer::Allocate(kMaxRows * 14336 * 2).value();
+  DeviceBuffer result = DeviceBuffer::Allocate(kMaxRows * 28672 * 4).value();
+  DeviceBuffer xq = DeviceBuffer::Allocate(kMaxRows * 14336).value();
+  DeviceBuffer sx = DeviceBuffer::Allocate(kMaxRows * 4).value();
+  DeviceBuffer acc = DeviceBuffer::Allocate(kMaxRows * 28672 * 4).value();
+  FillRandom(x, 0x3c00);
+  auto bf16_gemm = cuda::Gemm::Create();
+  auto q_gemm = cuda::Gemm::Create();
+  BENCH_CHECK(bf16_gemm.ok() && q_gemm.ok());
+  const cuda::Int8Scratch scratch{static_cast<int8_t*>(xq.data()), static_cast<float*>(sx.data()),
+                                  static_cast<int32_t*>(acc.data())};
+  std::printf("%-8s %4s %9s %9s %6s %9s %9s %6s %9s %9s %8s\n", "layer", "m", "bf16 us", "w4 us",
+              "w4 %bw", "w4 alt", "w8a16 us", "%bw", "w8a8 us", "w4 x", "int8 x");
+  // Per token of a Llama-3.1-8B layer at m = 1 (the four linear layers): bf16 vs W4A16.
+  std::map<int64_t, std::pair<double, double>> per_layer;
+  for (const Layer& l : layers) {
+    const int64_t bytes16 = l.n * l.k * 2, bytes4 = l.n * l.k / 2, bytes8 = l.n * l.k;
+    const int64_t groups = l.k / kGroup;
+    const int copies = static_cast<int>(std::clamp<int64_t>((int64_t{2} << 30) / bytes16, 2, 16));
+    DeviceBuffer w16 = DeviceBuffer::Allocate(bytes16 * copies).value();
+    FillRandom(w16, 0x3f00);
+    std::vector<const bf16*> weights16;
+    for (int i = 0; i < copies; ++i) {
+      weights16.push_back(static_cast<const bf16*>(w16.data()) + i * l.n * l.k);
+    }
+    // W4: random codes repacked, scales in [0.5, 1) (fp16 0x38xx), zeros random in [-8, 7].
+    DeviceBuffer w4buf, szbuf, w8buf, s8buf;
+    std::vector<cuda::W4Weight> weights4;
+    std::vector<cuda::Int8Weight> weights8;
+    std::vector<const int8_t*> raw8;
+    if (w4) {
+      DeviceBuffer canon = DeviceBuffer::Allocate(bytes4).value();
+      FillBytes(canon, 7);
+      std::vector<uint16_t> sc(l.n * groups);
+      std::vector<int8_t> zr(l.n * groups);
+      std::mt19937 rng(9);
+      for (uint16_t& v : sc) v = static_cast<uint16_t>(0x3800 + (rng() & 0x3ff));
+      for (int8_t& v : zr) v = static_cast<int8_t>(static_cast<int>(rng() % 16) - 8);
+      DeviceBuffer dsc = DeviceBuffer::Allocate(sc.size() * 2).value();
+      DeviceBuffer dzr = DeviceBuffer::Allocate(zr.size()).value();
+      BENCH_CHECK(dsc.CopyFromHost(sc.data(), sc.size() * 2).ok());
+      BENCH_CHECK(dzr.CopyFromHost(zr.data(), zr.size()).ok());
+      w4buf = DeviceBuffer::Allocate(bytes4 * copies).value();
+      szbuf = DeviceBuffer::Allocate(l.n * groups * 4 * copies).value();
+      for (int i = 0; i < copies; ++i) {
+        auto* tiled = static_cast<uint8_t*>(w4buf.data()) + i * bytes4;
+        auto* sz = static_cast<uint32_t*>(szbuf.data()) + i * l.n * groups;
+        BENCH_CHECK(kernels::W4RepackCodes(static_cast<const uint8_t*>(canon.data()), l.n, l.k,
+                                           tiled, nullptr) == cudaSuccess);
+        BENCH_CHECK(kernels::W4RepackScales(static_cast<const uint16_t*>(dsc.data()),
+                                            static_cast<const int8_t*>(dzr.data()), l.n, groups,
+                                            /*bf16=*/true, sz, l.n, nullptr) == cudaSuccess);
+        weights4.push_back({tiled, sz, nullptr, kGroup});
+      }
+    }
+    if (int8) {
+      w8buf = DeviceBuffer::Allocate(bytes8 * copies).value();
+      s8buf = DeviceBuffer::Allocate(l.n * 4 * copies).value();
+      FillBytes(w8buf, 13);
+      std::vector<float> ones(l.n * copies, 0.01f);
+      BENCH_CHECK(s8buf.CopyFromHost(ones.data(), ones.size() * 4).ok());
+      for (int i = 0; i < copies; ++i) {
+        weights8.push_back({static_cast<const int8_t*>(w8buf.data()) + i * bytes8,
+                            static_cast<const float*>(s8buf.data()) + i * l.n});
+        raw8.push_back(weights8.back().w);
+      }
+    }
+    const auto* xp = static_cast<const bf16*>(x.data());
+    auto per_call = [](double round, size_t calls) { return round / static_cast<double>(calls); };
+    for (int64_t m : {1, 2, 4, 8, 16, 32, 64}) {
+      (*bf16_gemm)->set_gemv_max_rows(0);
+      const cuda::GemmShape shape16{m, l.n, l.k, l.k, l.n, false, false};
+      BENCH_CHECK((*bf16_gemm)->Tune(shape16, 6, nullptr, weights16).ok());
+      double t16 = TimeLinear(**bf16_gemm, weights16, xp, m, l, result.data());
+      if (m <= 8) {
+        (*bf16_gemm)->set_gemv_max_rows(8);
+        t16 = std::min(t16, TimeLinear(**bf16_gemm, weights16, xp, m, l, result.data()));
+      }
+      const double act = m * l.k * 2.0 + m * l.n * 2.0;  // x read, out written
+      Json row = {{"layer", l.name},
+                  {"m", m},
+                  {"bf16_us", t16 * 1e6},
+                  {"bf16_fraction_of_copy", (bytes16 + act) / t16 / copy_bw}};
+      double t4 = 0, gemv8 = 0, gemm8 = 0;
+      if (w4) {
+        t4 =
+            per_call(bench::MedianEventSeconds(
+                         1, 5,
+                         [&] {
+                           for (const cuda::W4Weight& w : weights4) {
+                             BENCH_CHECK((*q_gemm)
+                                             ->LinearW4(xp, l.k, m, w, l.n, l.k, nullptr,
+                                                        result.data(), l.n, false, nullptr, nullptr)
+                                             .ok());
+                           }
+                         }),
+                     weights4.size());
+        const double moved4 = bytes4 + l.n * groups * 4.0 + act;
+        // The other row-tile choice of kernels::W4Gemm (LinearW4 takes the default for m).
+        kernels::W4GemmArgsT<bf16> alt;
+        alt.x = xp;
+        alt.ldx = l.k;
+        alt.m = static_cast<int32_t>(m);
+        alt.group_size = kGroup;
+        alt.n = l.n;
+        alt.k = l.k;
+        alt.out = result.data();
+        alt.ldo = l.n;
+        // m <= 8: one row tile with 8 tiles in flight per warp (default 4); more: the other
+        // row-tile count (default 2).
+        alt.row_tiles = m > 8 ? 1 : 0;
+        alt.tiles_in_flight = m > 8 ? 0 : 8;
+        const double t4_alt = per_call(
+            bench::MedianEventSeconds(1, 5,
+                                      [&] {
+                                        for (const cuda::W4Weight& w : weights4) {
+                                          alt.w = w.tiled;
+                                          alt.sz = w.sz;
+                                          BENCH_CHECK(kernels::W4Gemm(alt, nullptr) == cudaSuccess);
+                                        }
+                                      }),
+            weights4.size());
+        row["w4_us"] = t4 * 1e6;
+        row["w4_fraction_of_copy"] = moved4 / t4 / copy_bw;
+        row["w4_other"] = m > 8 ? "1 row tile" : "8 tiles in flight";
+        row["w4_other_us"] = t4_alt * 1e6;
+        row["w4_speedup_over_bf16"] = t16 / t4;
+        if (m == 1) per_layer[l.n * 100000 + l.k] = {t16, t4};
+      }
+      if (int8) {
+        auto time8 = [&] {
+          return per_call(
+              bench::MedianEventSeconds(
+                  1, 5,
+                  [&] {
+                    for (const cuda::Int8Weight& w : weights8) {
+                      BENCH_CHECK((*q_gemm)
+                                      ->LinearInt8(xp, l.k, m, w, l.n, l.k, nullptr, result.data(),
+                                                   l.n, false, scratch, nullptr)
+                                      .ok());
+                    }
+                  }),
+              weights8.size());
+        };
+        if (m <= 8) {
+          (*q_gemm)->set_int8_gemv_max_rows(8);
+          gemv8 = time8();
+          row["w8a16_gemv_us"] = gemv8 * 1e6;
+          row["w8a16_fraction_of_copy"] = (bytes8 + l.n * 4.0 + act) / gemv8 / copy_bw;
+        }
+        (*q_gemm)->set_int8_gemv_max_rows(0);
+        cuda::GemmShape shape8{m, l.n, l.k, l.k, l.n, false, false};
+        shape8.int8 = true;
+        BENCH_CHECK((*q_gemm)->Tune(shape8, 6, nullptr, std::span<const int8_t* const>(raw8)).ok());
+        gemm8 = time8();
+        row["w8a8_us"] = gemm8 * 1e6;
+        row["w8a8_fraction_of_copy"] = (bytes8 + l.n * 4.0 + act) / gemm8 / copy_bw;
+        row["int8_speedup_over_bf16"] = t16 / (gemv8 > 0 ? std::min(gemv8, gemm8) : gemm8);
+      }
+      auto us = [](double t) { return t > 0 ? std::to_string(t * 1e6).substr(0, 7) : "-"; };
+      auto pct = [](const Json& r, const char* key) {
+        return r.contains(key) ? std::to_string(static_cast<int>(100 * r[key].get<double>())) : "-";
+      };
+      std::printf(
+          "%-8s %4ld %9.1f %9s %6s %9s %9s %6s %9s %8.2fx %7.2fx\n", l.name, static_cast<long>(m),
+          t16 * 1e6, us(t4).c_str(), pct(row, "w4_fraction_of_copy").c_str(),
+          row.contains("w4_other_us") ? us(row["w4_other_us"].get<double>() / 1e6).c_str() : "-",
+          us(gemv8).c_str(), pct(row, "w8a16_fraction_of_copy").c_str(), us(gemm8).c_str(),
+          t4 > 0 ? t16 / t4 : 0.0, int8 ? t16 / (gemv8 > 0 ? std::min(gemv8, gemm8) : gemm8) : 0.0);
+      out["lowbit"].push_back(row);
+    }
+  }
+  if (w4) {
+    double b = 0, q = 0;
+    for (const auto& [key, t] : per_layer) {
+      b += t.first;
+      q += t.second;
+    }
+    std::printf("8B layer's four linear layers at m = 1: bf16 %.1f us, W4A16 %.1f us (%.2fx)\n",
+                b * 1e6, q * 1e6, b / q);
+    out["layer_m1_bf16_us"] = b * 1e6;
+    out["layer_m1_w4_us"] = q * 1e6;
+  }
+  if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
+  return 0;
+}
+
 }  // namespace
 }  // namespace kiln
 
 int main(int argc, char** argv) {
   using namespace kiln;
   std::string json_path;
-  bool prefill = false, fp8 = false;
+  bool prefill = false, fp8 = false, w4 = false, int8 = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) {
@@ -239,8 +454,12 @@ int main(int argc, char** argv) {
       prefill = true;
     } else if (a == "--fp8") {
       fp8 = true;
+    } else if (a == "--w4") {
+      w4 = true;
+    } else if (a == "--int8") {
+      int8 = true;
     } else {
-      std::fprintf(stderr, "usage: gemv_bench [--json F] [--prefill | --fp8]\n");
+      std::fprintf(stderr, "usage: gemv_bench [--json F] [--prefill | --fp8 | --w4 --int8]\n");
       return 2;
     }
   }
@@ -251,6 +470,7 @@ int main(int argc, char** argv) {
   }
   if (prefill) return RunPrefill(json_path);
   if (fp8) return RunFp8(json_path);
+  if (w4 || int8) return RunLowbit(json_path, w4, int8);
   const double copy_bw = bench::DeviceCopyBandwidth();
   std::printf("copy bandwidth %.0f GB/s\n", copy_bw / 1e9);
   Json out;

@@ -4,6 +4,8 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <type_traits>
+
 #include "kernels/dtype_traits.cuh"
 #include "kernels/gemv.h"
 
@@ -19,6 +21,32 @@ using dtype_internal::ToFloat;
 // model/quantization.h (kept in step by quant_test against the CPU reference).
 constexpr float kFp8Max = 448.0f;
 constexpr float kFp8MinScale = 1.0f / (kFp8Max * 512.0f);
+constexpr float kInt8Max = 127.0f;
+constexpr float kInt8MinScale = 1.17549435e-38f;  // FLT_MIN
+
+// The two codes a row quantizes to: e4m3 (Code = __nv_fp8_e4m3) and int8 (Code = int8_t).
+template <typename Code>
+constexpr bool kIsInt8 = std::is_same_v<Code, int8_t>;
+
+// Four quotients (x / scale, already divided) as four codes in one word, lowest first: e4m3
+// rounds to nearest even (never saturates: |q| <= 448); int8 rounds to nearest even and
+// clamps to +-127 (|q| <= 127 by construction: the clamp only guards the rounding of amax / 127).
+template <typename Code>
+__device__ __forceinline__ uint32_t Encode4(const float (&q)[4]) {
+  if constexpr (kIsInt8<Code>) {
+    uint32_t word = 0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int v = max(-127, min(127, __float2int_rn(q[e])));
+      word |= (static_cast<uint32_t>(v) & 0xffu) << (8 * e);
+    }
+    return word;
+  } else {
+    const auto lo = __nv_cvt_float2_to_fp8x2(make_float2(q[0], q[1]), __NV_SATFINITE, __NV_E4M3);
+    const auto hi = __nv_cvt_float2_to_fp8x2(make_float2(q[2], q[3]), __NV_SATFINITE, __NV_E4M3);
+    return uint32_t{lo} | (uint32_t{hi} << 16);
+  }
+}
 
 __device__ __forceinline__ float WarpMax(float v) {
   for (int offset = 16; offset > 0; offset >>= 1) {
@@ -31,10 +59,10 @@ constexpr int kQuantThreads = 256;
 
 // One block per row: the row's amax (8 values per thread per pass), then the quantized row. The
 // second pass re-reads the row from L1/L2 (a row is at most a few tens of KiB).
-template <typename T>
+template <typename T, typename Code>
 __global__ void __launch_bounds__(kQuantThreads)
-    QuantizeRowsKernel(const T* __restrict__ x, int64_t ldx, int64_t cols,
-                       __nv_fp8_e4m3* __restrict__ out, int64_t ldo, float* __restrict__ scales) {
+    QuantizeRowsKernel(const T* __restrict__ x, int64_t ldx, int64_t cols, Code* __restrict__ out,
+                       int64_t ldo, float* __restrict__ scales) {
   __shared__ float partial[kQuantThreads / 32];
   const T* row = x + blockIdx.x * ldx;
   float amax = 0.0f;
@@ -50,60 +78,65 @@ __global__ void __launch_bounds__(kQuantThreads)
   amax = 0.0f;
 #pragma unroll
   for (int w = 0; w < kQuantThreads / 32; ++w) amax = fmaxf(amax, partial[w]);
-  const float scale = fmaxf(amax / kFp8Max, kFp8MinScale);
+  const float scale =
+      kIsInt8<Code> ? fmaxf(amax / kInt8Max, kInt8MinScale) : fmaxf(amax / kFp8Max, kFp8MinScale);
   if (threadIdx.x == 0) scales[blockIdx.x] = scale;
-  __nv_fp8_e4m3* dst = out + blockIdx.x * ldo;
+  Code* dst = out + blockIdx.x * ldo;
   for (int64_t c = threadIdx.x * 8; c < cols; c += kQuantThreads * 8) {
     float v[8];
     Load8(row + c, v);
-    uint2 packed;
-    auto* p = reinterpret_cast<__nv_fp8x2_storage_t*>(&packed);
+    float q[2][4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      // x / scale as IEEE division, the CPU reference's arithmetic.
-      const float2 pair = make_float2(__fdiv_rn(v[2 * e], scale), __fdiv_rn(v[2 * e + 1], scale));
-      p[e] = __nv_cvt_float2_to_fp8x2(pair, __NV_SATFINITE, __NV_E4M3);
-    }
-    *reinterpret_cast<uint2*>(dst + c) = packed;
+    for (int e = 0; e < 8; ++e) q[e / 4][e % 4] = __fdiv_rn(v[e], scale);  // the CPU's IEEE x / s
+    *reinterpret_cast<uint2*>(dst + c) = make_uint2(Encode4<Code>(q[0]), Encode4<Code>(q[1]));
   }
 }
 
-template <typename T>
-cudaError_t LaunchQuantize(const T* x, int64_t ldx, int64_t rows, int64_t cols, __nv_fp8_e4m3* out,
+template <typename T, typename Code>
+cudaError_t LaunchQuantize(const T* x, int64_t ldx, int64_t rows, int64_t cols, Code* out,
                            int64_t ldo, float* scales, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   if (cols % 8 != 0 || ldx % 8 != 0 || ldo % 8 != 0) return cudaErrorInvalidValue;
-  QuantizeRowsKernel<T>
+  QuantizeRowsKernel<T, Code>
       <<<static_cast<unsigned>(rows), kQuantThreads, 0, stream>>>(x, ldx, cols, out, ldo, scales);
   return cudaGetLastError();
 }
 
 // ---- FP8 GEMM epilogue ----------------------------------------------------------------------
 
-// One thread per element (coalesced 2-byte accesses; any width and stride).
-template <typename T>
-__global__ void ApplyScalesKernel(const __nv_bfloat16* y, int64_t ld, int64_t rows, int64_t cols,
+// One thread per element (coalesced accesses; any width and stride). In: the GEMM's unscaled
+// sums (bf16 for FP8, int32 for INT8: exact, converted to fp32 with one rounding past 2^24); Out:
+// T or fp32.
+__device__ __forceinline__ float SumToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float SumToFloat(int32_t v) { return static_cast<float>(v); }
+
+template <typename In, typename T, typename Out>
+__global__ void ApplyScalesKernel(const In* y, int64_t ldy, int64_t cols,
                                   const float* __restrict__ row_scale,
                                   const float* __restrict__ col_scale, const T* __restrict__ bias,
-                                  T* out) {
+                                  Out* out, int64_t ldo) {
   const int64_t c = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   const int64_t r = blockIdx.y;
   if (c >= cols) return;
-  float v = __bfloat162float(y[r * ld + c]) * row_scale[r] * col_scale[c];
+  float v = SumToFloat(y[r * ldy + c]) * row_scale[r] * col_scale[c];
   if (bias != nullptr) v += ToFloat(bias[c]);
-  out[r * ld + c] = FromFloat<T>(v);
+  if constexpr (std::is_same_v<Out, float>) {
+    out[r * ldo + c] = v;
+  } else {
+    out[r * ldo + c] = FromFloat<Out>(v);
+  }
 }
 
-template <typename T>
-cudaError_t LaunchApplyScales(const __nv_bfloat16* y, int64_t ld, int64_t rows, int64_t cols,
-                              const float* row_scale, const float* col_scale, const T* bias, T* out,
-                              cudaStream_t stream) {
+template <typename In, typename T, typename Out>
+cudaError_t LaunchApplyScales(const In* y, int64_t ldy, int64_t rows, int64_t cols,
+                              const float* row_scale, const float* col_scale, const T* bias,
+                              Out* out, int64_t ldo, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return cudaSuccess;
   if (rows > 65535) return cudaErrorInvalidValue;  // grid.y
   constexpr int kBlock = 256;
   const dim3 grid(static_cast<unsigned>((cols + kBlock - 1) / kBlock), static_cast<unsigned>(rows));
-  ApplyScalesKernel<T>
-      <<<grid, kBlock, 0, stream>>>(y, ld, rows, cols, row_scale, col_scale, bias, out);
+  ApplyScalesKernel<In, T, Out>
+      <<<grid, kBlock, 0, stream>>>(y, ldy, cols, row_scale, col_scale, bias, out, ldo);
   return cudaGetLastError();
 }
 
@@ -114,18 +147,33 @@ constexpr int kWarps = 8;  // warps (output columns) per block
 // slower on the H100: gemv_bench --fp8).
 constexpr int kUnroll = 4;
 
-// 16 e4m3 weights (one 16-byte load) against 16 activations (two 16-byte loads), in fp32.
-template <typename T>
+// Weight codes i and i + 1 (i even) of a 16-byte load, exactly, in fp32.
+template <typename Code>
+__device__ __forceinline__ float2 CodePair(const uint4& w, int i) {
+  if constexpr (kIsInt8<Code>) {
+    // Byte b of word ^ 0x80808080 is code + 128; placed as the low mantissa byte of 2^23 it gives
+    // 2^23 + code + 128 (one PRMT), minus 2^23 + 128 (one FADD): cheaper than I2F.
+    const uint32_t word = reinterpret_cast<const uint32_t*>(&w)[i / 4] ^ 0x80808080u;
+    const int b = i % 4;
+    constexpr float kBias = 8388608.0f + 128.0f;
+    return make_float2(__uint_as_float(__byte_perm(word, 0x4b000000u, 0x7540 + b)) - kBias,
+                       __uint_as_float(__byte_perm(word, 0x4b000000u, 0x7540 + b + 1)) - kBias);
+  } else {
+    // e4m3 -> f16 is exact (fp16 holds every e4m3 value).
+    const auto* wp = reinterpret_cast<const __nv_fp8x2_storage_t*>(&w);
+    return __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(wp[i / 2], __NV_E4M3)));
+  }
+}
+
+// 16 one-byte weights (one 16-byte load) against 16 activations (two 16-byte loads), in fp32.
+template <typename T, typename Code>
 __device__ __forceinline__ float Dot16(const uint4& w, const uint4& x0, const uint4& x1) {
-  const auto* wp = reinterpret_cast<const __nv_fp8x2_storage_t*>(&w);
   const auto* xa = reinterpret_cast<const dtype_internal::Pair<T>*>(&x0);
   const auto* xb = reinterpret_cast<const dtype_internal::Pair<T>*>(&x1);
   float s = 0.0f;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    // e4m3 -> f16 is exact (fp16 holds every e4m3 value).
-    const __half2 wh = __half2(__nv_cvt_fp8x2_to_halfraw2(wp[i], __NV_E4M3));
-    const float2 wf = __half22float2(wh);
+    const float2 wf = CodePair<Code>(w, 2 * i);
     const float2 xf = PairToFloat2<T>(i < 4 ? xa[i] : xb[i - 4]);
     s = fmaf(wf.x, xf.x, s);
     s = fmaf(wf.y, xf.y, s);
@@ -139,11 +187,11 @@ __device__ __forceinline__ void StoreOut(float v, T* out) {
   *out = FromFloat<T>(v);
 }
 
-template <int M, typename T, typename Out>
+template <int M, typename T, typename Code, typename Out>
 __global__ void __launch_bounds__(kWarps * 32)
-    GemvFp8Kernel(const T* __restrict__ x, int64_t ldx, const __nv_fp8_e4m3* __restrict__ w,
-                  const float* __restrict__ w_scale, int64_t n, int64_t k,
-                  const T* __restrict__ bias, Out* __restrict__ out, int64_t ldo) {
+    GemvW8Kernel(const T* __restrict__ x, int64_t ldx, const Code* __restrict__ w,
+                 const float* __restrict__ w_scale, int64_t n, int64_t k,
+                 const T* __restrict__ bias, Out* __restrict__ out, int64_t ldo) {
   const int lane = threadIdx.x % 32;
   const int64_t col = int64_t{blockIdx.x} * kWarps + threadIdx.x / 32;
   if (col >= n) return;
@@ -166,7 +214,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int m = 0; m < M; ++m) {
         const uint4* xr = reinterpret_cast<const uint4*>(x + m * ldx) + 2 * c;
-        acc[m] += Dot16<T>(wv[u], __ldg(xr), __ldg(xr + 1));
+        acc[m] += Dot16<T, Code>(wv[u], __ldg(xr), __ldg(xr + 1));
       }
     }
   }
@@ -184,31 +232,33 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-template <int M, typename T>
-cudaError_t LaunchGemvFp8M(const GemvFp8ArgsT<T>& a, cudaStream_t stream) {
+// Args: GemvFp8ArgsT<T> or GemvInt8ArgsT<T> (the same fields; w's code type differs).
+template <int M, typename T, typename Args>
+cudaError_t LaunchGemvW8M(const Args& a, cudaStream_t stream) {
+  using Code = std::remove_cv_t<std::remove_pointer_t<decltype(a.w)>>;
   const dim3 grid(static_cast<unsigned>((a.n + kWarps - 1) / kWarps));
   if (a.out_f32) {
-    GemvFp8Kernel<M, T, float><<<grid, kWarps * 32, 0, stream>>>(
+    GemvW8Kernel<M, T, Code, float><<<grid, kWarps * 32, 0, stream>>>(
         a.x, a.ldx, a.w, a.w_scale, a.n, a.k, a.bias, static_cast<float*>(a.out), a.ldo);
   } else {
-    GemvFp8Kernel<M, T, T><<<grid, kWarps * 32, 0, stream>>>(a.x, a.ldx, a.w, a.w_scale, a.n, a.k,
-                                                             a.bias, static_cast<T*>(a.out), a.ldo);
+    GemvW8Kernel<M, T, Code, T><<<grid, kWarps * 32, 0, stream>>>(
+        a.x, a.ldx, a.w, a.w_scale, a.n, a.k, a.bias, static_cast<T*>(a.out), a.ldo);
   }
   return cudaGetLastError();
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-template <typename T>
-bool Supported(const GemvFp8ArgsT<T>& a) {
+template <typename Args>
+bool Supported(const Args& a) {
   return a.m >= 1 && a.m <= kGemvMaxRows && a.n > 0 && a.k > 0 && a.k % 16 == 0 && a.ldx % 8 == 0 &&
          Aligned16(a.x) && Aligned16(a.w) && a.w_scale != nullptr;
 }
 
-template <typename T>
-cudaError_t LaunchGemvFp8(const GemvFp8ArgsT<T>& a, cudaStream_t stream) {
+template <typename T, typename Args>
+cudaError_t LaunchGemvW8(const Args& a, cudaStream_t stream) {
   if (!Supported(a)) return cudaErrorInvalidValue;
-  return DispatchRows(a.m, [&]<int M>() { return LaunchGemvFp8M<M>(a, stream); });
+  return DispatchRows(a.m, [&]<int M>() { return LaunchGemvW8M<M, T>(a, stream); });
 }
 
 }  // namespace
@@ -225,21 +275,69 @@ cudaError_t QuantizeRowsFp8(const __half* x, int64_t ldx, int64_t rows, int64_t 
 cudaError_t ApplyFp8Scales(const __nv_bfloat16* y, int64_t ld, int64_t rows, int64_t cols,
                            const float* row_scale, const float* col_scale,
                            const __nv_bfloat16* bias, __nv_bfloat16* out, cudaStream_t stream) {
-  return LaunchApplyScales(y, ld, rows, cols, row_scale, col_scale, bias, out, stream);
+  return LaunchApplyScales(y, ld, rows, cols, row_scale, col_scale, bias, out, ld, stream);
 }
 cudaError_t ApplyFp8Scales(const __nv_bfloat16* y, int64_t ld, int64_t rows, int64_t cols,
                            const float* row_scale, const float* col_scale, const __half* bias,
                            __half* out, cudaStream_t stream) {
-  return LaunchApplyScales(y, ld, rows, cols, row_scale, col_scale, bias, out, stream);
+  return LaunchApplyScales(y, ld, rows, cols, row_scale, col_scale, bias, out, ld, stream);
 }
 
 bool GemvFp8Supported(const GemvFp8ArgsT<__nv_bfloat16>& a) { return Supported(a); }
 bool GemvFp8Supported(const GemvFp8ArgsT<__half>& a) { return Supported(a); }
 cudaError_t GemvFp8(const GemvFp8ArgsT<__nv_bfloat16>& a, cudaStream_t stream) {
-  return LaunchGemvFp8(a, stream);
+  return LaunchGemvW8<__nv_bfloat16>(a, stream);
 }
 cudaError_t GemvFp8(const GemvFp8ArgsT<__half>& a, cudaStream_t stream) {
-  return LaunchGemvFp8(a, stream);
+  return LaunchGemvW8<__half>(a, stream);
+}
+
+// ---- INT8 ----------------------------------------------------------------------------------
+
+cudaError_t QuantizeRowsInt8(const __nv_bfloat16* x, int64_t ldx, int64_t rows, int64_t cols,
+                             int8_t* out, int64_t ldo, float* scales, cudaStream_t stream) {
+  return LaunchQuantize(x, ldx, rows, cols, out, ldo, scales, stream);
+}
+cudaError_t QuantizeRowsInt8(const __half* x, int64_t ldx, int64_t rows, int64_t cols, int8_t* out,
+                             int64_t ldo, float* scales, cudaStream_t stream) {
+  return LaunchQuantize(x, ldx, rows, cols, out, ldo, scales, stream);
+}
+
+namespace {
+template <typename T>
+cudaError_t LaunchInt8Scales(const int32_t* acc, int64_t ld_acc, int64_t rows, int64_t cols,
+                             const float* row_scale, const float* col_scale, const T* bias,
+                             void* out, int64_t ldo, bool out_f32, cudaStream_t stream) {
+  if (out_f32) {
+    return LaunchApplyScales(acc, ld_acc, rows, cols, row_scale, col_scale, bias,
+                             static_cast<float*>(out), ldo, stream);
+  }
+  return LaunchApplyScales(acc, ld_acc, rows, cols, row_scale, col_scale, bias,
+                           static_cast<T*>(out), ldo, stream);
+}
+}  // namespace
+
+cudaError_t ApplyInt8Scales(const int32_t* acc, int64_t ld_acc, int64_t rows, int64_t cols,
+                            const float* row_scale, const float* col_scale,
+                            const __nv_bfloat16* bias, void* out, int64_t ldo, bool out_f32,
+                            cudaStream_t stream) {
+  return LaunchInt8Scales(acc, ld_acc, rows, cols, row_scale, col_scale, bias, out, ldo, out_f32,
+                          stream);
+}
+cudaError_t ApplyInt8Scales(const int32_t* acc, int64_t ld_acc, int64_t rows, int64_t cols,
+                            const float* row_scale, const float* col_scale, const __half* bias,
+                            void* out, int64_t ldo, bool out_f32, cudaStream_t stream) {
+  return LaunchInt8Scales(acc, ld_acc, rows, cols, row_scale, col_scale, bias, out, ldo, out_f32,
+                          stream);
+}
+
+bool GemvInt8Supported(const GemvInt8ArgsT<__nv_bfloat16>& a) { return Supported(a); }
+bool GemvInt8Supported(const GemvInt8ArgsT<__half>& a) { return Supported(a); }
+cudaError_t GemvInt8(const GemvInt8ArgsT<__nv_bfloat16>& a, cudaStream_t stream) {
+  return LaunchGemvW8<__nv_bfloat16>(a, stream);
+}
+cudaError_t GemvInt8(const GemvInt8ArgsT<__half>& a, cudaStream_t stream) {
+  return LaunchGemvW8<__half>(a, stream);
 }
 
 }  // namespace kiln::kernels

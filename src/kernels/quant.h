@@ -1,7 +1,8 @@
-// FP8 (e4m3fn) quantization and weight-only FP8 linear layers (model/quantization.h has the
-// arithmetic; the CPU backend is its reference). Raw device pointers + sizes + strides + stream;
-// no engine types. Activations are bf16 or fp16 (an overload per type, one kernel body behind
-// both). Every function returns the launch status and never synchronizes (graph-capturable).
+// FP8 (e4m3fn) and INT8 quantization and weight-only FP8 / INT8 linear layers
+// (model/quantization.h has the arithmetic; the CPU backend is its reference). Raw device pointers
+// + sizes + strides + stream; no engine types. Activations are bf16 or fp16 (an overload per type,
+// one kernel body behind both). Every function returns the launch status and never synchronizes
+// (graph-capturable).
 #pragma once
 
 #include <cstdint>
@@ -39,13 +40,14 @@ cudaError_t ApplyFp8Scales(const __nv_bfloat16* y, int64_t ld, int64_t rows, int
 // (sum_k x[m, k] * e4m3(w[n, k])) * w_scale[n] (+ bias[n]), fp32 accumulation, one rounding to
 // the output type (T, or fp32 with out_f32). The weight stream is half of a bf16 GEMV's: each
 // warp owns output columns and streams its row of w in 16-byte (16-element) loads.
-template <typename T>
-struct GemvFp8ArgsT {
+// Code: the weight's one-byte code type, __nv_fp8_e4m3 (GemvFp8ArgsT) or int8_t (GemvInt8ArgsT).
+template <typename T, typename Code>
+struct GemvW8ArgsT {
   const T* x = nullptr;  // [m, k], row stride ldx
   int64_t ldx = 0;
-  int32_t m = 0;                     // 1 ..= kGemvMaxRows (gemv.h)
-  const __nv_fp8_e4m3* w = nullptr;  // [n, k] contiguous
-  const float* w_scale = nullptr;    // [n]
+  int32_t m = 0;                   // 1 ..= kGemvMaxRows (gemv.h)
+  const Code* w = nullptr;         // [n, k] contiguous
+  const float* w_scale = nullptr;  // [n]
   int64_t n = 0;
   int64_t k = 0;
   const T* bias = nullptr;  // [n] or null
@@ -53,6 +55,8 @@ struct GemvFp8ArgsT {
   int64_t ldo = 0;
   bool out_f32 = false;
 };
+template <typename T>
+using GemvFp8ArgsT = GemvW8ArgsT<T, __nv_fp8_e4m3>;
 
 // Whether GemvFp8 handles these operands: 1 <= m <= kGemvMaxRows, k a multiple of 16, ldx a
 // multiple of 8, x and w 16-byte aligned.
@@ -62,5 +66,38 @@ bool GemvFp8Supported(const GemvFp8ArgsT<__half>& args);
 // REQUIRES: GemvFp8Supported(args).
 cudaError_t GemvFp8(const GemvFp8ArgsT<__nv_bfloat16>& args, cudaStream_t stream);
 cudaError_t GemvFp8(const GemvFp8ArgsT<__half>& args, cudaStream_t stream);
+
+// ---- INT8 (SmoothQuant W8A8, model/quantization.h) -------------------------------------------
+
+// Per-row int8 quantization: scales[r] = max(amax_r / 127, FLT_MIN) and
+// out[r, c] = round-to-nearest-even(x[r, c] / scales[r]) (IEEE fp32 division) clamped to +-127:
+// bit-exact with the CPU reference (QuantizeRowInt8). Same layout and requirements as
+// QuantizeRowsFp8.
+cudaError_t QuantizeRowsInt8(const __nv_bfloat16* x, int64_t ldx, int64_t rows, int64_t cols,
+                             int8_t* out, int64_t ldo, float* scales, cudaStream_t stream);
+cudaError_t QuantizeRowsInt8(const __half* x, int64_t ldx, int64_t rows, int64_t cols, int8_t* out,
+                             int64_t ldo, float* scales, cudaStream_t stream);
+
+// The epilogue of an int8 x int8 -> int32 GEMM: out[m, n] = acc[m, n] * row_scale[m] *
+// col_scale[n] (+ bias[n]) in fp32, one rounding to T (or none: out_f32). acc: [rows, cols] with
+// row stride ld_acc; out: [rows, cols] with row stride ldo; rows <= 65535.
+cudaError_t ApplyInt8Scales(const int32_t* acc, int64_t ld_acc, int64_t rows, int64_t cols,
+                            const float* row_scale, const float* col_scale,
+                            const __nv_bfloat16* bias, void* out, int64_t ldo, bool out_f32,
+                            cudaStream_t stream);
+cudaError_t ApplyInt8Scales(const int32_t* acc, int64_t ld_acc, int64_t rows, int64_t cols,
+                            const float* row_scale, const float* col_scale, const __half* bias,
+                            void* out, int64_t ldo, bool out_f32, cudaStream_t stream);
+
+// Weight-only INT8 skinny linear layer (W8A16): GemvFp8 with int8 weight codes,
+// out[m, n] = (sum_k x[m, k] * w[n, k]) * w_scale[n] (+ bias[n]). Same kernel body, same
+// requirements (GemvInt8Supported).
+template <typename T>
+using GemvInt8ArgsT = GemvW8ArgsT<T, int8_t>;
+
+bool GemvInt8Supported(const GemvInt8ArgsT<__nv_bfloat16>& args);
+bool GemvInt8Supported(const GemvInt8ArgsT<__half>& args);
+cudaError_t GemvInt8(const GemvInt8ArgsT<__nv_bfloat16>& args, cudaStream_t stream);
+cudaError_t GemvInt8(const GemvInt8ArgsT<__half>& args, cudaStream_t stream);
 
 }  // namespace kiln::kernels

@@ -31,6 +31,7 @@
 #include "kernels/kv_swap.h"
 #include "kernels/quant.h"
 #include "kernels/sampling.h"
+#include "kernels/w4a16.h"
 #include "model/dequant.h"
 
 namespace kiln {
@@ -57,11 +58,15 @@ class Arena {
   int64_t used_ = 0;
 };
 
-// A linear layer's weight: T, or e4m3 with per-channel scales (QuantMethod::kFp8).
+// A linear layer's weight: T, or e4m3 with per-channel scales (QuantMethod::kFp8), or int8 with
+// per-channel scales (kInt8), or 4-bit codes in the W4A16 kernel's layout (kW4A16).
 template <typename T>
 struct LinearWeight {
   T* w = nullptr;
   cuda::Fp8Weight fp8;
+  cuda::Int8Weight int8;
+  cuda::W4Weight w4;
+  int64_t rows = 0;  // of the whole (fused) matrix
 };
 
 template <typename T>
@@ -246,9 +251,13 @@ class CudaRunner final : public CudaRunnerBase {
   float* h_ = nullptr;
   T *x_ = nullptr, *qkv_ = nullptr, *attn_ = nullptr, *delta_ = nullptr, *gate_up_ = nullptr,
     *act_ = nullptr, *rows_ = nullptr;
-  cuda::Fp8Scratch fp8_scratch_;  // FP8: a linear layer's input quantized per token
-  float* logits_ = nullptr;       // [logit_chunk_, vocab]
-  int32_t logit_chunk_ = 0;       // logits rows computed per lm_head pass
+  cuda::Fp8Scratch fp8_scratch_;    // FP8: a linear layer's input quantized per token
+  cuda::Int8Scratch int8_scratch_;  // INT8: the same in int8, and the GEMM's int32 sums
+  T* w4_scratch_ = nullptr;         // W4A16 with act-order: x's columns gathered
+  int64_t w4_group_size_ = 0;       // W4A16: the checkpoint's group size (one for all layers)
+  bool w4_act_order_ = false;
+  float* logits_ = nullptr;  // [logit_chunk_, vocab]
+  int32_t logit_chunk_ = 0;  // logits rows computed per lm_head pass
   void* attn_workspace_ = nullptr;
   size_t attn_workspace_bytes_ = 0;
 
@@ -449,14 +458,15 @@ Status CudaRunner<T>::Init(const Checkpoint& ckpt) {
     options_.max_model_len = static_cast<int32_t>(config_.max_position_embeddings);
   }
   interleaved_rope_ = ckpt.qk_rope_layout() == QkRopeLayout::kInterleaved;
-  const QuantMethod pre = ckpt.quantization().method;
-  if (pre == QuantMethod::kInt8 || pre == QuantMethod::kW4A16) {
-    return Unsupported(ckpt.path() + ": its weights are " + std::string(QuantMethodName(pre)) +
-                       ", which the CUDA backend does not run yet; use --device cpu");
-  }
   // A pre-quantized FP8 checkpoint runs as FP8 whatever was asked (its weights are e4m3), and
   // brings its calibrated KV cache scales (used with an FP8 KV cache).
   if (ckpt.quantization().method == QuantMethod::kFp8) options_.quantization = QuantMethod::kFp8;
+  // Likewise INT8 (SmoothQuant) and W4A16 checkpoints: their linear weights arrive quantized and
+  // run as they are (kiln build writes them; nothing quantizes to these formats at load).
+  if (ckpt.quantization().method == QuantMethod::kInt8 ||
+      ckpt.quantization().method == QuantMethod::kW4A16) {
+    options_.quantization = ckpt.quantization().method;
+  }
   checkpoint_kv_scales_ = ckpt.kv_cache_scales();
   if (options_.tune_gemms && ckpt.engine().has_value() && !ckpt.engine()->gemm_table_path.empty()) {
     KILN_RETURN_IF_ERROR(ImportGemmTable(ckpt.engine()->gemm_table_path));
@@ -465,6 +475,79 @@ Status CudaRunner<T>::Init(const Checkpoint& ckpt) {
   KILN_RETURN_IF_ERROR(UploadWeights(ckpt));
   upload_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return AllocateWorkspace();
+}
+
+// A part (rows [row, row + rows) of a fused matrix, or all of one) of an INT8 linear layer: a
+// pre-quantized int8 weight (kiln build --quant int8-sq) and its row scales, as they are.
+template <typename T>
+Status UploadInt8Linear(const Checkpoint& ckpt, Uploader& uploader, const std::string& name,
+                        LinearWeight<T>& lw, int64_t row, int64_t rows, int64_t cols) {
+  const Weight* w = ckpt.Find(name);
+  if (w == nullptr) return NotFound(ckpt.path() + ": missing tensor " + name);
+  if (w->dtype != DType::kI8 || static_cast<int64_t>(w->row_scales.size()) != rows ||
+      w->nbytes != rows * cols) {
+    return InvalidArgument(w->file + ": tensor " + w->source_name + " (" +
+                           std::string(DTypeName(w->dtype)) + ", " +
+                           std::to_string(w->row_scales.size()) + " row scales) is not an int8 " +
+                           std::to_string(rows) + " x " + std::to_string(cols) +
+                           " weight with one scale per row, as an int8-sq checkpoint's are");
+  }
+  KILN_RETURN_IF_ERROR(
+      uploader.Upload(w->data, w->nbytes, const_cast<int8_t*>(lw.int8.w) + row * cols));
+  return uploader.Upload(w->row_scales.data(), rows * sizeof(float),
+                         const_cast<float*>(lw.int8.scale) + row);
+}
+
+// The same for W4A16: the packed codes, fp16 scales and int8 zeros go through `staging` (n * k
+// elements of T or more) into the kernels' layout (kernels::W4RepackCodes / W4RepackScales: the
+// part's tiles and scale words at its rows of the fused matrix). With act-order every part of a
+// fused matrix must share one column order (one gather of x serves the fused GEMM); `perms`
+// keeps the first part's, per matrix.
+template <typename T>
+Status UploadW4Linear(const Checkpoint& ckpt, Uploader& uploader, const std::string& name,
+                      LinearWeight<T>& lw, int64_t row, int64_t rows, int64_t cols,
+                      DeviceBuffer& staging, std::map<const int32_t*, std::vector<int32_t>>& perms,
+                      cudaStream_t stream) {
+  const Weight* w = ckpt.Find(name);
+  if (w == nullptr) return NotFound(ckpt.path() + ": missing tensor " + name);
+  const int64_t g = lw.w4.group_size, groups = cols / g;
+  if (w->dtype != DType::kI4 || !w->w4.has_value() || w->nbytes != rows * cols / 2 ||
+      w->w4->group_size != g || static_cast<int64_t>(w->w4->scales.size()) != rows * groups ||
+      (!w->w4->zeros.empty() && static_cast<int64_t>(w->w4->zeros.size()) != rows * groups) ||
+      static_cast<int64_t>(w->w4->perm.size()) != (lw.w4.perm != nullptr ? cols : 0)) {
+    return InvalidArgument(w->file + ": tensor " + w->source_name + " is not a packed 4-bit " +
+                           std::to_string(rows) + " x " + std::to_string(cols) +
+                           " weight with group size " + std::to_string(g) +
+                           (lw.w4.perm != nullptr ? " and act-order" : " without act-order") +
+                           ", as the checkpoint's first layer is");
+  }
+  auto* base = static_cast<uint8_t*>(staging.data());
+  const int64_t codes_bytes = AlignUp(rows * cols / 2), scale_bytes = AlignUp(rows * groups * 2);
+  auto* scales = reinterpret_cast<uint16_t*>(base + codes_bytes);
+  auto* zeros = reinterpret_cast<int8_t*>(base + codes_bytes + scale_bytes);
+  KILN_RETURN_IF_ERROR(uploader.Upload(w->data, w->nbytes, base));
+  KILN_RETURN_IF_ERROR(uploader.Upload(w->w4->scales.data(), rows * groups * 2, scales));
+  if (!w->w4->zeros.empty()) {
+    KILN_RETURN_IF_ERROR(uploader.Upload(w->w4->zeros.data(), rows * groups, zeros));
+  }
+  KILN_CUDA_RETURN_IF_ERROR(kernels::W4RepackCodes(
+      base, rows, cols, const_cast<uint8_t*>(lw.w4.tiled) + row * cols / 2, stream));
+  KILN_CUDA_RETURN_IF_ERROR(kernels::W4RepackScales(
+      scales, w->w4->zeros.empty() ? nullptr : zeros, rows, groups,
+      std::is_same_v<T, __nv_bfloat16>, const_cast<uint32_t*>(lw.w4.sz) + row, lw.rows, stream));
+  if (lw.w4.perm == nullptr) return Status::Ok();
+  auto [it, first] = perms.try_emplace(lw.w4.perm, w->w4->perm);
+  if (first) {
+    return uploader.Upload(w->w4->perm.data(), cols * sizeof(int32_t),
+                           const_cast<int32_t*>(lw.w4.perm));
+  }
+  if (it->second != w->w4->perm) {
+    return Unsupported(w->file + ": tensor " + w->source_name +
+                       " orders its input columns (act-order) unlike the other parts of its "
+                       "fused matrix (q/k/v or gate/up); the CUDA W4A16 path needs one order "
+                       "per fused matrix");
+  }
+  return Status::Ok();
 }
 
 template <typename T>
@@ -502,12 +585,52 @@ Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
                        std::to_string(kv) + " and intermediate_size " + std::to_string(inter) +
                        "; the FP8 GEMMs need multiples of 16 (kv size: of 8)");
   }
+  const bool int8 = options_.quantization == QuantMethod::kInt8;
+  const bool w4 = options_.quantization == QuantMethod::kW4A16;
+  if (int8 && (h % 16 != 0 || q % 16 != 0 || kv % 8 != 0 || inter % 16 != 0)) {
+    return Unsupported("quantization int8-sq: " + ckpt.path() + " has hidden_size " +
+                       std::to_string(h) + ", q size " + std::to_string(q) + ", kv size " +
+                       std::to_string(kv) + " and intermediate_size " + std::to_string(inter) +
+                       "; the INT8 GEMMs need multiples of 16 (kv size: of 8)");
+  }
+  if (w4) {
+    // One group size and one act-order choice for the whole model, read off its first weight.
+    const std::string first = "model.layers.0.self_attn.q_proj.weight";
+    const Weight* w = ckpt.Find(first);
+    if (w == nullptr || w->dtype != DType::kI4 || !w->w4.has_value()) {
+      return InvalidArgument(ckpt.path() + ": a w4a16 checkpoint's linear weights must be packed " +
+                             "4-bit with group scales; " + first + " is not");
+    }
+    w4_group_size_ = w->w4->group_size;
+    w4_act_order_ = !w->w4->perm.empty();
+    const int64_t g = w4_group_size_;
+    if (q % kernels::kW4TileRows != 0 || kv % kernels::kW4TileRows != 0 ||
+        !kernels::W4ShapeSupported(qkv_rows, h, g) || !kernels::W4ShapeSupported(h, q, g) ||
+        !kernels::W4ShapeSupported(2 * inter, h, g) || !kernels::W4ShapeSupported(h, inter, g)) {
+      return Unsupported("quantization w4a16: " + ckpt.path() + " has hidden_size " +
+                         std::to_string(h) + ", q size " + std::to_string(q) + ", kv size " +
+                         std::to_string(kv) + ", intermediate_size " + std::to_string(inter) +
+                         " and group size " + std::to_string(g) +
+                         "; the W4A16 kernels need row counts in multiples of 16, input widths "
+                         "in multiples of 64 and a group size of 16, 32 or a multiple of 64 "
+                         "dividing every input width");
+    }
+  }
   // Sizing pass, then the real one.
   auto take_linear = [&](Arena& a, int64_t rows, int64_t cols) {
     LinearWeight<T> lw;
+    lw.rows = rows;
     if (fp8) {
       lw.fp8.w = a.Take<__nv_fp8_e4m3>(rows * cols);
       lw.fp8.scale = a.Take<float>(rows);
+    } else if (int8) {
+      lw.int8.w = a.Take<int8_t>(rows * cols);
+      lw.int8.scale = a.Take<float>(rows);
+    } else if (w4) {
+      lw.w4.tiled = a.Take<uint8_t>(rows * cols / 2);
+      lw.w4.sz = a.Take<uint32_t>(rows * (cols / w4_group_size_));
+      lw.w4.perm = w4_act_order_ ? a.Take<int32_t>(cols) : nullptr;
+      lw.w4.group_size = w4_group_size_;
     } else {
       lw.w = a.Take<T>(rows * cols);
     }
@@ -567,13 +690,17 @@ Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
   // pre-quantized e4m3 part is uploaded with its scales; another is uploaded in T into
   // `staging` and quantized per output channel (a row of the fused matrix is a row of its part,
   // so per-part and per-fused-matrix quantization are the same).
+  std::map<const int32_t*, std::vector<int32_t>> perms;  // W4A16 act-order, per fused matrix
   DeviceBuffer staging;
-  if (fp8) {
+  if (fp8 || w4) {
     const int64_t largest = std::max({qkv_rows * h, h * q, 2 * inter * h, h * inter});
     KILN_ASSIGN_OR_RETURN(staging, DeviceBuffer::Allocate(largest * sizeof(T)));
   }
   auto upload_linear = [&](const std::string& name, LinearWeight<T>& lw, int64_t row, int64_t rows,
                            int64_t cols) -> Status {
+    if (int8) return UploadInt8Linear(ckpt, uploader, name, lw, row, rows, cols);
+    if (w4)
+      return UploadW4Linear(ckpt, uploader, name, lw, row, rows, cols, staging, perms, stream_);
     if (!fp8) return upload(name, lw.w + row * cols);
     auto* w8 = const_cast<__nv_fp8_e4m3*>(lw.fp8.w) + row * cols;
     auto* scale = const_cast<float*>(lw.fp8.scale) + row;
@@ -651,6 +778,16 @@ Status CudaRunner<T>::AllocateWorkspace() {
       fp8_scratch_.x = a.Take<__nv_fp8_e4m3>(
           t * std::max({h, int64_t{c.q_size()}, int64_t{c.intermediate_size}}));
       fp8_scratch_.scale = a.Take<float>(t);
+    }
+    const int64_t widest_in = std::max({h, int64_t{c.q_size()}, int64_t{c.intermediate_size}});
+    if (options_.quantization == QuantMethod::kInt8) {
+      int8_scratch_.x = a.Take<int8_t>(t * widest_in);
+      int8_scratch_.scale = a.Take<float>(t);
+      int8_scratch_.acc =
+          a.Take<int32_t>(t * std::max({qkv_rows, h, int64_t{2} * c.intermediate_size}));
+    }
+    if (options_.quantization == QuantMethod::kW4A16 && w4_act_order_) {
+      w4_scratch_ = a.Take<T>(t * widest_in);
     }
     logits_ = a.Take<float>(int64_t{logit_chunk_} * c.vocab_size);
     attn_workspace_ = a.Take<uint8_t>(static_cast<int64_t>(attn_workspace_bytes_));
@@ -944,6 +1081,12 @@ template <typename T>
 Status CudaRunner<T>::Linear(const T* x, int64_t m, const LinearWeight<T>& w, int64_t n, int64_t k,
                              const T* bias, T* out) {
   if (w.w != nullptr) return gemm_->Linear(x, k, m, w.w, n, k, bias, out, n, false, stream_);
+  if (w.int8.w != nullptr) {
+    return gemm_->LinearInt8(x, k, m, w.int8, n, k, bias, out, n, false, int8_scratch_, stream_);
+  }
+  if (w.w4.tiled != nullptr) {
+    return gemm_->LinearW4(x, k, m, w.w4, n, k, bias, out, n, false, w4_scratch_, stream_);
+  }
   return gemm_->LinearFp8(x, k, m, w.fp8, n, k, bias, out, n, false, fp8_scratch_, stream_);
 }
 
@@ -1065,8 +1208,10 @@ Status CudaRunner<T>::TuneDecodeGemms(int32_t batch) {
   using Shape = cuda::GemmShape;
   using Weights = std::span<const T* const>;
   constexpr DType kType = DTypeOf<T>();
-  if (options_.quantization == QuantMethod::kFp8) {
-    if (batch > gemm_->fp8_gemv_max_rows()) {
+  // INT8 and W4A16 linear layers run the heuristic's pick resp. kernels::W4Gemm: only lm_head
+  // (bf16 / fp16) is tuned, as below.
+  if (options_.quantization != QuantMethod::kNone) {
+    if (options_.quantization == QuantMethod::kFp8 && batch > gemm_->fp8_gemv_max_rows()) {
       // The FP8 shapes LinearFp8 runs: x quantized into a contiguous [batch, k] scratch, no bias
       // in the GEMM.
       using Fp8Weights = std::span<const __nv_fp8_e4m3* const>;

@@ -47,7 +47,9 @@ struct CudaRunnerOptions {
   // (model/checkpoint.h).
   std::optional<DType> dtype;
   // kFp8: the linear layers of every decoder layer run FP8 W8A8 (model/quantization.h); the
-  // checkpoint's 16-bit weights are quantized at upload.
+  // checkpoint's 16-bit weights are quantized at upload. kInt8 / kW4A16 come from a checkpoint
+  // whose linear weights are already int8 (+ row scales) resp. packed 4-bit (+ group scales):
+  // they run as Gemm::LinearInt8 resp. Gemm::LinearW4 (the W4 codes repacked at upload).
   QuantMethod quantization = QuantMethod::kNone;
   // kFp8E4M3: the KV cache holds e4m3 (half the bytes of bf16 per block).
   KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;

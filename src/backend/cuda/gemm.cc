@@ -20,14 +20,38 @@ constexpr DType kDTypeOf = std::is_same_v<T, __half> ? DType::kF16 : DType::kBF1
 template <typename T>
 Result<std::vector<const void*>> TuneWeights(const GemmShape& s, std::span<const T* const> w) {
   if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) {
-    if (!s.fp8) return InvalidArgument("Gemm::Tune: fp8 weights for a 16-bit shape");
+    if (!s.fp8) return InvalidArgument("Gemm::Tune: fp8 weights for a non-FP8 shape");
     return std::vector<const void*>(w.begin(), w.end());
   }
-  if (!w.empty() && (s.fp8 || s.dtype != kDTypeOf<T>)) {
+  if constexpr (std::is_same_v<T, int8_t>) {
+    if (!s.int8) return InvalidArgument("Gemm::Tune: int8 weights for a non-INT8 shape");
+    return std::vector<const void*>(w.begin(), w.end());
+  }
+  if (!w.empty() && (s.fp8 || s.int8 || s.dtype != kDTypeOf<T>)) {
     return InvalidArgument("Gemm::Tune: " + std::string(DTypeName(kDTypeOf<T>)) +
                            " weights for a " + std::string(DTypeName(s.dtype)) + " shape");
   }
   return std::vector<const void*>(w.begin(), w.end());
+}
+
+// The arguments of kernels::GemvFp8 / GemvInt8 (the same fields; w's code type differs).
+template <typename Code, typename T>
+kernels::GemvW8ArgsT<T, Code> W8GemvArgs(const T* x, int64_t ldx, int64_t m, const Code* w,
+                                         const float* w_scale, int64_t n, int64_t k, const T* bias,
+                                         void* out, int64_t ldo, bool out_f32) {
+  kernels::GemvW8ArgsT<T, Code> g;
+  g.x = x;
+  g.ldx = ldx;
+  g.m = static_cast<int32_t>(m);
+  g.w = w;
+  g.w_scale = w_scale;
+  g.n = n;
+  g.k = k;
+  g.bias = bias;
+  g.out = out;
+  g.ldo = ldo;
+  g.out_f32 = out_f32;
+  return g;
 }
 
 }  // namespace
@@ -70,15 +94,21 @@ Result<Gemm::Plan*> Gemm::GetPlan(const GemmShape& s, int num_candidates) {
                        std::string(DTypeName(s.dtype)));
   }
   const cudaDataType_t type = s.dtype == DType::kF16 ? CUDA_R_16F : CUDA_R_16BF;
-  // FP8: e4m3 operands, the 16-bit type for C, D and the bias.
-  const cudaDataType_t operand_type = s.fp8 ? CUDA_R_8F_E4M3 : type;
-  if (s.fp8 && s.out_f32) return Unsupported("Gemm: an FP8 GEMM writes bf16 or fp16, not fp32");
-  if (s.fp8 && s.bias) {
-    return InvalidArgument("Gemm: an FP8 shape has no bias (LinearFp8 adds it with the scales)");
+  // FP8: e4m3 operands, the 16-bit type for C, D and the bias. INT8: int8 operands, int32 sums
+  // (exact) and int32 alpha / beta.
+  const cudaDataType_t operand_type = s.fp8 ? CUDA_R_8F_E4M3 : (s.int8 ? CUDA_R_8I : type);
+  if (s.fp8 && s.int8) return InvalidArgument("Gemm: a shape is FP8 or INT8, not both");
+  if ((s.fp8 || s.int8) && s.out_f32) {
+    return Unsupported("Gemm: an FP8 / INT8 GEMM writes its unscaled sums, not fp32");
+  }
+  if ((s.fp8 || s.int8) && s.bias) {
+    return InvalidArgument(
+        "Gemm: an FP8 / INT8 shape has no bias (LinearFp8 / LinearInt8 add it with the scales)");
   }
   auto plan = std::make_unique<Plan>();
   KILN_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      s.int8 ? cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32I, CUDA_R_32I)
+             : cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
   KILN_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
       plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
@@ -95,7 +125,8 @@ Result<Gemm::Plan*> Gemm::GetPlan(const GemmShape& s, int num_candidates) {
   // CUBLAS_STATUS_INVALID_VALUE on the H100 with cuBLAS 13.1), so the GEMM writes the unscaled
   // sums in bf16 (their range: up to 448^2 k, beyond fp16's) and kernels::ApplyFp8Scales
   // scales them (LinearFp8Of).
-  const cudaDataType_t out_type = s.out_f32 ? CUDA_R_32F : (s.fp8 ? CUDA_R_16BF : type);
+  const cudaDataType_t out_type =
+      s.int8 ? CUDA_R_32I : (s.out_f32 ? CUDA_R_32F : (s.fp8 ? CUDA_R_16BF : type));
   KILN_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->a, operand_type, s.k, s.n, s.k));
   KILN_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->b, operand_type, s.k, s.m, s.ldx));
   KILN_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->d, out_type, s.n, s.m, s.ldo));
@@ -113,7 +144,10 @@ Result<Gemm::Plan*> Gemm::GetPlan(const GemmShape& s, int num_candidates) {
   cublasLtMatmulPreferenceDestroy(pref);
   KILN_CUBLAS_RETURN_IF_ERROR(st);
   if (found == 0) {
-    return Unsupported(std::string("cuBLASLt has no ") + (s.fp8 ? "FP8 " : "") +
+    return Unsupported(std::string("cuBLASLt has no ") +
+                       (s.fp8    ? "FP8 "
+                        : s.int8 ? "INT8 "
+                                 : "") +
                        "algorithm for the linear layer m=" + std::to_string(s.m) +
                        " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k));
   }
@@ -187,18 +221,7 @@ Status Gemm::LinearFp8Of(const T* x, int64_t ldx, int64_t m, Fp8Weight w, int64_
                          cudaStream_t stream) {
   if (m == 0) return Status::Ok();
   if (m <= fp8_gemv_max_rows_) {
-    kernels::GemvFp8ArgsT<T> g;
-    g.x = x;
-    g.ldx = ldx;
-    g.m = static_cast<int32_t>(m);
-    g.w = w.w;
-    g.w_scale = w.scale;
-    g.n = n;
-    g.k = k;
-    g.bias = bias;
-    g.out = out;
-    g.ldo = ldo;
-    g.out_f32 = out_f32;
+    const auto g = W8GemvArgs(x, ldx, m, w.w, w.scale, n, k, bias, out, ldo, out_f32);
     if (kernels::GemvFp8Supported(g)) {
       KILN_CUDA_RETURN_IF_ERROR(kernels::GemvFp8(g, stream));
       return Status::Ok();
@@ -227,8 +250,59 @@ Status Gemm::LinearFp8Of(const T* x, int64_t ldx, int64_t m, Fp8Weight w, int64_
   return Status::Ok();
 }
 
+Status Gemm::LinearInt8(const __nv_bfloat16* x, int64_t ldx, int64_t m, Int8Weight w, int64_t n,
+                        int64_t k, const __nv_bfloat16* bias, void* out, int64_t ldo, bool out_f32,
+                        Int8Scratch scratch, cudaStream_t stream) {
+  return LinearInt8Of(x, ldx, m, w, n, k, bias, out, ldo, out_f32, scratch, stream);
+}
+
+Status Gemm::LinearInt8(const __half* x, int64_t ldx, int64_t m, Int8Weight w, int64_t n, int64_t k,
+                        const __half* bias, void* out, int64_t ldo, bool out_f32,
+                        Int8Scratch scratch, cudaStream_t stream) {
+  return LinearInt8Of(x, ldx, m, w, n, k, bias, out, ldo, out_f32, scratch, stream);
+}
+
+template <typename T>
+Status Gemm::LinearInt8Of(const T* x, int64_t ldx, int64_t m, Int8Weight w, int64_t n, int64_t k,
+                          const T* bias, void* out, int64_t ldo, bool out_f32, Int8Scratch scratch,
+                          cudaStream_t stream) {
+  if (m == 0) return Status::Ok();
+  if (m <= int8_gemv_max_rows_) {
+    const auto g = W8GemvArgs(x, ldx, m, w.w, w.scale, n, k, bias, out, ldo, out_f32);
+    if (kernels::GemvInt8Supported(g)) {
+      KILN_CUDA_RETURN_IF_ERROR(kernels::GemvInt8(g, stream));
+      return Status::Ok();
+    }
+  }
+  // cuBLASLt's int8 (IMMA) kernels want the "TN" layout (ours) and dimensions in multiples of 4;
+  // 16 as for FP8 keeps every operand row 16-byte aligned.
+  if (k % 16 != 0 || n % 16 != 0) {
+    return Unsupported("Gemm: an INT8 linear layer needs k and n multiples of 16, got k=" +
+                       std::to_string(k) + " n=" + std::to_string(n));
+  }
+  KILN_CUDA_RETURN_IF_ERROR(
+      kernels::QuantizeRowsInt8(x, ldx, m, k, scratch.x, k, scratch.scale, stream));
+  // The sums go to scratch.acc [m, n]; the bias is added with the scales (the shape has none).
+  GemmShape shape{m, n, k, k, n, /*out_f32=*/false, /*bias=*/false, kDTypeOf<T>};
+  shape.int8 = true;
+  KILN_ASSIGN_OR_RETURN(Plan * plan, GetPlan(shape, 1));
+  const int32_t alpha = 1, beta = 0;
+  KILN_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(
+      handle_, plan->desc, &alpha, w.w, plan->a, scratch.x, plan->b, &beta, scratch.acc, plan->d,
+      scratch.acc, plan->d, &plan->algo, workspace_.data(), workspace_.size(), stream));
+  KILN_CUDA_RETURN_IF_ERROR(kernels::ApplyInt8Scales(scratch.acc, n, m, n, scratch.scale, w.scale,
+                                                     bias, out, ldo, out_f32, stream));
+  return Status::Ok();
+}
+
 Status Gemm::Tune(const GemmShape& s, int num_candidates, cudaStream_t stream,
                   std::span<const __nv_fp8_e4m3* const> weights) {
+  KILN_ASSIGN_OR_RETURN(std::vector<const void*> w, TuneWeights(s, weights));
+  return TuneWith(s, num_candidates, stream, std::move(w));
+}
+
+Status Gemm::Tune(const GemmShape& s, int num_candidates, cudaStream_t stream,
+                  std::span<const int8_t* const> weights) {
   KILN_ASSIGN_OR_RETURN(std::vector<const void*> w, TuneWeights(s, weights));
   return TuneWith(s, num_candidates, stream, std::move(w));
 }
@@ -251,8 +325,8 @@ Status Gemm::TuneWith(const GemmShape& s, int num_candidates, cudaStream_t strea
   plans_.erase(s);
   KILN_ASSIGN_OR_RETURN(Plan * plan, GetPlan(s, num_candidates));
   if (plan->candidates.size() <= 1) return Status::Ok();
-  const size_t out_bytes = static_cast<size_t>(s.ldo) * s.m * (s.out_f32 ? 4 : 2);
-  const int64_t operand_bytes = s.fp8 ? 1 : 2;
+  const size_t out_bytes = static_cast<size_t>(s.ldo) * s.m * (s.out_f32 || s.int8 ? 4 : 2);
+  const int64_t operand_bytes = s.fp8 || s.int8 ? 1 : 2;
   KILN_ASSIGN_OR_RETURN(DeviceBuffer x, DeviceBuffer::Allocate(s.ldx * s.m * 2));
   KILN_ASSIGN_OR_RETURN(DeviceBuffer out, DeviceBuffer::Allocate(out_bytes));
   KILN_ASSIGN_OR_RETURN(DeviceBuffer bias, DeviceBuffer::Allocate(std::max<int64_t>(s.n, 1) * 2));
@@ -280,7 +354,11 @@ Status Gemm::TuneWith(const GemmShape& s, int num_candidates, cudaStream_t strea
   KILN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
   KILN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
   float best_ms = 1e30f;
-  const float alpha = 1.0f, beta = 0.0f;
+  // An INT8 plan's alpha and beta are int32 (its scale type).
+  const float alpha_f = 1.0f, beta_f = 0.0f;
+  const int32_t alpha_i = 1, beta_i = 0;
+  const void* alpha = s.int8 ? static_cast<const void*>(&alpha_i) : &alpha_f;
+  const void* beta = s.int8 ? static_cast<const void*>(&beta_i) : &beta_f;
   constexpr int repeats = 8;  // enough to rank candidates; start-up pays for every run
   for (const cublasLtMatmulHeuristicResult_t& c : plan->candidates) {
     if (c.state != CUBLAS_STATUS_SUCCESS) continue;
@@ -288,8 +366,8 @@ Status Gemm::TuneWith(const GemmShape& s, int num_candidates, cudaStream_t strea
     bool ok = true;
     for (int i = 0; i < kWarmup + repeats && ok; ++i) {
       if (i == kWarmup) cudaEventRecord(start, stream);
-      ok = cublasLtMatmul(handle_, plan->desc, &alpha, w[i % w.size()], plan->a, x.data(), plan->b,
-                          &beta, out.data(), plan->d, out.data(), plan->d, &c.algo,
+      ok = cublasLtMatmul(handle_, plan->desc, alpha, w[i % w.size()], plan->a, x.data(), plan->b,
+                          beta, out.data(), plan->d, out.data(), plan->d, &c.algo,
                           workspace_.data(), workspace_.size(), stream) == CUBLAS_STATUS_SUCCESS;
     }
     cudaEventRecord(stop, stream);

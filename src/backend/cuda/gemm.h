@@ -41,7 +41,9 @@ struct GemmShape {
   // FP8 W8A8: x and w are e4m3 with per-row scales (LinearFp8); dtype is then the type of the
   // bias and the output.
   bool fp8 = false;
-  auto Key() const { return std::tie(m, n, k, ldx, ldo, out_f32, bias, dtype, fp8); }
+  // INT8 W8A8: x and w are int8 with per-row scales (LinearInt8), the GEMM writes int32 sums.
+  bool int8 = false;
+  auto Key() const { return std::tie(m, n, k, ldx, ldo, out_f32, bias, dtype, fp8, int8); }
   bool operator<(const GemmShape& o) const { return Key() < o.Key(); }
 };
 
@@ -63,10 +65,35 @@ struct TunedGemm {
   std::array<uint64_t, 8> algo{};  // cublasLtMatmulAlgo_t's opaque words
 };
 
+// A W4A16 weight (model/quantization.h) in the layout of kernels/w4a16.h, made at upload by
+// kernels::W4RepackCodes and W4RepackScales from the canonical packed codes, scales and zeros.
+struct W4Weight {
+  const uint8_t* tiled = nullptr;  // n * k / 2 bytes
+  const uint32_t* sz = nullptr;    // [k / group_size, n]
+  const int32_t* perm =
+      nullptr;  // [k] (act-order: stored column j is input channel perm[j]) or null
+  int64_t group_size = 0;
+};
+
+// An INT8 weight (model/quantization.h): int8 codes [n, k] with a per-output-channel scale [n].
+struct Int8Weight {
+  const int8_t* w = nullptr;
+  const float* scale = nullptr;
+};
+
+// Where LinearInt8 quantizes its input and keeps the GEMM's sums: m * k codes, m scales and
+// m * n int32 sums.
+struct Int8Scratch {
+  int8_t* x = nullptr;
+  float* scale = nullptr;
+  int32_t* acc = nullptr;
+};
+
 class Gemm {
  public:
   static constexpr int32_t kGemvDefaultRows = 2;
   static constexpr int32_t kFp8GemvDefaultRows = 3;
+  static constexpr int32_t kInt8GemvDefaultRows = 3;
 
   // workspace_bytes: cuBLASLt scratch (32 MiB is plenty on Hopper).
   static Result<std::unique_ptr<Gemm>> Create(size_t workspace_bytes = 32 << 20);
@@ -100,6 +127,31 @@ class Gemm {
                    const __half* bias, void* out, int64_t ldo, bool out_f32, Fp8Scratch scratch,
                    cudaStream_t stream);
 
+  // W4A16 linear layer (model/quantization.h, kernels/w4a16.h): out = x . w^T (+ bias) with w
+  // dequantized in registers (kernels::W4Gemm, tensor cores, fp32 accumulation), up to
+  // kernels::kW4GemmMaxRows rows per launch (more rows: one launch per 64 rows, each streaming
+  // the weights again). With act-order (w.perm) x's columns are first gathered into `scratch`
+  // (room for m * k elements of x's type; unused, may be null, without perm). out: x's type or
+  // fp32. Unsupported: shapes outside kernels::W4ShapeSupported.
+  Status LinearW4(const __nv_bfloat16* x, int64_t ldx, int64_t m, const W4Weight& w, int64_t n,
+                  int64_t k, const __nv_bfloat16* bias, void* out, int64_t ldo, bool out_f32,
+                  void* scratch, cudaStream_t stream);
+  Status LinearW4(const __half* x, int64_t ldx, int64_t m, const W4Weight& w, int64_t n, int64_t k,
+                  const __half* bias, void* out, int64_t ldo, bool out_f32, void* scratch,
+                  cudaStream_t stream);
+
+  // INT8 W8A8 linear layer (model/quantization.h): up to int8_gemv_max_rows() rows, weight-only
+  // kernels::GemvInt8 on x as it is (W8A16); more rows: x quantized per token into `scratch`
+  // (kernels::QuantizeRowsInt8, bit-exact with the CPU's), an int8 x int8 -> int32 cuBLASLt GEMM
+  // (exact sums) into scratch.acc, and kernels::ApplyInt8Scales (acc * sx[m] * sw[n] + bias) into
+  // out, of x's type or fp32. Unsupported (GEMM rows): k or n not a multiple of 16.
+  Status LinearInt8(const __nv_bfloat16* x, int64_t ldx, int64_t m, Int8Weight w, int64_t n,
+                    int64_t k, const __nv_bfloat16* bias, void* out, int64_t ldo, bool out_f32,
+                    Int8Scratch scratch, cudaStream_t stream);
+  Status LinearInt8(const __half* x, int64_t ldx, int64_t m, Int8Weight w, int64_t n, int64_t k,
+                    const __half* bias, void* out, int64_t ldo, bool out_f32, Int8Scratch scratch,
+                    cudaStream_t stream);
+
   // Times up to `candidates` heuristic algorithms for `shape` and caches the fastest. The runs
   // cycle through `weights` (each [n, k]; e.g. one layer's matrix per layer) so that no run
   // finds its weights in L2, as in a forward pass; with none given, scratch copies of
@@ -112,6 +164,9 @@ class Gemm {
   // The same for an FP8 shape (shape.fp8), cycling through e4m3 weights.
   Status Tune(const GemmShape& shape, int candidates, cudaStream_t stream,
               std::span<const __nv_fp8_e4m3* const> weights);
+  // The same for an INT8 shape (shape.int8), cycling through int8 weights.
+  Status Tune(const GemmShape& shape, int candidates, cudaStream_t stream,
+              std::span<const int8_t* const> weights);
 
   // The algorithms Tune() chose (or ImportTuned adopted), for an engine's GEMM table.
   std::vector<TunedGemm> TunedGemms() const;
@@ -126,6 +181,9 @@ class Gemm {
   // The same for LinearFp8 (kernels::GemvFp8). Default kFp8GemvDefaultRows.
   void set_fp8_gemv_max_rows(int32_t rows) { fp8_gemv_max_rows_ = rows; }
   int32_t fp8_gemv_max_rows() const { return fp8_gemv_max_rows_; }
+  // The same for LinearInt8 (kernels::GemvInt8). Default kInt8GemvDefaultRows.
+  void set_int8_gemv_max_rows(int32_t rows) { int8_gemv_max_rows_ = rows; }
+  int32_t int8_gemv_max_rows() const { return int8_gemv_max_rows_; }
 
  private:
   struct Plan;
@@ -139,12 +197,21 @@ class Gemm {
   Status LinearFp8Of(const T* x, int64_t ldx, int64_t m, Fp8Weight w, int64_t n, int64_t k,
                      const T* bias, void* out, int64_t ldo, bool out_f32, Fp8Scratch scratch,
                      cudaStream_t stream);
+  template <typename T>
+  Status LinearW4Of(const T* x, int64_t ldx, int64_t m, const W4Weight& w, int64_t n, int64_t k,
+                    const T* bias, void* out, int64_t ldo, bool out_f32, void* scratch,
+                    cudaStream_t stream);
+  template <typename T>
+  Status LinearInt8Of(const T* x, int64_t ldx, int64_t m, Int8Weight w, int64_t n, int64_t k,
+                      const T* bias, void* out, int64_t ldo, bool out_f32, Int8Scratch scratch,
+                      cudaStream_t stream);
   // The body of both Tune overloads; `weights` are of shape.dtype (may be empty).
   Status TuneWith(const GemmShape& shape, int candidates, cudaStream_t stream,
                   std::vector<const void*> weights);
 
   int32_t gemv_max_rows_ = kGemvDefaultRows;
   int32_t fp8_gemv_max_rows_ = kFp8GemvDefaultRows;
+  int32_t int8_gemv_max_rows_ = kInt8GemvDefaultRows;
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
   std::map<GemmShape, std::unique_ptr<Plan>> plans_;

@@ -34,6 +34,7 @@ std::string GemmTableToJson(const GemmTable& t) {
                        {"bias", s.bias},
                        {"dtype", DTypeName(s.dtype)},
                        {"fp8", s.fp8},
+                       {"int8", s.int8},
                        {"algo", e.algo}});
   }
   Json j = {{"device", t.device},
@@ -61,6 +62,7 @@ Result<GemmTable> ParseGemmTable(std::string_view text, const std::string& sourc
       g.shape.out_f32 = e.at("out_f32").get<bool>();
       g.shape.bias = e.at("bias").get<bool>();
       g.shape.fp8 = e.at("fp8").get<bool>();
+      g.shape.int8 = e.value("int8", false);
       auto dtype = ParseDType(e.at("dtype").get<std::string>());
       if (!dtype.ok()) return Corrupt(source + ": an entry's dtype is unknown");
       g.shape.dtype = *dtype;

@@ -1,0 +1,438 @@
+// cuda::Gemm's W4A16 and INT8 linear layers (label gpu) against the formulas of
+// model/quantization.h evaluated on the host in double (the CPU backend's W4 / INT8 Linear are
+// written in parallel; these references are the definitions themselves): LinearW4 on every
+// dispatch of kernels::W4Gemm (m 1..64 and beyond, group sizes 16 / 32 / 64 / 128 / k, act-order,
+// bias, strides, fp32 output) with the weights repacked on the device; kernels::QuantizeRowsInt8
+// bit-exact; LinearInt8 on its W8A16 GEMV rows and its W8A8 cuBLASLt rows. Odd shapes, outputs
+// poisoned before each run (padding must stay poisoned), fresh random operands per case.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/gemm.h"
+#include "core/dtype.h"
+#include "core/status.h"
+#include "kernels/quant.h"
+#include "kernels/test_util.cuh"
+#include "kernels/w4a16.h"
+
+namespace kiln::cuda {
+namespace {
+
+using kernels::As;
+using kernels::Dev;
+using kernels::Format;
+
+std::unique_ptr<Gemm> NewGemm() {
+  Result<std::unique_ptr<Gemm>> gemm = Gemm::Create();
+  EXPECT_TRUE(gemm.ok()) << gemm.status().ToString();
+  return gemm.ok() ? std::move(gemm).value() : nullptr;
+}
+
+template <typename T>
+constexpr int kHalfUlpLog2 = std::is_same_v<T, __half> ? -11 : -8;
+
+// Random x [m, ldx] of T bits (normal values, N(0, 1)).
+template <typename T>
+std::vector<uint16_t> RandomActivations(std::mt19937& rng, size_t n) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<uint16_t> v(n);
+  for (uint16_t& e : v) e = Format<T>::FromF32(dist(rng));
+  return v;
+}
+
+// The output (T or fp32 bytes, row stride ldo) as floats; padding columns come back as read.
+template <typename T>
+float OutAt(const std::vector<uint8_t>& out, bool out_f32, size_t at) {
+  if (out_f32) {
+    float f;
+    std::memcpy(&f, out.data() + at * 4, 4);
+    return f;
+  }
+  uint16_t b;
+  std::memcpy(&b, out.data() + at * 2, 2);
+  return Format<T>::ToF32(b);
+}
+
+// Compares out [m, ldo] with ref [m, n] (double) element-wise within tol[m * n], expects the
+// padding columns still poisoned (NaN), and bounds the relative RMS error: a wrong scale, zero or
+// column anywhere moves it far more than the rounding does.
+template <typename T>
+void Compare(const std::vector<uint8_t>& out, bool out_f32, int64_t m, int64_t n, int64_t ldo,
+             const std::vector<double>& ref, const std::vector<double>& tol, double rms_bound) {
+  int64_t bad = 0;
+  double err2 = 0, ref2 = 0;
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < ldo; ++c) {
+      const float got = OutAt<T>(out, out_f32, r * ldo + c);
+      if (c >= n) {
+        if (!std::isnan(got) && bad++ < 5) ADD_FAILURE() << "padding written at " << r << "," << c;
+        continue;
+      }
+      const double want = ref[r * n + c];
+      err2 += (got - want) * (got - want);
+      ref2 += want * want;
+      if (!(std::fabs(got - want) <= tol[r * n + c]) && bad++ < 5) {
+        ADD_FAILURE() << "out[" << r << ", " << c << "] = " << got << ", want " << want
+                      << ", tolerance " << tol[r * n + c];
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_LE(std::sqrt(err2 / ref2), rms_bound);
+}
+
+// ---- W4A16 -----------------------------------------------------------------------------------
+
+struct W4Case {
+  int32_t m;
+  int64_t n, k, group_size;
+  bool act_order = false;
+  bool bias = false;
+  bool out_f32 = false;
+  bool symmetric = false;  // all zeros 0 (uploaded as null zeros)
+  int64_t ldx_pad = 0, ldo_pad = 0;
+  // Non-zero: kernels::W4Gemm directly with this W4GemmArgsT::row_tiles (the choice LinearW4
+  // does not make for this m; 1 with m <= 8: 8 tiles in flight per warp), after
+  // kernels::W4GatherColumns where act_order.
+  int32_t row_tiles = 0;
+};
+
+// Tolerance: the codes minus zeros and x are exact operands of the bf16 / fp16 tensor-core
+// products, summed in fp32 per scale group, scaled in fp32 and summed across groups and warps in
+// fp32: each step's error is within a few fp32 ulps of the running magnitude, bounded by
+// 4 k 2^-24 sum|x w| (|w| the fp32 dequantized weight); the output then rounds once to T (half
+// an ulp of |ref|) and the bias adds one fp32 rounding. The RMS bound (2^-8 relative for a
+// 16-bit output, 1e-5 for fp32) is far tighter than any element bound summed, and far looser
+// than the rounding's expected 2^-10 resp. 1e-7.
+template <typename T>
+void RunW4(Gemm& gemm, const W4Case& c, uint32_t seed) {
+  SCOPED_TRACE(testing::Message() << DTypeName(Format<T>::kDType) << " m=" << c.m << " n=" << c.n
+                                  << " k=" << c.k << " g=" << c.group_size << " perm="
+                                  << c.act_order << " bias=" << c.bias << " f32=" << c.out_f32);
+  std::mt19937 rng(seed);
+  const int64_t groups = c.k / c.group_size, ldx = c.k + c.ldx_pad, ldo = c.n + c.ldo_pad;
+  std::uniform_int_distribution<int> code_dist(-8, 7);
+  std::uniform_real_distribution<float> scale_dist(0.002f, 0.03f);
+  std::vector<int> codes(c.n * c.k);
+  for (int& v : codes) v = code_dist(rng);
+  std::vector<uint8_t> packed(c.n * c.k / 2);
+  for (size_t i = 0; i < packed.size(); ++i) packed[i] = PackI4(codes[2 * i], codes[2 * i + 1]);
+  std::vector<uint16_t> scales(c.n * groups);
+  std::vector<int8_t> zeros(c.n * groups, 0);
+  for (uint16_t& s : scales) s = F32ToF16(scale_dist(rng));
+  if (!c.symmetric) {
+    for (int8_t& z : zeros) z = static_cast<int8_t>(code_dist(rng));
+  }
+  std::vector<int32_t> perm(c.k);
+  std::iota(perm.begin(), perm.end(), 0);
+  if (c.act_order) std::shuffle(perm.begin(), perm.end(), rng);
+  const std::vector<uint16_t> x = RandomActivations<T>(rng, c.m * ldx);
+  const std::vector<uint16_t> bias = RandomActivations<T>(rng, c.n);
+
+  Dev<uint8_t> d_packed(packed.size()), d_tiled(packed.size());
+  Dev<uint16_t> d_scales(scales.size()), d_x(x.size()), d_bias(bias.size()), d_scratch(c.m * c.k);
+  Dev<int8_t> d_zeros(zeros.size());
+  Dev<uint32_t> d_sz(scales.size());
+  Dev<int32_t> d_perm(perm.size());
+  const size_t out_bytes = c.m * ldo * (c.out_f32 ? 4 : 2);
+  Dev<uint8_t> d_out(out_bytes);
+  d_packed.Upload(packed);
+  d_scales.Upload(scales);
+  d_zeros.Upload(zeros);
+  d_perm.Upload(perm);
+  d_x.Upload(x);
+  d_bias.Upload(bias);
+  d_out.Upload(std::vector<uint8_t>(out_bytes, 0xff));
+  d_tiled.Upload(std::vector<uint8_t>(packed.size(), 0xa5));  // the repack must write it all
+  CUDA_OK(kernels::W4RepackCodes(d_packed.ptr, c.n, c.k, d_tiled.ptr, nullptr));
+  CUDA_OK(kernels::W4RepackScales(d_scales.ptr, c.symmetric ? nullptr : d_zeros.ptr, c.n, groups,
+                                  std::is_same_v<T, __nv_bfloat16>, d_sz.ptr, c.n, nullptr));
+  W4Weight w;
+  w.tiled = d_tiled.ptr;
+  w.sz = d_sz.ptr;
+  w.perm = c.act_order ? d_perm.ptr : nullptr;
+  w.group_size = c.group_size;
+  if (c.row_tiles == 0) {
+    const Status st =
+        gemm.LinearW4(As<T>(d_x.ptr), ldx, c.m, w, c.n, c.k, c.bias ? As<T>(d_bias.ptr) : nullptr,
+                      d_out.ptr, ldo, c.out_f32, d_scratch.ptr, nullptr);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  } else {
+    kernels::W4GemmArgsT<T> a;
+    a.x = As<T>(d_x.ptr);
+    a.ldx = ldx;
+    if (c.act_order) {
+      CUDA_OK(
+          kernels::W4GatherColumns(a.x, ldx, c.m, c.k, d_perm.ptr, As<T>(d_scratch.ptr), nullptr));
+      a.x = As<T>(d_scratch.ptr);
+      a.ldx = c.k;
+    }
+    a.m = c.m;
+    a.w = d_tiled.ptr;
+    a.sz = d_sz.ptr;
+    a.group_size = c.group_size;
+    a.n = c.n;
+    a.k = c.k;
+    a.bias = c.bias ? As<T>(d_bias.ptr) : nullptr;
+    a.out = d_out.ptr;
+    a.ldo = ldo;
+    a.out_f32 = c.out_f32;
+    a.row_tiles = c.row_tiles;
+    a.tiles_in_flight = c.m <= 8 && c.row_tiles == 1 ? 8 : 0;  // the other m <= 8 choice
+    ASSERT_TRUE(kernels::W4GemmSupported(a));
+    CUDA_OK(kernels::W4Gemm(a, nullptr));
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<uint8_t> out = d_out.Download(out_bytes);
+
+  std::vector<double> ref(c.m * c.n), tol(c.m * c.n);
+  for (int64_t r = 0; r < c.m; ++r) {
+    for (int64_t o = 0; o < c.n; ++o) {
+      double sum = 0, mag = 0;
+      for (int64_t j = 0; j < c.k; ++j) {
+        const int64_t g = o * groups + j / c.group_size;
+        const float wv =  // model/quantization.h: (code - zero) * scale in fp32
+            static_cast<float>(codes[o * c.k + j] - zeros[g]) * F16ToF32(scales[g]);
+        const double p = double{Format<T>::ToF32(x[r * ldx + perm[j]])} * wv;
+        sum += p;
+        mag += std::fabs(p);
+      }
+      double b = c.bias ? Format<T>::ToF32(bias[o]) : 0.0;
+      sum += b;
+      ref[r * c.n + o] = sum;
+      tol[r * c.n + o] = 4.0 * c.k * std::ldexp(mag, -24) + std::ldexp(std::fabs(b), -23) +
+                         (c.out_f32 ? 0.0 : std::ldexp(std::fabs(sum), kHalfUlpLog2<T>)) + 1e-6;
+    }
+  }
+  Compare<T>(out, c.out_f32, c.m, c.n, ldo, ref, tol, c.out_f32 ? 1e-5 : std::ldexp(1.0, -8));
+}
+
+KILN_ELEMENT_TYPED_TEST_SUITE(GemmW4Gpu);
+
+TYPED_TEST(GemmW4Gpu, EveryDispatchAgainstTheDefinition) {
+  REQUIRE_GPU();
+  std::unique_ptr<Gemm> gemm = NewGemm();
+  ASSERT_NE(gemm, nullptr);
+  const W4Case cases[] = {
+      // m <= 8 (one token tile), group sizes 128 / 64 / 32 / 16 / per channel.
+      {1, 208, 1152, 128, false, true, false},
+      {1, 1040, 1152, 128, true, false, false},
+      {3, 48, 640, 64, false, true, true, false, 4, 3},
+      {7, 64, 576, 32, true, true, false},
+      {8, 80, 192, 16, false, false, true},
+      {5, 112, 576, 576, true, true, false, true},
+      // m <= 16, <= 32 and <= 64, n with and without pairs of row tiles.
+      {13, 208, 1152, 128, true, true, true},
+      {16, 48, 640, 64, false, true, false, true},
+      {17, 96, 1152, 128, true, true, false, false, 4, 5},
+      {31, 48, 576, 32, false, false, false},
+      {33, 208, 576, 64, true, true, false},
+      {64, 96, 1152, 128, true, true, true},
+      {61, 80, 640, 16, false, true, false},
+      // More than one launch's rows.
+      {130, 64, 640, 128, true, true, false},
+      // The other choices of each row count: two row tiles up to 8 rows, one beyond; 8 tiles in
+      // flight per warp up to 8 rows.
+      {1, 96, 1152, 128, true, true, false, false, 0, 0, 2},
+      {6, 64, 576, 32, false, true, true, false, 0, 0, 2},
+      {9, 64, 640, 16, true, false, false, false, 4, 0, 2},
+      {23, 96, 576, 64, true, true, false, false, 0, 0, 1},
+      {47, 64, 1152, 128, false, true, true, false, 0, 3, 1},
+      {40, 32, 640, 16, true, true, false, false, 0, 0, 2},
+      {5, 80, 1152, 128, true, true, false, false, 0, 0, 1},
+      {8, 48, 576, 64, false, false, true, true, 4, 2, 1},
+      {12, 64, 576, 32, true, true, false, false, 0, 0, 1},
+  };
+  uint32_t seed = 11;
+  for (const W4Case& c : cases) RunW4<TypeParam>(*gemm, c, seed++);
+}
+
+TEST(GemmW4Gpu, RejectsUnsupportedShapes) {
+  REQUIRE_GPU();
+  std::unique_ptr<Gemm> gemm = NewGemm();
+  ASSERT_NE(gemm, nullptr);
+  W4Weight w;
+  w.group_size = 128;
+  // n not a multiple of 16; k not of 64; a group size of 48.
+  EXPECT_EQ(gemm->LinearW4(static_cast<const __nv_bfloat16*>(nullptr), 256, 1, w, 200, 256, nullptr,
+                           nullptr, 200, false, nullptr, nullptr)
+                .code(),
+            StatusCode::kUnsupported);
+  EXPECT_EQ(gemm->LinearW4(static_cast<const __nv_bfloat16*>(nullptr), 160, 1, w, 64, 160, nullptr,
+                           nullptr, 64, false, nullptr, nullptr)
+                .code(),
+            StatusCode::kUnsupported);
+  w.group_size = 48;
+  EXPECT_EQ(gemm->LinearW4(static_cast<const __nv_bfloat16*>(nullptr), 192, 1, w, 64, 192, nullptr,
+                           nullptr, 64, false, nullptr, nullptr)
+                .code(),
+            StatusCode::kUnsupported);
+}
+
+// ---- INT8 ------------------------------------------------------------------------------------
+
+// model/quantization.h's QuantizeRowInt8 on one row: s = max(amax / 127, FLT_MIN) and
+// q = round-to-nearest-even(x / s) (fp32 division) in [-127, 127].
+float QuantizeRowInt8OnHost(const float* x, int64_t n, int8_t* q) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float s = std::max(amax / 127.0f, FLT_MIN);
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = std::nearbyint(x[i] / s);  // default rounding: to nearest even
+    q[i] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+  }
+  return s;
+}
+
+KILN_ELEMENT_TYPED_TEST_SUITE(Int8Gpu);
+
+TYPED_TEST(Int8Gpu, QuantizeRowsIsBitExact) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  std::mt19937 rng(5);
+  const int64_t rows = 7, cols = 776, ldx = cols + 24, ldo = cols + 8;
+  std::vector<uint16_t> x = RandomActivations<T>(rng, rows * ldx);
+  for (int64_t c = 0; c < cols; ++c) x[2 * ldx + c] = 0;  // an all-zero row: the smallest scale
+  // Exact ties: a row whose amax is 127, so that x / s = x, with halves in it.
+  for (int64_t c = 0; c < cols; ++c) x[4 * ldx + c] = Format<T>::FromF32((c % 50) - 24.5f);
+  x[4 * ldx + 3] = Format<T>::FromF32(127.0f);
+  Dev<uint16_t> d_x(x.size());
+  Dev<int8_t> d_q(rows * ldo);
+  Dev<float> d_s(rows);
+  d_x.Upload(x);
+  d_q.Upload(std::vector<int8_t>(rows * ldo, static_cast<int8_t>(-128)));  // never a code
+  d_s.Upload(std::vector<float>(rows, NAN));
+  CUDA_OK(
+      kernels::QuantizeRowsInt8(As<T>(d_x.ptr), ldx, rows, cols, d_q.ptr, ldo, d_s.ptr, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<int8_t> q = d_q.Download(rows * ldo);
+  const std::vector<float> s = d_s.Download(rows);
+  int64_t bad = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<float> xf(cols);
+    for (int64_t c = 0; c < cols; ++c) xf[c] = Format<T>::ToF32(x[r * ldx + c]);
+    std::vector<int8_t> want(cols);
+    const float ws = QuantizeRowInt8OnHost(xf.data(), cols, want.data());
+    EXPECT_EQ(std::memcmp(&ws, &s[r], 4), 0) << "row " << r << ": scale " << s[r] << " vs " << ws;
+    for (int64_t c = 0; c < ldo; ++c) {
+      const int8_t got = q[r * ldo + c];
+      const int8_t expect = c < cols ? want[c] : static_cast<int8_t>(-128);  // padding untouched
+      if (got != expect && bad++ < 5) {
+        ADD_FAILURE() << "q[" << r << ", " << c << "] = " << int{got} << ", want " << int{expect};
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+struct Int8Case {
+  int32_t m;
+  int64_t n, k;
+  bool bias = false;
+  bool out_f32 = false;
+  int64_t ldx_pad = 0, ldo_pad = 0;
+};
+
+// Tolerance. GEMV rows (W8A16): the products x * code are exact in fp32 (8 + 8 resp. 11 + 8
+// significant bits), their fp32 sums in different orders are within 2 k 2^-24 sum|x w|, then one
+// fp32 scale and bias step. GEMM rows (W8A8): x quantized exactly as the host does (bit-exact,
+// QuantizeRowsIsBitExact), the int32 sums exact, then int32 -> fp32, two fp32 products and the
+// bias: 4 fp32 roundings of the result's magnitude. Either output then rounds once to T.
+template <typename T>
+void RunInt8(Gemm& gemm, const Int8Case& c, uint32_t seed) {
+  const bool gemv = c.m <= gemm.int8_gemv_max_rows();
+  SCOPED_TRACE(testing::Message() << DTypeName(Format<T>::kDType) << " m=" << c.m << " n=" << c.n
+                                  << " k=" << c.k << " bias=" << c.bias << " f32=" << c.out_f32
+                                  << (gemv ? " (GEMV)" : " (GEMM)"));
+  std::mt19937 rng(seed);
+  const int64_t ldx = c.k + c.ldx_pad, ldo = c.n + c.ldo_pad;
+  std::uniform_int_distribution<int> code_dist(-127, 127);
+  std::uniform_real_distribution<float> scale_dist(0.001f, 0.02f);
+  std::vector<int8_t> w(c.n * c.k);
+  for (int8_t& v : w) v = static_cast<int8_t>(code_dist(rng));
+  std::vector<float> sw(c.n);
+  for (float& s : sw) s = scale_dist(rng);
+  const std::vector<uint16_t> x = RandomActivations<T>(rng, c.m * ldx);
+  const std::vector<uint16_t> bias = RandomActivations<T>(rng, c.n);
+
+  Dev<int8_t> d_w(w.size()), d_xq(c.m * c.k);
+  Dev<float> d_sw(sw.size()), d_sx(c.m);
+  Dev<int32_t> d_acc(c.m * c.n);
+  Dev<uint16_t> d_x(x.size()), d_bias(bias.size());
+  const size_t out_bytes = c.m * ldo * (c.out_f32 ? 4 : 2);
+  Dev<uint8_t> d_out(out_bytes);
+  d_w.Upload(w);
+  d_sw.Upload(sw);
+  d_x.Upload(x);
+  d_bias.Upload(bias);
+  d_out.Upload(std::vector<uint8_t>(out_bytes, 0xff));
+  const Status st = gemm.LinearInt8(As<T>(d_x.ptr), ldx, c.m, Int8Weight{d_w.ptr, d_sw.ptr}, c.n,
+                                    c.k, c.bias ? As<T>(d_bias.ptr) : nullptr, d_out.ptr, ldo,
+                                    c.out_f32, Int8Scratch{d_xq.ptr, d_sx.ptr, d_acc.ptr}, nullptr);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<uint8_t> out = d_out.Download(out_bytes);
+
+  std::vector<double> ref(c.m * c.n), tol(c.m * c.n);
+  for (int64_t r = 0; r < c.m; ++r) {
+    std::vector<float> xf(c.k);
+    for (int64_t j = 0; j < c.k; ++j) xf[j] = Format<T>::ToF32(x[r * ldx + j]);
+    std::vector<int8_t> xq(c.k);
+    const float sx = QuantizeRowInt8OnHost(xf.data(), c.k, xq.data());
+    for (int64_t o = 0; o < c.n; ++o) {
+      const double b = c.bias ? Format<T>::ToF32(bias[o]) : 0.0;
+      double sum, t;
+      if (gemv) {
+        double dot = 0, mag = 0;
+        for (int64_t j = 0; j < c.k; ++j) {
+          dot += double{xf[j]} * w[o * c.k + j];
+          mag += std::fabs(double{xf[j]} * w[o * c.k + j]);
+        }
+        sum = dot * sw[o] + b;
+        t = (2.0 * c.k + 2) * std::ldexp(mag * sw[o], -24);
+      } else {
+        int64_t acc = 0;
+        for (int64_t j = 0; j < c.k; ++j) acc += int64_t{xq[j]} * w[o * c.k + j];
+        sum = static_cast<double>(acc) * sx * sw[o] + b;
+        t = 4.0 * std::ldexp(std::fabs(static_cast<double>(acc) * sx * sw[o]), -24);
+      }
+      ref[r * c.n + o] = sum;
+      tol[r * c.n + o] = t + std::ldexp(std::fabs(b) + std::fabs(sum), -23) +
+                         (c.out_f32 ? 0.0 : std::ldexp(std::fabs(sum), kHalfUlpLog2<T>)) + 1e-6;
+    }
+  }
+  Compare<T>(out, c.out_f32, c.m, c.n, ldo, ref, tol, c.out_f32 ? 1e-5 : std::ldexp(1.0, -8));
+}
+
+TYPED_TEST(Int8Gpu, LinearOnBothPaths) {
+  REQUIRE_GPU();
+  std::unique_ptr<Gemm> gemm = NewGemm();
+  ASSERT_NE(gemm, nullptr);
+  uint32_t seed = 41;
+  // m 1..3: kernels::GemvInt8 (kInt8GemvDefaultRows); 4, 17, 64 and 130: cuBLASLt's int8 GEMM.
+  for (int32_t m : {1, 2, 3, 4, 17, 64, 130}) {
+    RunInt8<TypeParam>(*gemm, {m, 208, 576, true, false, 24, 5}, seed++);
+    RunInt8<TypeParam>(*gemm, {m, 1040, 1536, false, true}, seed++);
+  }
+  // A GEMV-only width (n not a multiple of 16): fine on the GEMV rows.
+  RunInt8<TypeParam>(*gemm, {2, 83, 768, true, false}, seed++);
+  // The GEMM rows refuse it with a clear status instead.
+  Dev<uint8_t> d(1 << 16);
+  const Status st = gemm->LinearInt8(
+      reinterpret_cast<const TypeParam*>(d.ptr), 768, 17,
+      Int8Weight{reinterpret_cast<const int8_t*>(d.ptr), reinterpret_cast<const float*>(d.ptr)}, 83,
+      768, nullptr, d.ptr, 83, false, Int8Scratch{}, nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported) << st.ToString();
+}
+
+}  // namespace
+}  // namespace kiln::cuda

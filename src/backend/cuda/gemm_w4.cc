@@ -1,0 +1,67 @@
+// Gemm::LinearW4 (gemm.h): the W4A16 linear layers on kernels::W4Gemm.
+#include <algorithm>
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemm.h"
+#include "kernels/w4a16.h"
+
+namespace kiln::cuda {
+
+Status Gemm::LinearW4(const __nv_bfloat16* x, int64_t ldx, int64_t m, const W4Weight& w, int64_t n,
+                      int64_t k, const __nv_bfloat16* bias, void* out, int64_t ldo, bool out_f32,
+                      void* scratch, cudaStream_t stream) {
+  return LinearW4Of(x, ldx, m, w, n, k, bias, out, ldo, out_f32, scratch, stream);
+}
+
+Status Gemm::LinearW4(const __half* x, int64_t ldx, int64_t m, const W4Weight& w, int64_t n,
+                      int64_t k, const __half* bias, void* out, int64_t ldo, bool out_f32,
+                      void* scratch, cudaStream_t stream) {
+  return LinearW4Of(x, ldx, m, w, n, k, bias, out, ldo, out_f32, scratch, stream);
+}
+
+template <typename T>
+Status Gemm::LinearW4Of(const T* x, int64_t ldx, int64_t m, const W4Weight& w, int64_t n, int64_t k,
+                        const T* bias, void* out, int64_t ldo, bool out_f32, void* scratch,
+                        cudaStream_t stream) {
+  if (m == 0) return Status::Ok();
+  if (!kernels::W4ShapeSupported(n, k, w.group_size)) {
+    return Unsupported(
+        "Gemm: a W4A16 linear layer needs n a multiple of 16, k of 64 and a group "
+        "size of 16, 32 or a multiple of 64 dividing k; got n=" +
+        std::to_string(n) + " k=" + std::to_string(k) +
+        " group_size=" + std::to_string(w.group_size));
+  }
+  if (w.perm != nullptr) {
+    if (scratch == nullptr) return InvalidArgument("Gemm::LinearW4: act-order needs a scratch");
+    KILN_CUDA_RETURN_IF_ERROR(
+        kernels::W4GatherColumns(x, ldx, m, k, w.perm, static_cast<T*>(scratch), stream));
+    x = static_cast<const T*>(scratch);
+    ldx = k;
+  }
+  kernels::W4GemmArgsT<T> a;
+  a.w = w.tiled;
+  a.sz = w.sz;
+  a.group_size = w.group_size;
+  a.n = n;
+  a.k = k;
+  a.bias = bias;
+  a.ldx = ldx;
+  a.ldo = ldo;
+  a.out_f32 = out_f32;
+  const size_t out_elem = out_f32 ? 4 : sizeof(T);
+  for (int64_t row = 0; row < m; row += kernels::kW4GemmMaxRows) {
+    a.x = x + row * ldx;
+    a.m = static_cast<int32_t>(std::min<int64_t>(kernels::kW4GemmMaxRows, m - row));
+    a.out = static_cast<char*>(out) + row * ldo * out_elem;
+    if (!kernels::W4GemmSupported(a)) {
+      return InvalidArgument(
+          "Gemm::LinearW4: x needs a row stride multiple of 4 and 8-byte "
+          "alignment, the weight 16-byte alignment");
+    }
+    KILN_CUDA_RETURN_IF_ERROR(kernels::W4Gemm(a, stream));
+  }
+  return Status::Ok();
+}
+
+}  // namespace kiln::cuda

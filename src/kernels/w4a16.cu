@@ -1,0 +1,382 @@
+#include "kernels/w4a16.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include "kernels/attention_mma.cuh"
+#include "kernels/dtype_traits.cuh"
+
+namespace kiln::kernels {
+namespace {
+
+using attention_internal::Mma;
+using dtype_internal::FromFloat;
+using dtype_internal::PackPair;
+using dtype_internal::ToFloat;
+
+// The mma computes out^T = W . x^T: a weight tile is the A operand (16 output rows by 16 inputs)
+// and 8 tokens of x are the B operand, so a batch of 1..8 rows fills the instruction's n = 8 and
+// no row of weights is padded. Within one 64-column tile, mma k-step j (16 columns) takes the
+// stored columns 16j .. 16j + 15 in the order below, which puts all the nibbles lane (g, t) needs
+// for the 4 k-steps (rows g and g + 8, columns 16j + 4t .. 16j + 4t + 3) into one 16-byte word:
+//   word j, bits 4q + 16h: q = 0: (g, 4t + h), q = 1: (g + 8, 4t + h), q = 2: (g, 4t + 2 + h),
+//                          q = 3: (g + 8, 4t + 2 + h)          (columns relative to 16j)
+// i.e. a_q's pair (PTX fragment layout; mma logical k 2t + h is column 4t + h, 2t + 8 + h is
+// column 4t + 2 + h, and B is read in the same order: x columns 16j + 4t .. + 3, 8 bytes).
+// Each nibble holds code + 8 (0..15).
+constexpr int kWarps = 8;
+
+__device__ __host__ inline int NibbleShift(int q, int h) { return 4 * q + 16 * h; }
+
+__global__ void RepackCodesKernel(const uint8_t* __restrict__ codes, int64_t n, int64_t k,
+                                  uint4* __restrict__ tiled) {
+  const int64_t chunks = k / kW4TileCols;
+  const int64_t id = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;  // (rb, c, lane)
+  if (id >= n / kW4TileRows * chunks * 32) return;
+  const int lane = static_cast<int>(id % 32);
+  const int64_t c = id / 32 % chunks, rb = id / 32 / chunks;
+  const int g = lane / 4, t = lane % 4;
+  uint32_t words[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    uint32_t word = 0;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = rb * kW4TileRows + g + (q & 1) * 8;
+        const int64_t col = c * kW4TileCols + 16 * j + 4 * t + (q >> 1) * 2 + h;
+        const uint8_t byte = codes[(row * k + col) / 2];
+        const uint32_t nibble = col % 2 == 0 ? byte & 0xfu : byte >> 4;  // code & 0xf
+        word |= ((nibble ^ 0x8u) & 0xfu) << NibbleShift(q, h);           // code + 8
+      }
+    }
+    words[j] = word;
+  }
+  tiled[id] = make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+// The high half of a scale word: the activation type's bits of 2^e + 8 + zero (exact), what the
+// kernel subtracts from 2^e + (code + 8) to get code - zero.
+__host__ __device__ inline uint32_t SubBits(bool bf16, int zero) {
+  // fp16: 1024 + 8 + z = 0x6400 + 8 + z (mantissa step 1); bf16: 128 + 8 + z = 0x4300 + 8 + z.
+  return static_cast<uint32_t>((bf16 ? 0x4300 : 0x6400) + 8 + zero);
+}
+
+__global__ void RepackScalesKernel(const uint16_t* __restrict__ scales,
+                                   const int8_t* __restrict__ zeros, int64_t n, int64_t groups,
+                                   bool bf16, uint32_t* __restrict__ sz, int64_t ldsz) {
+  const int64_t id = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;  // (row, group)
+  if (id >= n * groups) return;
+  const int64_t row = id / groups, g = id % groups;
+  const int zero = zeros != nullptr ? zeros[id] : 0;
+  sz[g * ldsz + row] = uint32_t{scales[id]} | (SubBits(bf16, zero) << 16);
+}
+
+template <typename T>
+__global__ void GatherKernel(const T* __restrict__ x, int64_t ldx, int64_t k,
+                             const int32_t* __restrict__ perm, T* __restrict__ out) {
+  const int64_t j = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (j >= k) return;
+  out[blockIdx.y * k + j] = x[blockIdx.y * ldx + perm[j]];
+}
+
+// The bits of value 2^e (fp16: 1024, bf16: 128) whose last mantissa bits are a nibble: OR-ing a
+// nibble u in gives 2^e + u exactly.
+template <typename T>
+constexpr uint32_t kMagicPair = std::is_same_v<T, __half> ? 0x64006400u : 0x43004300u;
+
+template <typename T>
+__device__ __forceinline__ uint32_t SubPair(uint32_t a, uint32_t b) {
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 r =
+        __hsub2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
+    return *reinterpret_cast<const uint32_t*>(&r);
+  } else {
+    const __nv_bfloat162 r = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&a),
+                                     *reinterpret_cast<const __nv_bfloat162*>(&b));
+    return *reinterpret_cast<const uint32_t*>(&r);
+  }
+}
+
+// One (row, group) word of W4RepackScales: the scale in fp32 and, as a pair of T, the value to
+// subtract from 2^e + (code + 8) to get code - zero (exact: small integers). Two instructions.
+__device__ __forceinline__ void DecodeSz(uint32_t word, float& scale, uint32_t& sub) {
+  scale = __half2float(__ushort_as_half(static_cast<unsigned short>(word & 0xffffu)));
+  sub = __byte_perm(word, 0, 0x3232);
+}
+
+// n / d for 0 <= n < 2^31 by a multiply and a shift (d >= 1 fixed per launch; the
+// round-up method: p = 31 + ceil(log2 d), mul = ceil(2^p / d)). A 64-bit division per tile
+// measured as a large share of the kernel's instructions.
+struct FastDiv {
+  uint64_t mul = 1;
+  int shift = 0;
+  static FastDiv For(uint32_t d) {
+    int l = 0;
+    while ((uint64_t{1} << l) < d) ++l;
+    FastDiv f;
+    f.shift = 31 + l;
+    f.mul = ((uint64_t{1} << f.shift) + d - 1) / d;
+    return f;
+  }
+  __device__ __forceinline__ uint32_t Div(uint32_t v) const {
+    return static_cast<uint32_t>((v * mul) >> shift);
+  }
+};
+
+__device__ __forceinline__ void Store(float v, float* out) { *out = v; }
+template <typename T>
+__device__ __forceinline__ void Store(float v, T* out) {
+  *out = FromFloat<T>(v);
+}
+
+// kTT: 8-token tiles (m <= 8 * kTT); kRB: 16-row tiles per block (they share x's fragments);
+// kKPG: mma k-steps per scale group within a 64-column tile (4: groups of 64 or more);
+// kU: 64-column tiles in flight per warp. The block's 8 warps split the k dimension (tile
+// c goes to warp c % 8) and sum their partial outputs in shared memory at the end.
+// Per group: partial = sum over the group's k-steps of (code - zero) * x (exact operands, fp32
+// accumulation), then acc += partial * scale in fp32: the scale is applied once per group, not
+// rounded into the weights.
+// Measured alternatives (gemv_bench --w4, H100, docs/kernels.md): two register stages, and a
+// cp.async ring of 8 shared-memory stages per warp, were no faster (at m = 1 the kernel is bound
+// by its instructions per weight byte, not by the bytes in flight).
+template <int kTT, int kRB, int kKPG, int kU, typename T, typename Out>
+__global__ void __launch_bounds__(kWarps * 32)
+    W4GemmKernel(const T* __restrict__ x, int64_t ldx, int m, const uint4* __restrict__ w,
+                 const uint32_t* __restrict__ sz, FastDiv group16, int64_t n, int64_t k,
+                 const T* __restrict__ bias, Out* __restrict__ out, int64_t ldo) {
+  constexpr int kGroups = 4 / kKPG;  // scale groups per 64-column tile
+  extern __shared__ float red[];     // [kWarps][kRB * kTT * 4][32]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t rb0 = int64_t{blockIdx.x} * kRB;
+  const int chunks = static_cast<int>(k / kW4TileCols);
+  const uint4* wb = w + rb0 * chunks * 32 + lane;
+  const uint32_t* szb = sz + rb0 * kW4TileRows + g;
+  const T* xb = x + static_cast<int64_t>(g) * ldx + 4 * t;  // token g of each 8-token tile
+  float acc[kRB][kTT][4];
+#pragma unroll
+  for (int r = 0; r < kRB; ++r)
+#pragma unroll
+    for (int tt = 0; tt < kTT; ++tt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[r][tt][i] = 0.0f;
+
+  for (int c0 = warp; c0 < chunks; c0 += kWarps * kU) {
+    uint4 wv[kU][kRB];
+    uint32_t szv[kU][kRB][kGroups][2];
+    // Every load is issued before any is used: the weight stream is the whole cost. A tile past
+    // the end gets scale 0 (and zero 0), so it adds nothing, with no branch.
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int c = c0 + u * kWarps;
+      const bool valid = c < chunks;
+#pragma unroll
+      for (int r = 0; r < kRB; ++r) {
+        wv[u][r] = valid ? __ldcs(wb + (r * chunks + c) * 32) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int gi = 0; gi < kGroups; ++gi) {
+          const uint32_t grp = group16.Div(static_cast<uint32_t>(c * 4 + gi * kKPG));
+          const uint32_t* p = szb + grp * n + r * kW4TileRows;
+          szv[u][r][gi][0] = valid ? __ldg(p) : 0u;
+          szv[u][r][gi][1] = valid ? __ldg(p + 8) : 0u;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      // Past the end: x read at tile 0 (in bounds), weighed by scale 0.
+      const int c = c0 + u * kWarps < chunks ? c0 + u * kWarps : 0;
+#pragma unroll
+      for (int gi = 0; gi < kGroups; ++gi) {
+        float scale[kRB][2];
+        uint32_t a[kRB][kKPG][4];
+#pragma unroll
+        for (int r = 0; r < kRB; ++r) {
+          uint32_t sub[2];
+          DecodeSz(szv[u][r][gi][0], scale[r][0], sub[0]);
+          DecodeSz(szv[u][r][gi][1], scale[r][1], sub[1]);
+          const uint32_t* words = reinterpret_cast<const uint32_t*>(&wv[u][r]);
+#pragma unroll
+          for (int jj = 0; jj < kKPG; ++jj) {
+            const uint32_t word = words[gi * kKPG + jj];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              const uint32_t bits = ((word >> (4 * q)) & 0x000f000fu) | kMagicPair<T>;
+              a[r][jj][q] = SubPair<T>(bits, sub[q & 1]);
+            }
+          }
+        }
+#pragma unroll
+        for (int tt = 0; tt < kTT; ++tt) {
+          const bool live = tt * 8 + g < m;
+          const T* xr = xb + tt * 8 * ldx + c * kW4TileCols + gi * kKPG * 16;
+          float part[kRB][4];
+#pragma unroll
+          for (int r = 0; r < kRB; ++r)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) part[r][i] = 0.0f;
+#pragma unroll
+          for (int jj = 0; jj < kKPG; ++jj) {
+            const uint2 b =
+                live ? __ldg(reinterpret_cast<const uint2*>(xr + jj * 16)) : make_uint2(0, 0);
+#pragma unroll
+            for (int r = 0; r < kRB; ++r) Mma<T>(part[r], a[r][jj], b.x, b.y);
+          }
+#pragma unroll
+          for (int r = 0; r < kRB; ++r) {
+            acc[r][tt][0] = fmaf(part[r][0], scale[r][0], acc[r][tt][0]);
+            acc[r][tt][1] = fmaf(part[r][1], scale[r][0], acc[r][tt][1]);
+            acc[r][tt][2] = fmaf(part[r][2], scale[r][1], acc[r][tt][2]);
+            acc[r][tt][3] = fmaf(part[r][3], scale[r][1], acc[r][tt][3]);
+          }
+        }
+      }
+    }
+  }
+
+  constexpr int kE = kRB * kTT * 4;  // accumulators per lane
+#pragma unroll
+  for (int r = 0; r < kRB; ++r)
+#pragma unroll
+    for (int tt = 0; tt < kTT; ++tt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        red[(warp * kE + (r * kTT + tt) * 4 + i) * 32 + lane] = acc[r][tt][i];
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < kE * 32; idx += kWarps * 32) {
+    float v = 0.0f;
+#pragma unroll
+    for (int wi = 0; wi < kWarps; ++wi) v += red[wi * kE * 32 + idx];
+    const int e = idx / 32, l = idx % 32;
+    const int r = e / (kTT * 4), tt = e / 4 % kTT, i = e % 4;
+    const int token = tt * 8 + 2 * (l % 4) + (i & 1);
+    const int64_t row = (rb0 + r) * kW4TileRows + l / 4 + (i >> 1) * 8;
+    if (token < m) {
+      if (bias != nullptr) v += ToFloat(bias[row]);
+      Store(v, out + token * ldo + row);
+    }
+  }
+}
+
+template <int kTT, int kRB, int kKPG, int kU, typename T>
+cudaError_t LaunchW4(const W4GemmArgsT<T>& a, cudaStream_t stream) {
+  const size_t smem = size_t{kWarps} * kRB * kTT * 4 * 32 * sizeof(float);
+  const dim3 grid(static_cast<unsigned>(a.n / kW4TileRows / kRB));
+  const auto* w = reinterpret_cast<const uint4*>(a.w);
+  const FastDiv group16 = FastDiv::For(static_cast<uint32_t>(a.group_size / 16));
+  auto launch = [&](auto kernel, auto* out) {
+    if (smem > 48 * 1024) {
+      const cudaError_t e = cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+      if (e != cudaSuccess) return e;
+    }
+    kernel<<<grid, kWarps * 32, smem, stream>>>(a.x, a.ldx, a.m, w, a.sz, group16, a.n, a.k, a.bias,
+                                                out, a.ldo);
+    return cudaGetLastError();
+  };
+  if (a.out_f32) {
+    return launch(W4GemmKernel<kTT, kRB, kKPG, kU, T, float>, static_cast<float*>(a.out));
+  }
+  return launch(W4GemmKernel<kTT, kRB, kKPG, kU, T, T>, static_cast<T*>(a.out));
+}
+
+// Rows -> (token tiles, row tiles per block, tiles in flight per warp); then the group size's
+// kKPG. Two row tiles per block share each x fragment (halving x's re-reads from L1/L2) at the
+// cost of registers: measured faster from 9 rows on, slower up to 8 (gemv_bench --w4, H100).
+// a.row_tiles / a.tiles_in_flight override the choice (benchmarks).
+template <int kKPG, typename T>
+cudaError_t DispatchW4Rows(const W4GemmArgsT<T>& a, cudaStream_t stream) {
+  const bool pairs =
+      a.n % (2 * kW4TileRows) == 0 && (a.row_tiles == 2 || (a.row_tiles == 0 && a.m > 8));
+  if (a.m <= 8) {
+    if (pairs) return LaunchW4<1, 2, kKPG, 2>(a, stream);
+    return a.tiles_in_flight == 8 ? LaunchW4<1, 1, kKPG, 8>(a, stream)
+                                  : LaunchW4<1, 1, kKPG, 4>(a, stream);
+  }
+  if (a.m <= 16) {
+    return pairs ? LaunchW4<2, 2, kKPG, 2>(a, stream) : LaunchW4<2, 1, kKPG, 4>(a, stream);
+  }
+  if (a.m <= 32) {
+    return pairs ? LaunchW4<4, 2, kKPG, 2>(a, stream) : LaunchW4<4, 1, kKPG, 2>(a, stream);
+  }
+  return pairs ? LaunchW4<8, 2, kKPG, 1>(a, stream) : LaunchW4<8, 1, kKPG, 2>(a, stream);
+}
+
+bool Aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+template <typename T>
+bool Supported(const W4GemmArgsT<T>& a) {
+  return W4ShapeSupported(a.n, a.k, a.group_size) && a.m >= 1 && a.m <= kW4GemmMaxRows &&
+         a.ldx % 4 == 0 && Aligned(a.x, 8) && Aligned(a.w, 16) && a.sz != nullptr &&
+         a.out != nullptr;
+}
+
+template <typename T>
+cudaError_t LaunchW4Gemm(const W4GemmArgsT<T>& a, cudaStream_t stream) {
+  if (!Supported(a)) return cudaErrorInvalidValue;
+  if (a.group_size == 16) return DispatchW4Rows<1>(a, stream);
+  if (a.group_size == 32) return DispatchW4Rows<2>(a, stream);
+  return DispatchW4Rows<4>(a, stream);
+}
+
+template <typename T>
+cudaError_t LaunchGather(const T* x, int64_t ldx, int64_t m, int64_t k, const int32_t* perm, T* out,
+                         cudaStream_t stream) {
+  if (m == 0 || k == 0) return cudaSuccess;
+  if (m > 65535) return cudaErrorInvalidValue;  // grid.y
+  constexpr int kBlock = 256;
+  const dim3 grid(static_cast<unsigned>((k + kBlock - 1) / kBlock), static_cast<unsigned>(m));
+  GatherKernel<T><<<grid, kBlock, 0, stream>>>(x, ldx, k, perm, out);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool W4ShapeSupported(int64_t n, int64_t k, int64_t group_size) {
+  return n > 0 && k > 0 && n % kW4TileRows == 0 && k % kW4TileCols == 0 && group_size > 0 &&
+         group_size % 16 == 0 && k % group_size == 0 &&
+         (group_size % kW4TileCols == 0 || group_size == 16 || group_size == 32);
+}
+
+cudaError_t W4RepackCodes(const uint8_t* codes, int64_t n, int64_t k, uint8_t* tiled,
+                          cudaStream_t stream) {
+  if (!W4ShapeSupported(n, k, kW4TileCols) || !Aligned(tiled, 16)) return cudaErrorInvalidValue;
+  const int64_t threads = n / kW4TileRows * (k / kW4TileCols) * 32;
+  constexpr int kBlock = 256;
+  RepackCodesKernel<<<static_cast<unsigned>((threads + kBlock - 1) / kBlock), kBlock, 0, stream>>>(
+      codes, n, k, reinterpret_cast<uint4*>(tiled));
+  return cudaGetLastError();
+}
+
+cudaError_t W4RepackScales(const uint16_t* scales, const int8_t* zeros, int64_t n, int64_t groups,
+                           bool bf16, uint32_t* sz, int64_t ldsz, cudaStream_t stream) {
+  if (n * groups == 0) return cudaSuccess;
+  if (ldsz < n) return cudaErrorInvalidValue;
+  constexpr int kBlock = 256;
+  RepackScalesKernel<<<static_cast<unsigned>((n * groups + kBlock - 1) / kBlock), kBlock, 0,
+                       stream>>>(scales, zeros, n, groups, bf16, sz, ldsz);
+  return cudaGetLastError();
+}
+
+cudaError_t W4GatherColumns(const __nv_bfloat16* x, int64_t ldx, int64_t m, int64_t k,
+                            const int32_t* perm, __nv_bfloat16* out, cudaStream_t stream) {
+  return LaunchGather(x, ldx, m, k, perm, out, stream);
+}
+cudaError_t W4GatherColumns(const __half* x, int64_t ldx, int64_t m, int64_t k, const int32_t* perm,
+                            __half* out, cudaStream_t stream) {
+  return LaunchGather(x, ldx, m, k, perm, out, stream);
+}
+
+bool W4GemmSupported(const W4GemmArgsT<__nv_bfloat16>& a) { return Supported(a); }
+bool W4GemmSupported(const W4GemmArgsT<__half>& a) { return Supported(a); }
+cudaError_t W4Gemm(const W4GemmArgsT<__nv_bfloat16>& a, cudaStream_t stream) {
+  return LaunchW4Gemm(a, stream);
+}
+cudaError_t W4Gemm(const W4GemmArgsT<__half>& a, cudaStream_t stream) {
+  return LaunchW4Gemm(a, stream);
+}
+
+}  // namespace kiln::kernels

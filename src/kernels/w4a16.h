@@ -1,0 +1,81 @@
+// W4A16 linear layers (model/quantization.h: 4-bit weight codes in groups along the input with an
+// fp16 scale and an int8 zero point per (row, group), activations in bf16 or fp16): the repack of
+// the canonical format into the kernel's tiled layout (once, at upload), the act-order gather of
+// the activations, and the mixed-precision GEMM for decode batches (1..kW4GemmMaxRows rows).
+// Raw device pointers + sizes + strides + stream; no engine types. Every launch returns its status
+// and never synchronizes (graph-capturable). docs/kernels.md, "W4A16 GEMM", has the layout and
+// the algorithm.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+namespace kiln::kernels {
+
+// The tiled layout's granularity: a tile is 16 output rows by 64 input columns (512 bytes of
+// codes, one 16-byte load per lane of a warp).
+inline constexpr int64_t kW4TileRows = 16;
+inline constexpr int64_t kW4TileCols = 64;
+// Rows of x one W4Gemm launch handles; callers loop over larger batches.
+inline constexpr int32_t kW4GemmMaxRows = 64;
+
+// Whether the kernels take a weight of this shape and group size: n a multiple of 16, k of 64,
+// group_size a multiple of 16 that divides k and is either a multiple of 64 or 16 / 32.
+bool W4ShapeSupported(int64_t n, int64_t k, int64_t group_size);
+
+// codes: the canonical packed kI4 matrix [n, k] (n * k / 2 bytes, element (r, c) in byte
+// (r * k + c) / 2, low nibble for even c, signed); tiled: n * k / 2 bytes in the kernel's layout.
+// REQUIRES: W4ShapeSupported(n, k, any); codes != tiled.
+cudaError_t W4RepackCodes(const uint8_t* codes, int64_t n, int64_t k, uint8_t* tiled,
+                          cudaStream_t stream);
+
+// scales: fp16 bits [n, groups]; zeros: int8 [n, groups] (null: all zero); sz: [groups, ldsz]
+// words (group-major, so that the rows a warp needs are adjacent; ldsz >= n: the rows of a fused
+// matrix's part start at sz + its first row): the scale's fp16 bits in the low half, the
+// activation type's (bf16: true, else fp16) bits of 2^e + 8 + zero in the high half (e = 7
+// resp. 10: what the kernel subtracts from its 2^e + (code + 8)). A weight repacked for one
+// activation type runs with that type only.
+cudaError_t W4RepackScales(const uint16_t* scales, const int8_t* zeros, int64_t n, int64_t groups,
+                           bool bf16, uint32_t* sz, int64_t ldsz, cudaStream_t stream);
+
+// Act-order: out[r, j] = x[r, perm[j]] for r < m, j < k (out contiguous [m, k]).
+cudaError_t W4GatherColumns(const __nv_bfloat16* x, int64_t ldx, int64_t m, int64_t k,
+                            const int32_t* perm, __nv_bfloat16* out, cudaStream_t stream);
+cudaError_t W4GatherColumns(const __half* x, int64_t ldx, int64_t m, int64_t k, const int32_t* perm,
+                            __half* out, cudaStream_t stream);
+
+// out[m, n] = sum_c x[m, c] * (code[n, c] - zero[n, g(c)]) * scale[n, g(c)] (+ bias[n]), stored
+// columns c (apply W4GatherColumns first for act-order), fp32 accumulation, one rounding to the
+// output type (T, or fp32 with out_f32).
+template <typename T>
+struct W4GemmArgsT {
+  const T* x = nullptr;  // [m, k], row stride ldx
+  int64_t ldx = 0;
+  int32_t m = 0;                 // 1 ..= kW4GemmMaxRows
+  const uint8_t* w = nullptr;    // tiled codes (W4RepackCodes)
+  const uint32_t* sz = nullptr;  // W4RepackScales
+  int64_t group_size = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+  const T* bias = nullptr;  // [n] or null
+  void* out = nullptr;      // [m, n], row stride ldo
+  int64_t ldo = 0;
+  bool out_f32 = false;
+  // For benchmarks (gemv_bench --w4 times the alternatives); 0: the default for m.
+  int32_t row_tiles = 0;        // 16-row weight tiles per block, 1 or 2 (2: n a multiple of 32)
+  int32_t tiles_in_flight = 0;  // 64-column tiles each warp loads at once (8: m <= 8, 1 row tile)
+};
+
+// W4ShapeSupported, 1 <= m <= kW4GemmMaxRows, ldx a multiple of 4, x 8-byte and w 16-byte
+// aligned.
+bool W4GemmSupported(const W4GemmArgsT<__nv_bfloat16>& args);
+bool W4GemmSupported(const W4GemmArgsT<__half>& args);
+
+// REQUIRES: W4GemmSupported(args).
+cudaError_t W4Gemm(const W4GemmArgsT<__nv_bfloat16>& args, cudaStream_t stream);
+cudaError_t W4Gemm(const W4GemmArgsT<__half>& args, cudaStream_t stream);
+
+}  // namespace kiln::kernels
