@@ -1,17 +1,20 @@
 // The accuracy figures of INT8 SmoothQuant and calibrated FP8 KV scales on the CPU
 // (docs/quantization.md, "INT8 SmoothQuant"; docs/benchmarks.md): calibrates a model once, then
-// for each alpha quantizes it, exports a compressed-tensors int8 checkpoint
-// (builder/quantized_checkpoint.h) and measures its perplexity on a text with the engine's
-// sliding window (eval/perplexity.h), beside the unquantized model and its FP8 KV cache with
-// scales 1.0 and calibrated. A benchmark program: it prints figures, it never passes or fails.
+// for each alpha quantizes it, writes an engine directory (builder/engine_writer.h; with
+// --hf-export 1 a compressed-tensors int8 checkpoint, builder/quantized_checkpoint.h) and measures
+// its perplexity on a text with the engine's sliding window (eval/perplexity.h), beside the
+// unquantized model and its FP8 KV cache with scales 1.0 and calibrated. A benchmark program: it
+// prints figures, it never passes or fails.
 //
 //   int8_sq_bench --model SmolLM2-135M-Instruct.Q4_1.gguf --tokenizer-dir DIR
 //       --text /usr/share/common-licenses/GPL-3 [--alphas 0,0.5,0.8] [--samples 32]
 //       [--seq-len 512] [--calib FILE] [--window 1024] [--stride 512] [--threads 2]
-//       [--work DIR]
+//       [--work DIR] [--baselines 0|1] [--baseline-ppl X] [--hf-export 0|1]
 //
-// --tokenizer-dir: the HF tokenizer files to put into exports of a GGUF model (which has no
-// tokenizer.json to copy); an HF model's own are copied anyway.
+// --tokenizer-dir: with --hf-export, the HF tokenizer files to put into exports of a GGUF model
+// (which has no tokenizer.json to copy). NOTE: one made by transformers from the GGUF tokenizes
+// GPL-3 into 19 more tokens than the GGUF's own, so its perplexities are not comparable with
+// the GGUF's: the engine directories keep the GGUF's tokenizer.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +23,7 @@
 #include <vector>
 
 #include "builder/calibration.h"
+#include "builder/engine_writer.h"
 #include "builder/quantize.h"
 #include "builder/quantized_checkpoint.h"
 #include "engine/llm.h"
@@ -31,10 +35,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
+double Baseline = 0;  // the "vs" column's reference: the first run, or --baseline-ppl
+
 struct Args {
   std::string model, tokenizer_dir, text, calib, work = "/tmp/int8_sq_bench";
   std::vector<float> alphas = {0.0f, 0.5f, 0.8f};
   int samples = 32, seq_len = 512, window = 1024, stride = 512, threads = 2;
+  bool hf_export = false;  // --hf-export 1: compressed-tensors checkpoints instead of engines
+  bool baselines = true;   // --baselines 0: skip the unquantized runs
 };
 
 [[noreturn]] void Die(const std::string& message) {
@@ -102,17 +110,28 @@ void CopyTokenizer(const Args& a, const std::string& dir) {
   }
 }
 
+// An engine directory (kiln build's format) holding `q`, its other matrices in f32 so that
+// only the quantization differs from the unquantized run; the source's own tokenizer.
 std::string Export(const Args& a, const Checkpoint& ckpt, const QuantizedModel& q,
                    const std::string& name) {
   const std::string dir = a.work + "/" + name;
   fs::remove_all(dir);
-  const Status s = WriteCompressedTensorsCheckpoint(ckpt, q, dir);
-  if (!s.ok()) Die("export " + name + ": " + s.ToString());
-  CopyTokenizer(a, dir);
+  if (a.hf_export) {
+    const Status s = WriteCompressedTensorsCheckpoint(ckpt, q, dir);
+    if (!s.ok()) Die("export " + name + ": " + s.ToString());
+    CopyTokenizer(a, dir);
+    return dir;
+  }
+  EngineBuildOptions o;
+  o.out_dir = dir;
+  o.dtype = DType::kF32;
+  o.quantization = q.method;
+  o.quant_recipe = q.method == QuantMethod::kInt8 ? "int8-sq" : "none";
+  o.threads = a.threads;
+  const Status s = WriteEngine(ckpt, &q, o);
+  if (!s.ok()) Die("engine " + name + ": " + s.ToString());
   return dir;
 }
-
-double Baseline = 0;
 
 void Measure(const Args& a, const std::string& label, const std::string& model, bool kv_fp8,
              const std::string& text) {
@@ -162,8 +181,10 @@ int main(int argc, char** argv) {
 
   std::printf("\n| %-44s | %9s | %9s | %5s | %8s |\n", "run", "ppl", "vs f32", "toks", "time");
   std::printf("|---|---:|---:|---:|---:|\n");
-  Measure(a, "unquantized (Q4_1 decoded to f32)", a.model, false, text);
-  Measure(a, "unquantized, FP8 KV scales 1.0", a.model, true, text);
+  if (a.baselines) {
+    Measure(a, "unquantized (Q4_1 decoded to f32)", a.model, false, text);
+    Measure(a, "unquantized, FP8 KV scales 1.0", a.model, true, text);
+  }
   QuantizedModel kv_only;
   kv_only.method = QuantMethod::kNone;
   kv_only.kv_scales = stats.KvScales();

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <utility>
 
-#include "backend/cpu/cpu_weights.h"
 #include "backend/cpu/thread_pool.h"
 #include "model/dequant.h"
 
@@ -37,15 +37,6 @@ Result<Matrix> LoadF32(const Checkpoint& ckpt, const std::string& name) {
       DequantizeToF32(w->dtype, w->data, w->nbytes, m.values.size(), m.values.data())
           .WithContext(w->file + ": tensor '" + w->source_name + "'"));
   return m;
-}
-
-// GGUF `llama` q/k rows back in HF order (cpu_weights.h UnpermuteQkRows).
-void Unpermute(int64_t num_heads, int64_t head_dim, Matrix* m) {
-  std::vector<float> hf(m->values.size());
-  cpu::UnpermuteQkRows(reinterpret_cast<const uint8_t*>(m->values.data()), num_heads, head_dim,
-                       m->cols * static_cast<int64_t>(sizeof(float)),
-                       reinterpret_cast<uint8_t*>(hf.data()));
-  m->values = std::move(hf);
 }
 
 // max over the rows of every matrix of |W[:, j]|.
@@ -145,7 +136,6 @@ Result<QuantizedModel> QuantizeInt8SmoothQuant(const Checkpoint& ckpt,
     return InvalidArgument("calibration statistics cover " + std::to_string(stats.layers.size()) +
                            " layers, the model has " + std::to_string(c.num_layers));
   }
-  const bool unpermute = ckpt.qk_rope_layout() == QkRopeLayout::kInterleaved;
   QuantizedModel out;
   out.method = QuantMethod::kInt8;
   for (int i = 0; i < c.num_layers; ++i) {
@@ -165,10 +155,6 @@ Result<QuantizedModel> QuantizeInt8SmoothQuant(const Checkpoint& ckpt,
     KILN_ASSIGN_OR_RETURN(Matrix down, LoadF32(ckpt, mlp + "down_proj.weight"));
     KILN_ASSIGN_OR_RETURN(Matrix input_norm, LoadF32(ckpt, p + "input_layernorm.weight"));
     KILN_ASSIGN_OR_RETURN(Matrix post_norm, LoadF32(ckpt, p + "post_attention_layernorm.weight"));
-    if (unpermute) {
-      Unpermute(c.num_heads, c.head_dim, &q);
-      Unpermute(c.num_kv_heads, c.head_dim, &k);
-    }
 
     // All three factors come from the original weights, before any folding.
     const std::vector<float> s_qkv =
@@ -209,6 +195,18 @@ Result<QuantizedModel> QuantizeInt8SmoothQuant(const Checkpoint& ckpt,
   }
   out.kv_scales = stats.KvScales();
   return out;
+}
+
+std::string SmoothQuantDetailsJson(const CalibrationStats& stats,
+                                   const SmoothQuantOptions& options) {
+  nlohmann::json j = {{"algorithm", "smoothquant"},
+                      {"alpha", options.alpha},
+                      {"calibration",
+                       {{"source", stats.source},
+                        {"num_samples", stats.num_samples},
+                        {"num_tokens", stats.num_tokens}}},
+                      {"o_proj_smoothed", false}};
+  return j.dump();
 }
 
 }  // namespace kiln

@@ -1,11 +1,13 @@
-// Offline quantizers of kiln build: each takes an opened Checkpoint (and calibration
-// statistics) and returns the quantized linear weights, plus any non-linear tensors it changed,
-// keyed by HF name, for the engine writer to store (docs/engine-format.md) or for an HF
+// What a quantizer hands `kiln build` (builder/engine_writer.h): the tensors it changed, in the
+// formats of model/quantization.h, keyed by HF name. Tensors it does not list are written from
+// the source checkpoint (converted to the engine's dtype). The quantizers of kiln build take an
+// opened Checkpoint (and calibration statistics); their QuantizedModel also feeds an HF
 // compressed-tensors export (quantized_checkpoint.h).
 //
 // Formats (model/quantization.h): INT8 = dtype kI8 [n, k] + row_scales (value = code *
-// row_scale); W4A16 = dtype kI4 packed + w4 (quantize_w4.h). Matrices are in HF row order
-// whatever the source (a GGUF file's q/k rows are un-permuted first).
+// row_scale); W4A16 = dtype kI4 packed + w4 (quantize_w4.h). Rows are in the SOURCE's order: a
+// GGUF `llama` file's q/k rows stay permuted (Checkpoint::qk_rope_layout), and the writers move
+// them, with their row scales, back to HF order (per-row quantization commutes with that).
 //
 // SmoothQuant (Xiao et al. 2023), QuantizeInt8SmoothQuant below. Per decoder layer, for each
 // input X of a linear layer with per-channel maxima a_j = max |X[:, j]| (calibration.h) and
@@ -60,6 +62,7 @@ struct QuantizedModel {
   // checkpoint not listed here is unchanged.
   std::vector<QuantizedTensor> tensors;
   std::vector<KvCacheScales> kv_scales;  // per layer, calibrated; empty = none
+  std::string details_json = "{}";       // a JSON object for the manifest: settings, calibration
 
   const QuantizedTensor* Find(const std::string& name) const;
 };
@@ -85,5 +88,10 @@ std::vector<float> SmoothingFactors(const std::vector<float>& act_absmax,
 Result<QuantizedModel> QuantizeInt8SmoothQuant(const Checkpoint& ckpt,
                                                const CalibrationStats& stats,
                                                const SmoothQuantOptions& options);
+
+// The manifest's record of an int8-sq build (QuantizedModel::details_json): alpha, the
+// calibration source, samples and tokens.
+std::string SmoothQuantDetailsJson(const CalibrationStats& stats,
+                                   const SmoothQuantOptions& options);
 
 }  // namespace kiln

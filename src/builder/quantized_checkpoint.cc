@@ -54,19 +54,21 @@ std::vector<uint8_t> FloatBytes(const std::vector<float>& v) {
   return b;
 }
 
-// A GGUF tensor as f32 in HF layout (q/k biases un-permuted; matrices are only those the
-// QuantizedModel left alone: embedding, lm_head).
+// A GGUF tensor the QuantizedModel left alone, as f32 in HF layout (q/k rows and biases
+// un-permuted).
 Result<Pending> FromGguf(const Checkpoint& src, const Weight& w) {
   std::vector<float> values(w.shape.numel());
   KILN_RETURN_IF_ERROR(DequantizeToF32(w.dtype, w.data, w.nbytes, values.size(), values.data())
                            .WithContext(w.file + ": tensor '" + w.source_name + "'"));
   const ModelConfig& c = src.config();
-  const bool q = w.name.ends_with("self_attn.q_proj.bias");
-  const bool k = w.name.ends_with("self_attn.k_proj.bias");
+  const bool q = w.name.find("self_attn.q_proj.") != std::string::npos;
+  const bool k = w.name.find("self_attn.k_proj.") != std::string::npos;
   if (src.qk_rope_layout() == QkRopeLayout::kInterleaved && (q || k)) {
+    const int64_t cols = w.shape.ndim() == 2 ? w.shape[1] : 1;
     std::vector<float> hf(values.size());
     cpu::UnpermuteQkRows(reinterpret_cast<const uint8_t*>(values.data()),
-                         q ? c.num_heads : c.num_kv_heads, c.head_dim, sizeof(float),
+                         q ? c.num_heads : c.num_kv_heads, c.head_dim,
+                         cols * static_cast<int64_t>(sizeof(float)),
                          reinterpret_cast<uint8_t*>(hf.data()));
     values = std::move(hf);
   }
@@ -91,12 +93,27 @@ Status WriteCompressedTensorsCheckpoint(const Checkpoint& src, const QuantizedMo
   std::vector<Pending> tensors;
   for (const Weight& w : src.weights()) {
     if (const QuantizedTensor* t = model.Find(w.name)) {
-      tensors.push_back(Owned(t->name, t->dtype, t->shape, t->bytes));
+      std::vector<uint8_t> bytes = t->bytes;
+      std::vector<uint8_t> scales = FloatBytes(t->row_scales);
+      const bool q = t->name.ends_with("self_attn.q_proj.weight");
+      if (src.qk_rope_layout() == QkRopeLayout::kInterleaved &&
+          (q || t->name.ends_with("self_attn.k_proj.weight"))) {
+        // Rows in the source's (GGUF) order: HF order here, each row's scale with it.
+        const int64_t heads = q ? src.config().num_heads : src.config().num_kv_heads;
+        for (std::vector<uint8_t>* v : {&bytes, &scales}) {
+          if (v->empty()) continue;
+          std::vector<uint8_t> hf(v->size());
+          cpu::UnpermuteQkRows(v->data(), heads, src.config().head_dim,
+                               static_cast<int64_t>(v->size()) / t->shape[0], hf.data());
+          *v = std::move(hf);
+        }
+      }
+      tensors.push_back(Owned(t->name, t->dtype, t->shape, std::move(bytes)));
       if (!t->row_scales.empty()) {
         const std::string prefix = t->name.substr(0, t->name.size() - 7);  // minus ".weight"
         tensors.push_back(Owned(prefix + ".weight_scale", DType::kF32,
                                 Shape{static_cast<int64_t>(t->row_scales.size()), 1},
-                                FloatBytes(t->row_scales)));
+                                std::move(scales)));
       }
     } else if (src.format() == CheckpointFormat::kGguf) {
       KILN_ASSIGN_OR_RETURN(Pending p, FromGguf(src, w));

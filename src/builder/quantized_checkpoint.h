@@ -11,9 +11,9 @@
 //   model.safetensors (or shards + index)
 //                    P.weight I8 [n, k] + P.weight_scale F32 [n, 1] for each quantized weight,
 //                    the QuantizedModel's other tensors (f32) in place of the source's, every
-//                    other source tensor as stored (GGUF: decoded to f32, q/k biases
-//                    un-permuted), self_attn.k_scale / v_scale F32 [] per layer when kv_scales
-//                    is set
+//                    other source tensor as stored (GGUF: decoded to f32; q/k rows, their
+//                    scales and biases moved back to HF order), self_attn.k_scale / v_scale
+//                    F32 [] per layer when kv_scales is set
 //   tokenizer.json, tokenizer_config.json, special_tokens_map.json, generation_config.json,
 //   chat_template.jinja   copied from an HF source when present (a GGUF source has none to
 //                    copy: the export then has no tokenizer, and says so in a warning)

@@ -1,4 +1,7 @@
 #include "cli/command.h"
+#include <unistd.h>
+#include <algorithm>
+#include <memory>
 
 #include <cctype>
 #include <cmath>
@@ -37,6 +40,26 @@ std::string FormatCount(int64_t n) {
     out += digits[i];
   }
   return n < 0 ? "-" + out : out;
+}
+
+std::function<void(int64_t, int64_t)> ByteProgressBar(std::string label) {
+  const bool tty = ::isatty(STDERR_FILENO);
+  auto last_quarter = std::make_shared<int>(-1);
+  return [label = std::move(label), tty, last_quarter](int64_t done, int64_t total) {
+    const double frac = total > 0 ? std::clamp(static_cast<double>(done) / total, 0.0, 1.0) : 1.0;
+    if (!tty) {
+      const int quarter = static_cast<int>(frac * 4);
+      if (quarter == *last_quarter) return;
+      *last_quarter = quarter;
+    }
+    constexpr int kWidth = 30;
+    const int filled = static_cast<int>(frac * kWidth);
+    std::fprintf(stderr, "%s%s [%s%s] %.2f / %.2f GB %3d%%%s", tty ? "\r" : "", label.c_str(),
+                 std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
+                 done / 1e9, total / 1e9, static_cast<int>(frac * 100),
+                 tty && frac < 1.0 ? "" : "\n");
+    std::fflush(stderr);
+  };
 }
 
 }  // namespace kiln::cli

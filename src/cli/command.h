@@ -6,6 +6,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -21,6 +22,11 @@ std::string FormatBytes(int64_t bytes);
 // Formats a count with thousands separators: 8030261248 -> "8,030,261,248".
 std::string FormatCount(int64_t n);
 
+// A progress bar for byte counts on stderr: `label [#####.....] 1.23 / 8.03 GB  45%`, redrawn
+// in place on a terminal; elsewhere (logs) a line at every 25 %. Call it with (done, total).
+std::function<void(int64_t done, int64_t total)> ByteProgressBar(std::string label);
+
+void AddBuildCommand(CLI::App& app);         // build_command.cc
 void AddInspectCommand(CLI::App& app);       // inspect_command.cc
 void AddSynthCommand(CLI::App& app);         // synth_command.cc
 void AddTokenizeCommand(CLI::App& app);      // tokenize_command.cc

@@ -6,7 +6,12 @@
 namespace kiln::cli {
 
 void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
-  cmd->add_option("model,--model", f->model, "HF checkpoint directory or .gguf file")->required();
+  cmd->add_option("model,--model", f->model,
+                  "HF checkpoint directory, .gguf file or kiln engine directory (kiln build)")
+      ->required();
+  cmd->add_option("--verify-key", f->verify_key,
+                  "PEM Ed25519 public key: refuse the model unless it is an engine directory "
+                  "signed with its private key (kiln build --sign) and unchanged since");
   cmd->add_option("--chat-template", f->chat_template, "a file that replaces the chat template");
   cmd->add_option("--device", f->device, "cpu, cuda, cuda:N or auto (CUDA when a GPU is present)");
   cmd->add_option("--threads", f->threads, "CPU threads (0 = all cores)");
@@ -56,6 +61,7 @@ Result<LlmOptions> ToLlmOptions(const EngineFlags& f) {
   KILN_RETURN_IF_ERROR(ParseKvCacheDType(f.kv_cache_dtype).status());
   options.quantization = f.quantization;
   options.kv_cache_dtype = f.kv_cache_dtype;
+  options.verify_key = f.verify_key;
   options.tokenizer.chat_template_file = f.chat_template;
   EngineOptions& e = options.engine;
   if (!f.kv_cache_memory.empty()) {

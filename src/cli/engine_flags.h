@@ -28,6 +28,7 @@ struct EngineFlags {
   bool no_async_scheduling = false;
   std::string dtype = "auto";
   std::string quantization = "none";
+  std::string verify_key;
   std::string kv_cache_dtype = "auto";
   std::string scheduling_policy = "fcfs";
   std::string capacity_policy = "max_utilization";

@@ -1,5 +1,7 @@
 #include "cli/json_report.h"
 
+#include "core/units.h"
+
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -7,21 +9,8 @@
 #include "cli/command.h"
 
 namespace kiln::cli {
-namespace {
-
-std::string UtcNow() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-}  // namespace
-
 nlohmann::ordered_json ReportHeader(const std::string& command) {
-  return {{"command", command}, {"kiln_version", KILN_VERSION}, {"date", UtcNow()}};
+  return {{"command", command}, {"kiln_version", KILN_VERSION}, {"date", UtcTimestamp()}};
 }
 
 void WriteJson(const std::string& command, const std::string& path,

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
     }
     if (!s.ok()) kiln::cli::Fail("", s);
   });
+  kiln::cli::AddBuildCommand(app);
   kiln::cli::AddInspectCommand(app);
   kiln::cli::AddSynthCommand(app);
   kiln::cli::AddTokenizeCommand(app);

@@ -1,5 +1,7 @@
 #include "core/units.h"
 
+#include <ctime>
+
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -60,6 +62,15 @@ Result<int64_t> ParseByteSize(std::string_view text) {
   if (bytes > 9.0e18) return bad("is too large");
   if (bytes < 1) return bad("must be at least 1 byte");
   return static_cast<int64_t>(bytes);
+}
+
+std::string UtcTimestamp() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
 }
 
 }  // namespace kiln

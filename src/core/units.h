@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "core/status.h"
@@ -14,5 +15,8 @@ namespace kiln {
 // ignored. InvalidArgument names the text for anything else, and for sizes under 1 byte or
 // over 9e18 bytes.
 Result<int64_t> ParseByteSize(std::string_view text);
+
+// The current time in UTC as ISO 8601 with seconds: "2026-11-22T09:30:00Z".
+std::string UtcTimestamp();
 
 }  // namespace kiln

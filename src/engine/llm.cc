@@ -4,6 +4,7 @@
 #include <chrono>
 #include <optional>
 #include <random>
+#include <thread>
 #include <unordered_map>
 
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include "core/dtype.h"
 #include "core/hash.h"
 #include "engine/output_processor.h"
+#include "model/engine_dir.h"
 #include "model/quantization.h"
 
 namespace kiln {
@@ -100,8 +102,10 @@ Result<std::unique_ptr<ModelRunner>> CreateRunner(const Checkpoint& checkpoint,
   const std::string device = ResolveDevice(options.device);
   KILN_ASSIGN_OR_RETURN(const std::optional<DType> dtype, ParseComputeDType(options.dtype));
   KILN_ASSIGN_OR_RETURN(const QuantMethod quantization, ParseQuantMethod(options.quantization));
-  KILN_ASSIGN_OR_RETURN(const KvCacheDType kv_cache_dtype,
-                        ParseKvCacheDType(options.kv_cache_dtype));
+  KILN_ASSIGN_OR_RETURN(KvCacheDType kv_cache_dtype, ParseKvCacheDType(options.kv_cache_dtype));
+  if (kv_cache_dtype == KvCacheDType::kAuto && checkpoint.engine().has_value()) {
+    kv_cache_dtype = checkpoint.engine()->kv_cache_dtype;
+  }
   if (device == "cpu") {
     if (dtype.has_value() && *dtype != DType::kF32) {
       return InvalidArgument("dtype: the CPU backend computes in float32; " +
@@ -136,6 +140,7 @@ Result<std::unique_ptr<ModelRunner>> CreateRunner(const Checkpoint& checkpoint,
     cuda.max_model_len = options.engine.max_model_len;
     cuda.enable_cuda_graphs = options.enable_cuda_graphs && !options.profile_cuda_ops;
     cuda.profile_ops = options.profile_cuda_ops;
+    cuda.upload_progress = options.load_progress;
     return CreateCudaRunner(checkpoint, cuda);
 #else
     return Unavailable("device: this kiln was built without CUDA; use --device cpu");
@@ -146,6 +151,10 @@ Result<std::unique_ptr<ModelRunner>> CreateRunner(const Checkpoint& checkpoint,
 
 Result<std::unique_ptr<LLM>> LLM::Create(const std::string& model, const LlmOptions& options) {
   std::unique_ptr<LLM> llm(new LLM());
+  if (!options.verify_key.empty()) {
+    const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    KILN_RETURN_IF_ERROR(VerifyEngine(model, options.verify_key, threads));
+  }
   KILN_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::Open(model));
   llm->checkpoint_ = std::make_unique<Checkpoint>(std::move(checkpoint));
   llm->model_name_ = llm->checkpoint_->name();

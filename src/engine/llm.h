@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,9 +42,15 @@ struct LlmOptions {
   // per token on the fly; model/quantization.h, docs/quantization.md). int8-sq and w4a16 engines
   // come from `kiln build`.
   std::string quantization = "none";
-  // vLLM's --kv-cache-dtype: "auto" (the compute dtype) or "fp8" / "fp8_e4m3" (e4m3 with a
-  // per-layer K and V scale: a quarter of the CPU's f32 bytes per block, half of bf16's).
+  // vLLM's --kv-cache-dtype: "auto" (the compute dtype; for an engine directory, the KV cache
+  // it was built for) or "fp8" / "fp8_e4m3" (e4m3 with a per-layer K and V scale: a quarter of
+  // the CPU's f32 bytes per block, half of bf16's).
   std::string kv_cache_dtype = "auto";
+  // A PEM Ed25519 public key: the model must be an engine directory signed by its private key
+  // (kiln build --sign), with every file as signed; checked before anything is loaded.
+  std::string verify_key;
+  // Called as the weights reach the device (done, total bytes), for a progress bar (CUDA).
+  std::function<void(int64_t done, int64_t total)> load_progress;
   // CUDA: the share of the device's memory kiln may hold (weights, workspace, KV cache) when
   // engine.kv_cache_memory_bytes is 0 (automatic) and engine.num_kv_blocks is 0.
   float gpu_memory_utilization = 0.9f;

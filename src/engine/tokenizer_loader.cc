@@ -38,8 +38,36 @@ std::string TokenText(const Tokenizer& tok, int32_t id) {
   return id >= 0 && id < tok.vocab_size() ? tok.IdToToken(id) : std::string();
 }
 
+// An engine directory built from a GGUF file: its tokenizer fields, and chat_template.jinja.
+Result<LoadedTokenizer> LoadGgufJsonDirectory(const fs::path& dir,
+                                              const TokenizerLoadOptions& opts) {
+  const fs::path fields_path = dir / "tokenizer.gguf.json";
+  KILN_ASSIGN_OR_RETURN(std::string text, ReadTextFile(fields_path.string()));
+  KILN_ASSIGN_OR_RETURN(GgufTokenizerFields fields,
+                        GgufTokenizerFieldsFromJson(text, fields_path.string()));
+  KILN_ASSIGN_OR_RETURN(TokenizerVocab vocab, VocabFromGgufMetadata(fields));
+  LoadedTokenizer out;
+  KILN_ASSIGN_OR_RETURN(out.tokenizer, Tokenizer::Create(std::move(vocab)));
+  out.bos_token = TokenText(*out.tokenizer, out.tokenizer->bos_id());
+  out.eos_token = TokenText(*out.tokenizer, out.tokenizer->eos_id());
+  if (!opts.chat_template_file.empty()) return out;
+  if (!opts.chat_template_name.empty()) {
+    return NotFound(dir.string() + ": an engine keeps only the default chat template; no '" +
+                    opts.chat_template_name + "'");
+  }
+  const fs::path jinja_path = dir / "chat_template.jinja";
+  if (fs::exists(jinja_path)) {
+    KILN_ASSIGN_OR_RETURN(std::string source, ReadTextFile(jinja_path.string()));
+    KILN_RETURN_IF_ERROR(ParseTemplateInto(std::move(source), jinja_path.string(), &out));
+  }
+  return out;
+}
+
 Result<LoadedTokenizer> LoadHfDirectory(const fs::path& dir, const TokenizerLoadOptions& opts) {
   const fs::path tokenizer_json = dir / "tokenizer.json";
+  if (!fs::exists(tokenizer_json) && fs::exists(dir / "tokenizer.gguf.json")) {
+    return LoadGgufJsonDirectory(dir, opts);
+  }
   if (!fs::exists(tokenizer_json)) {
     return NotFound(tokenizer_json.string() +
                     ": no such file (kiln reads HF fast-tokenizer files; a checkpoint with only "
@@ -159,6 +187,58 @@ Result<GgufTokenizerFields> ReadGgufTokenizerFields(const std::string& path) {
   KILN_RETURN_IF_ERROR(get_flag("tokenizer.ggml.add_bos_token", &f.add_bos));
   KILN_RETURN_IF_ERROR(get_flag("tokenizer.ggml.add_eos_token", &f.add_eos));
   KILN_RETURN_IF_ERROR(get_flag("tokenizer.ggml.add_space_prefix", &f.add_space_prefix));
+  return f;
+}
+
+Result<std::optional<std::string>> ReadGgufChatTemplate(const std::string& path) {
+  KILN_ASSIGN_OR_RETURN(GgufFile gguf, GgufFile::Open(path));
+  if (!gguf.Has("tokenizer.chat_template")) return std::optional<std::string>();
+  KILN_ASSIGN_OR_RETURN(std::string source, gguf.GetString("tokenizer.chat_template"));
+  return std::optional<std::string>(std::move(source));
+}
+
+std::string GgufTokenizerFieldsToJson(const GgufTokenizerFields& f) {
+  Json j;
+  j["model"] = f.model;
+  j["pre"] = f.pre;
+  j["tokens"] = f.tokens;
+  j["scores"] = f.scores;
+  j["token_type"] = f.token_type;
+  j["merges"] = f.merges;
+  j["bos_id"] = f.bos_id;
+  j["eos_id"] = f.eos_id;
+  j["unk_id"] = f.unk_id;
+  j["pad_id"] = f.pad_id;
+  j["add_bos"] = f.add_bos;
+  j["add_eos"] = f.add_eos;
+  j["add_space_prefix"] = f.add_space_prefix;
+  // NOTE: replace, not throw: GGUF token strings need not be valid UTF-8; a replaced token
+  // would break the vocabulary, so it is caught on reading (the tokenizer's own checks).
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
+Result<GgufTokenizerFields> GgufTokenizerFieldsFromJson(std::string_view text,
+                                                        const std::string& source) {
+  const Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Corrupt(source + ": not a JSON object");
+  GgufTokenizerFields f;
+  try {
+    f.model = j.at("model").get<std::string>();
+    f.pre = j.at("pre").get<std::string>();
+    f.tokens = j.at("tokens").get<std::vector<std::string>>();
+    f.scores = j.at("scores").get<std::vector<double>>();
+    f.token_type = j.at("token_type").get<std::vector<int64_t>>();
+    f.merges = j.at("merges").get<std::vector<std::string>>();
+    f.bos_id = j.at("bos_id").get<int64_t>();
+    f.eos_id = j.at("eos_id").get<int64_t>();
+    f.unk_id = j.at("unk_id").get<int64_t>();
+    f.pad_id = j.at("pad_id").get<int64_t>();
+    f.add_bos = j.at("add_bos").get<int>();
+    f.add_eos = j.at("add_eos").get<int>();
+    f.add_space_prefix = j.at("add_space_prefix").get<int>();
+  } catch (const Json::exception& e) {
+    return Corrupt(source + ": " + e.what());
+  }
   return f;
 }
 

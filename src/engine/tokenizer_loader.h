@@ -6,6 +6,8 @@
 //                  add_bos_token / add_eos_token overriding the post-processor), and
 //                  chat_template.jinja (used when tokenizer_config.json has no chat_template).
 //   GGUF file:     tokenizer.ggml.* and tokenizer.chat_template metadata.
+//   engine dir:    as an HF directory, or tokenizer.gguf.json (a GGUF source's tokenizer.ggml.*
+//                  fields) + chat_template.jinja.
 //
 //   KILN_ASSIGN_OR_RETURN(LoadedTokenizer t, LoadTokenizer(model_path, {}));
 //   KILN_ASSIGN_OR_RETURN(std::string prompt, ApplyChatTemplate(t, messages, nullptr, true));
@@ -55,6 +57,14 @@ Result<LoadedTokenizer> LoadTokenizer(const std::string& model_path,
 // Reads the tokenizer.ggml.* keys of the GGUF file at `path`; absent optional keys keep their
 // defaults. Errors: those of GgufFile::Open and of a key of the wrong type.
 Result<GgufTokenizerFields> ReadGgufTokenizerFields(const std::string& path);
+// The GGUF file's default chat template (tokenizer.chat_template), if it has one.
+Result<std::optional<std::string>> ReadGgufChatTemplate(const std::string& path);
+
+// GGUF tokenizer fields as JSON (an engine directory's tokenizer.gguf.json, model/engine_dir.h)
+// and back. Errors: Corrupt naming `source` for malformed JSON or fields.
+std::string GgufTokenizerFieldsToJson(const GgufTokenizerFields& fields);
+Result<GgufTokenizerFields> GgufTokenizerFieldsFromJson(std::string_view text,
+                                                        const std::string& source);
 
 // Renders `messages` (a JSON list) with the loaded chat template and the context HF's
 // apply_chat_template builds: messages, tools (omitted when null), add_generation_prompt,

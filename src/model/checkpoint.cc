@@ -7,6 +7,7 @@
 
 #include "core/logging.h"
 #include "model/checkpoint_files.h"
+#include "model/engine_dir.h"
 #include "model/fp8_checkpoint.h"
 #include "model/weights.h"
 
@@ -19,6 +20,8 @@ std::string_view CheckpointFormatName(CheckpointFormat format) {
       return "hf";
     case CheckpointFormat::kGguf:
       return "gguf";
+    case CheckpointFormat::kEngine:
+      return "engine";
   }
   return "unknown";
 }
@@ -36,6 +39,8 @@ const Weight* Checkpoint::Find(std::string_view hf_name) const {
 }
 
 DType DefaultGpuDType(const Checkpoint& ckpt) {
+  if (ckpt.engine().has_value())
+    return ckpt.engine()->dtype == DType::kF16 ? DType::kF16 : DType::kBF16;
   if (ckpt.format() == CheckpointFormat::kGguf) return DType::kF16;
   return ckpt.config().dtype == DType::kF16 ? DType::kF16 : DType::kBF16;
 }
@@ -66,7 +71,9 @@ Result<Checkpoint> Checkpoint::Open(const std::string& path) {
                     ": no such file or directory (expected an HF checkpoint directory "
                     "or a .gguf file)");
   }
-  if (fs::is_directory(st)) return OpenHfDirectory(path);
+  if (fs::is_directory(st)) {
+    return IsEngineDirectory(path) ? OpenEngine(path) : OpenHfDirectory(path);
+  }
   // A file: GGUF is recognised by its magic, not its name.
   std::ifstream in(path, std::ios::binary);
   char magic[4] = {};

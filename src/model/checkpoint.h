@@ -25,8 +25,8 @@
 
 namespace kiln {
 
-enum class CheckpointFormat : uint8_t { kHfDirectory, kGguf };
-std::string_view CheckpointFormatName(CheckpointFormat format);  // "hf", "gguf"
+enum class CheckpointFormat : uint8_t { kHfDirectory, kGguf, kEngine };
+std::string_view CheckpointFormatName(CheckpointFormat format);  // "hf", "gguf", "engine"
 
 // Layout of the q and k projection rows for rotary embeddings. HF checkpoints keep the rotated
 // pairs half a head apart (NeoX style); llama.cpp's converter permutes q/k of `llama` GGUF files
@@ -73,10 +73,19 @@ struct KvCacheScales {
   float v_scale = 1.0f;
 };
 
+// What a kiln engine directory (model/engine_dir.h) adds to a checkpoint.
+struct EngineInfo {
+  std::string quant_recipe;    // what `kiln build --quant` was: "none", "fp8", "w4a16-gptq", ...
+  DType dtype = DType::kBF16;  // of its unquantized matrices: the runtime's compute type
+  KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;  // the KV cache it was built for
+  std::string gemm_table_path;  // tuned cuBLASLt algorithms, or "" when none were tuned
+};
+
 class Checkpoint {
  public:
   // Opens an HF checkpoint directory (config.json + model.safetensors or
-  // model.safetensors.index.json + shards) or a GGUF file. Every failure names the file and,
+  // model.safetensors.index.json + shards), a GGUF file or a kiln engine directory
+  // (kiln-engine.json; model/engine_dir.h). Every failure names the file and,
   // where one is involved, the tensor: NotFound for missing files or weights, Corrupt for
   // malformed files or shapes that contradict the config, Unsupported for architectures and
   // dtypes kiln does not handle. An FP8 checkpoint (vLLM "fp8", compressed-tensors, ModelOpt)
@@ -102,6 +111,8 @@ class Checkpoint {
   // Per layer, from the checkpoint's k_scale / v_scale tensors (calibrated FP8 KV cache
   // scales); empty when it has none.
   const std::vector<KvCacheScales>& kv_cache_scales() const { return kv_cache_scales_; }
+  // Set for an engine directory (format kEngine).
+  const std::optional<EngineInfo>& engine() const { return engine_; }
 
   // Expected weights in ExpectedWeights() order.
   const std::vector<Weight>& weights() const { return weights_; }
@@ -126,10 +137,12 @@ class Checkpoint {
   std::vector<Weight> weights_;
   CheckpointQuantization quantization_;
   std::vector<KvCacheScales> kv_cache_scales_;
+  std::optional<EngineInfo> engine_;
   std::unique_ptr<Files> files_;
 
   static Result<Checkpoint> OpenHfDirectory(const std::string& dir);
   static Result<Checkpoint> OpenGguf(const std::string& file);
+  static Result<Checkpoint> OpenEngine(const std::string& dir);  // engine_dir.cc
 };
 
 // The 16-bit type kiln's GPU backend computes `ckpt` in unless told otherwise (vLLM's --dtype

@@ -21,6 +21,7 @@
 #include "backend/cpu/sampler.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/gemm_table.h"
 #include "core/buffer.h"
 #include "core/check.h"
 #include "core/dtype.h"
@@ -148,6 +149,7 @@ ScoredToken ToScored(const kernels::SampledToken& t, int32_t num_top) {
 class CudaRunnerBase : public ModelRunner {
  public:
   virtual CudaMemoryReport MemoryReport() const = 0;
+  virtual Result<std::string> GemmTableJson() const = 0;
 };
 
 // T: the activation, weight and KV cache type (__nv_bfloat16 or __half; CudaRunnerOptions::dtype).
@@ -184,9 +186,13 @@ class CudaRunner final : public CudaRunnerBase {
   bool OverlapsHost() const override { return true; }
 
   CudaMemoryReport MemoryReport() const override;
+  Result<std::string> GemmTableJson() const override;
 
  private:
   Status UploadWeights(const Checkpoint& ckpt);
+  // Adopts the algorithms of an engine's GEMM table tuned on this GPU and cuBLASLt (a table
+  // from elsewhere is skipped with a warning: the runner then tunes as usual).
+  Status ImportGemmTable(const std::string& path);
   Status AllocateWorkspace();
   // Enqueues the forward pass of `num_tokens` tokens in `num_seqs` sequences (the first
   // num_decode of which have one token each) up to the fp32 logits of `num_rows` rows.
@@ -290,6 +296,7 @@ class CudaRunner final : public CudaRunnerBase {
   int32_t graph_sampled_rows_ = 0;  // rows the captured graphs sample (their batch size)
 
   double upload_seconds_ = 0, graph_capture_seconds_ = 0, gemm_tune_seconds_ = 0;
+  int32_t gemm_table_entries_ = 0;
   int64_t timed_steps_ = 0;
   std::vector<cudaEvent_t> mark_events_;
   std::vector<const char*> mark_ops_;  // per recorded mark
@@ -310,7 +317,9 @@ class Uploader {
   static constexpr size_t kChunk = size_t{64} << 20;
   static constexpr int kThreads = 4;
 
-  explicit Uploader(cudaStream_t stream) : stream_(stream) {}
+  // on_bytes (may be empty) hears of every chunk sent.
+  Uploader(cudaStream_t stream, std::function<void(int64_t)> on_bytes)
+      : stream_(stream), on_bytes_(std::move(on_bytes)) {}
   ~Uploader() {
     for (int b = 0; b < 2; ++b) {
       if (done_[b] != nullptr) {
@@ -342,6 +351,7 @@ class Uploader {
           cudaMemcpyAsync(to + at, buffer, n, cudaMemcpyHostToDevice, stream_));
       KILN_CUDA_RETURN_IF_ERROR(cudaEventRecord(done_[next_], stream_));
       next_ ^= 1;
+      if (on_bytes_) on_bytes_(static_cast<int64_t>(n));
     }
     return Status::Ok();
   }
@@ -368,6 +378,7 @@ class Uploader {
   }
 
   cudaStream_t stream_;
+  std::function<void(int64_t)> on_bytes_;
   uint8_t* pinned_[2] = {nullptr, nullptr};
   cudaEvent_t done_[2] = {nullptr, nullptr};
   int next_ = 0;
@@ -442,10 +453,36 @@ Status CudaRunner<T>::Init(const Checkpoint& ckpt) {
   // brings its calibrated KV cache scales (used with an FP8 KV cache).
   if (ckpt.quantization().method == QuantMethod::kFp8) options_.quantization = QuantMethod::kFp8;
   checkpoint_kv_scales_ = ckpt.kv_cache_scales();
+  if (options_.tune_gemms && ckpt.engine().has_value() && !ckpt.engine()->gemm_table_path.empty()) {
+    KILN_RETURN_IF_ERROR(ImportGemmTable(ckpt.engine()->gemm_table_path));
+  }
   const auto start = std::chrono::steady_clock::now();
   KILN_RETURN_IF_ERROR(UploadWeights(ckpt));
   upload_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return AllocateWorkspace();
+}
+
+template <typename T>
+Status CudaRunner<T>::ImportGemmTable(const std::string& path) {
+  KILN_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  KILN_ASSIGN_OR_RETURN(cuda::GemmTable table, cuda::ParseGemmTable(text, path));
+  KILN_ASSIGN_OR_RETURN(cuda::GemmTable here, cuda::CurrentGemmTable(options_.device, {}));
+  if (table.device != here.device || table.cublaslt_version != here.cublaslt_version) {
+    LOG(WARNING) << path << ": tuned on " << table.device << " with cuBLASLt "
+                 << table.cublaslt_version << "; this is " << here.device << " with cuBLASLt "
+                 << here.cublaslt_version << ", so the GEMMs are tuned again at start-up";
+    return Status::Ok();
+  }
+  int rejected = 0;
+  for (const cuda::TunedGemm& entry : table.entries) {
+    KILN_ASSIGN_OR_RETURN(bool adopted, gemm_->ImportTuned(entry));
+    adopted ? ++gemm_table_entries_ : ++rejected;
+  }
+  if (rejected > 0) {
+    LOG(WARNING) << path << ": cuBLASLt rejected " << rejected << " of " << table.entries.size()
+                 << " algorithms; those shapes are tuned again";
+  }
+  return Status::Ok();
 }
 
 template <typename T>
@@ -502,7 +539,14 @@ Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
   Arena arena(static_cast<uint8_t*>(weight_memory_.data()));
   place(arena);
 
-  Uploader uploader(stream_);
+  // Progress in the checkpoint's bytes (converted tensors move more or fewer).
+  const int64_t total_bytes = ckpt.WeightBytes();
+  int64_t sent = 0;
+  Uploader uploader(stream_, [&](int64_t n) {
+    sent += n;
+    if (options_.upload_progress)
+      options_.upload_progress(std::min(sent, total_bytes), total_bytes);
+  });
   KILN_RETURN_IF_ERROR(uploader.Init());
   std::vector<uint16_t> values;
   auto upload = [&](const std::string& name, T* dst) -> Status {
@@ -575,7 +619,9 @@ Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
                         cpu::RopeInvFreq(c.head_dim, c.rope_theta, c.rope_scaling));
   KILN_RETURN_IF_ERROR(
       uploader.Upload(inv_freq.data(), inv_freq.size() * sizeof(float), inv_freq_));
-  return uploader.Finish();
+  KILN_RETURN_IF_ERROR(uploader.Finish());
+  if (options_.upload_progress) options_.upload_progress(total_bytes, total_bytes);
+  return Status::Ok();
 }
 
 template <typename T>
@@ -757,6 +803,13 @@ Status CudaRunner<T>::AllocateKvCache(int32_t num_blocks, int32_t block_size) {
 }
 
 template <typename T>
+Result<std::string> CudaRunner<T>::GemmTableJson() const {
+  KILN_ASSIGN_OR_RETURN(cuda::GemmTable table,
+                        cuda::CurrentGemmTable(options_.device, gemm_->TunedGemms()));
+  return cuda::GemmTableToJson(table);
+}
+
+template <typename T>
 CudaMemoryReport CudaRunner<T>::MemoryReport() const {
   CudaMemoryReport r;
   r.dtype = DTypeOf<T>();
@@ -767,6 +820,7 @@ CudaMemoryReport CudaRunner<T>::MemoryReport() const {
   r.upload_seconds = upload_seconds_;
   r.graph_capture_seconds = graph_capture_seconds_;
   r.gemm_tune_seconds = gemm_tune_seconds_;
+  r.gemm_table_entries = gemm_table_entries_;
   r.timed_steps = timed_steps_;
   r.gpu_step_seconds = gpu_step_seconds_;
   r.op_seconds = op_seconds_;
@@ -1385,6 +1439,12 @@ Result<std::unique_ptr<ModelRunner>> CreateCudaRunner(const Checkpoint& ckpt,
             << (m.workspace_bytes >> 20) << " MiB, " << (m.device_free_bytes >> 20)
             << " MiB free of " << (m.device_total_bytes >> 20);
   return std::unique_ptr<ModelRunner>(std::move(runner));
+}
+
+Result<std::string> ExportGemmTable(const ModelRunner& runner) {
+  const auto* cuda_runner = dynamic_cast<const CudaRunnerBase*>(&runner);
+  if (cuda_runner == nullptr) return InvalidArgument("not a CUDA runner: " + runner.name());
+  return cuda_runner->GemmTableJson();
 }
 
 Result<CudaMemoryReport> GetCudaMemoryReport(const ModelRunner& runner) {

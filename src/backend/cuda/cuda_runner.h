@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -58,12 +59,16 @@ struct CudaRunnerOptions {
   bool enable_cuda_graphs = true;
   int32_t max_graph_batch = 256;  // decode steps of up to this many sequences replay graphs
   // Time cuBLASLt's candidate algorithms for the decode graphs' linear layers at start-up (on
-  // the model's own weights) instead of taking the heuristic's first pick.
+  // the model's own weights) instead of taking the heuristic's first pick. An engine
+  // directory's GEMM table (EngineInfo::gemm_table_path), when it was tuned on this GPU and
+  // cuBLASLt, supplies them without timing.
   bool tune_gemms = true;
   // Record CUDA events between the ops of every step and add up device time per op
   // (CudaMemoryReport::op_seconds), for benchmarks. Steps then launch kernels one by one (no
   // graphs), so the figures describe kernels, not the graph replay.
   bool profile_ops = false;
+  // Called as weight bytes reach the device (done, total), for a progress bar.
+  std::function<void(int64_t done, int64_t total)> upload_progress;
 };
 
 struct CudaMemoryReport {
@@ -76,6 +81,7 @@ struct CudaMemoryReport {
   double upload_seconds = 0;         // reading, converting and uploading the weights
   double graph_capture_seconds = 0;  // capturing the decode graphs (at AllocateKvCache)
   double gemm_tune_seconds = 0;      // part of graph_capture_seconds: timing GEMM algorithms
+  int32_t gemm_table_entries = 0;    // algorithms taken from the engine's GEMM table
   // Device time of the steps so far that sampled on the device (first copy in to last copy
   // back, CUDA events), to set against their wall time: the difference is host work the GPU
   // waited for.
@@ -93,6 +99,11 @@ struct CudaMemoryReport {
 // weights and workspace do not fit; those of the checkpoint reads.
 Result<std::unique_ptr<ModelRunner>> CreateCudaRunner(const Checkpoint& ckpt,
                                                       const CudaRunnerOptions& options);
+
+// The GEMM algorithms the runner tuned (or took from its engine's table), as an engine's
+// gemm_table.json (backend/cuda/gemm_table.h); `kiln build` writes it. kInvalidArgument when
+// `runner` is not a CUDA runner.
+Result<std::string> ExportGemmTable(const ModelRunner& runner);
 
 // What a CUDA runner holds now (kInvalidArgument when `runner` is not a CUDA runner).
 Result<CudaMemoryReport> GetCudaMemoryReport(const ModelRunner& runner);

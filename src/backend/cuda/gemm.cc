@@ -1,6 +1,7 @@
 #include "backend/cuda/gemm.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -39,6 +40,7 @@ struct Gemm::Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   std::vector<cublasLtMatmulHeuristicResult_t> candidates;
   cublasLtMatmulAlgo_t algo{};
+  bool tuned = false;  // algo was timed (Tune) or adopted from a table (ImportTuned)
 
   ~Plan() {
     if (d != nullptr) cublasLtMatrixLayoutDestroy(d);
@@ -245,6 +247,7 @@ Status Gemm::Tune(const GemmShape& s, int num_candidates, cudaStream_t stream,
 
 Status Gemm::TuneWith(const GemmShape& s, int num_candidates, cudaStream_t stream,
                       std::vector<const void*> w) {
+  if (auto it = plans_.find(s); it != plans_.end() && it->second->tuned) return Status::Ok();
   plans_.erase(s);
   KILN_ASSIGN_OR_RETURN(Plan * plan, GetPlan(s, num_candidates));
   if (plan->candidates.size() <= 1) return Status::Ok();
@@ -300,7 +303,35 @@ Status Gemm::TuneWith(const GemmShape& s, int num_candidates, cudaStream_t strea
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
+  plan->tuned = true;
   return Status::Ok();
+}
+
+std::vector<TunedGemm> Gemm::TunedGemms() const {
+  std::vector<TunedGemm> out;
+  for (const auto& [shape, plan] : plans_) {
+    if (!plan->tuned) continue;
+    TunedGemm t{shape};
+    static_assert(sizeof(plan->algo.data) == sizeof(t.algo));
+    std::memcpy(t.algo.data(), plan->algo.data, sizeof(t.algo));
+    out.push_back(t);
+  }
+  return out;
+}
+
+Result<bool> Gemm::ImportTuned(const TunedGemm& tuned) {
+  KILN_ASSIGN_OR_RETURN(Plan * plan, GetPlan(tuned.shape, 1));
+  cublasLtMatmulAlgo_t algo{};
+  std::memcpy(algo.data, tuned.algo.data(), sizeof(tuned.algo));
+  cublasLtMatmulHeuristicResult_t check{};
+  if (cublasLtMatmulAlgoCheck(handle_, plan->desc, plan->a, plan->b, plan->d, plan->d, &algo,
+                              &check) != CUBLAS_STATUS_SUCCESS ||
+      check.state != CUBLAS_STATUS_SUCCESS || check.workspaceSize > workspace_.size()) {
+    return false;
+  }
+  plan->algo = algo;
+  plan->tuned = true;
+  return true;
 }
 
 }  // namespace kiln::cuda

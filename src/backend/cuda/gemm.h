@@ -12,6 +12,7 @@
 // Thread safety: one thread (the runner's).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -54,6 +55,12 @@ struct Fp8Weight {
 struct Fp8Scratch {
   __nv_fp8_e4m3* x = nullptr;
   float* scale = nullptr;
+};
+
+// A tuned algorithm for one shape, as an engine's gemm_table.json stores it.
+struct TunedGemm {
+  GemmShape shape;
+  std::array<uint64_t, 8> algo{};  // cublasLtMatmulAlgo_t's opaque words
 };
 
 class Gemm {
@@ -105,6 +112,13 @@ class Gemm {
   // The same for an FP8 shape (shape.fp8), cycling through e4m3 weights.
   Status Tune(const GemmShape& shape, int candidates, cudaStream_t stream,
               std::span<const __nv_fp8_e4m3* const> weights);
+
+  // The algorithms Tune() chose (or ImportTuned adopted), for an engine's GEMM table.
+  std::vector<TunedGemm> TunedGemms() const;
+  // Adopts a table entry as `shape`'s algorithm, so that Tune() of the shape then returns at
+  // once. false (nothing changes) when cuBLASLt rejects the algorithm here
+  // (cublasLtMatmulAlgoCheck: another GPU or cuBLASLt version); the caller then tunes.
+  Result<bool> ImportTuned(const TunedGemm& tuned);
 
   // Shapes with at most this many rows use kernels::Gemv (0: never). Default kGemvDefaultRows.
   void set_gemv_max_rows(int32_t rows) { gemv_max_rows_ = rows; }

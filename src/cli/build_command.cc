@@ -1,0 +1,240 @@
+// kiln build: writes an engine directory (docs/engine-format.md, builder/engine_writer.h) from a
+// checkpoint: weights converted, quantized and fused once, the GEMM algorithms tuned on this
+// GPU when there is one, optionally signed. Runtime limits (batch, context, KV size, scheduling)
+// stay options of serve / generate: nothing here needs a rebuild to change them.
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "builder/calibration.h"
+#include "builder/engine_writer.h"
+#include "builder/quantize.h"
+#include "cli/command.h"
+#include "core/buffer.h"
+#include "core/crypto.h"
+#include "model/checkpoint.h"
+#include "model/engine_dir.h"
+#include "model/quantization.h"
+#ifdef KILN_HAS_CUDA
+#include "backend/cuda/cuda_runner.h"
+#endif
+
+namespace kiln::cli {
+namespace {
+
+struct BuildFlags {
+  std::string model;
+  std::string out;
+  std::string quant = "none";
+  std::string kv_cache_dtype = "auto";
+  std::string dtype = "auto";
+  std::string calib;
+  float smoothquant_alpha = 0.5f;
+  int calib_samples = CalibrationOptions().num_samples;
+  int calib_seq_len = CalibrationOptions().seq_len;
+  std::string sign;
+  std::string tune = "auto";
+  int device = 0;
+  int threads = 0;
+  bool force = false;
+};
+
+// What --quant names: the runtime method and, for the calibrated ones, the quantizer.
+struct Recipe {
+  QuantMethod method = QuantMethod::kNone;
+  std::string name;
+};
+
+Result<Recipe> ParseRecipe(const std::string& name) {
+  if (name == "none") return Recipe{QuantMethod::kNone, name};
+  if (name == "fp8") return Recipe{QuantMethod::kFp8, name};
+  if (name == "int8-sq") return Recipe{QuantMethod::kInt8, name};
+  if (name == "w4a16-rtn" || name == "w4a16-awq" || name == "w4a16-gptq") {
+    return Recipe{QuantMethod::kW4A16, name};
+  }
+  return InvalidArgument(
+      "--quant: expected none, fp8, int8-sq, w4a16-rtn, w4a16-awq or "
+      "w4a16-gptq, got '" +
+      name + "'");
+}
+
+// int8-sq: calibration on --calib (builder/calibration.h), then SmoothQuant (quantize.h).
+Result<std::optional<QuantizedModel>> RunSmoothQuant(const Checkpoint& ckpt, const BuildFlags& f) {
+  CalibrationOptions c;
+  c.calib_file = f.calib;
+  c.num_samples = f.calib_samples;
+  c.seq_len = f.calib_seq_len;
+  c.num_threads = f.threads;
+  c.progress = [](int32_t done, int32_t total) {
+    std::printf("\r  calibrating: %d / %d samples", done, total);
+    if (done == total) std::printf("\n");
+    std::fflush(stdout);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  KILN_ASSIGN_OR_RETURN(CalibrationStats stats, Calibrate(ckpt, c));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("  calibrated on %lld tokens of %s in %.1f s\n",
+              static_cast<long long>(stats.num_tokens), stats.source.c_str(), seconds);
+  SmoothQuantOptions s;
+  s.alpha = f.smoothquant_alpha;
+  KILN_ASSIGN_OR_RETURN(QuantizedModel q, QuantizeInt8SmoothQuant(ckpt, stats, s));
+  q.details_json = SmoothQuantDetailsJson(stats, s);
+  return std::optional<QuantizedModel>(std::move(q));
+}
+
+// The quantizer of a calibrated recipe (int8-sq, w4a16-*), run on --calib (or the default
+// calibration text); nullopt for the recipes WriteEngine applies itself (none, fp8).
+Result<std::optional<QuantizedModel>> RunQuantizer(const Checkpoint& ckpt, const Recipe& recipe,
+                                                   const BuildFlags& f) {
+  if (recipe.method == QuantMethod::kNone || recipe.method == QuantMethod::kFp8) {
+    if (!f.calib.empty()) {
+      return InvalidArgument("--calib: --quant " + recipe.name +
+                             " does not calibrate (int8-sq "
+                             "and w4a16-* do)");
+    }
+    return std::optional<QuantizedModel>();
+  }
+  if (recipe.name == "int8-sq") return RunSmoothQuant(ckpt, f);
+  return Unsupported("--quant " + recipe.name + " is not in this kiln build yet");
+}
+
+#ifdef KILN_HAS_CUDA
+// Tunes the decode GEMMs of the engine at `dir` on the GPU and stores the table in the engine.
+Status TuneOnGpu(const std::string& dir, int device) {
+  KILN_ASSIGN_OR_RETURN(Checkpoint engine, Checkpoint::Open(dir));
+  CudaRunnerOptions options;
+  options.device = device;
+  options.tune_gemms = true;
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner, CreateCudaRunner(engine, options));
+  // Capturing the decode graphs tunes every linear shape they run (CudaRunnerOptions).
+  const int32_t blocks = options.max_num_seqs * 2 + 16;
+  KILN_RETURN_IF_ERROR(runner->AllocateKvCache(blocks, 16));
+  KILN_ASSIGN_OR_RETURN(std::string table, ExportGemmTable(*runner));
+  KILN_ASSIGN_OR_RETURN(CudaMemoryReport report, GetCudaMemoryReport(*runner));
+  std::printf("  tuned the decode GEMMs on cuda:%d in %.2f s\n", device, report.gemm_tune_seconds);
+  return WriteEngineGemmTable(dir, table);
+}
+#endif
+
+Status RunBuild(const BuildFlags& f) {
+  const auto start = std::chrono::steady_clock::now();
+  KILN_ASSIGN_OR_RETURN(const Recipe recipe, ParseRecipe(f.quant));
+  KILN_ASSIGN_OR_RETURN(const KvCacheDType kv_cache_dtype, ParseKvCacheDType(f.kv_cache_dtype));
+  EngineBuildOptions o;
+  o.out_dir = f.out;
+  o.overwrite = f.force;
+  o.quantization = recipe.method;
+  o.quant_recipe = recipe.name;
+  o.kv_cache_dtype = kv_cache_dtype;
+  o.threads = f.threads;
+  o.kiln_version = KILN_VERSION;
+  if (f.dtype != "auto") {
+    auto dtype = ParseDType(f.dtype);
+    if (!dtype.ok() || (*dtype != DType::kBF16 && *dtype != DType::kF16 && *dtype != DType::kF32)) {
+      return InvalidArgument("--dtype: expected auto, bfloat16, float16 or float32, got '" +
+                             f.dtype + "'");
+    }
+    o.dtype = *dtype;
+  }
+  if (f.tune != "auto" && f.tune != "on" && f.tune != "off") {
+    return InvalidArgument("--tune: expected auto, on or off, got '" + f.tune + "'");
+  }
+  // A bad key fails now, not after the build.
+  if (!f.sign.empty()) KILN_RETURN_IF_ERROR(Ed25519Sign(f.sign, "").status().WithContext("--sign"));
+  if (std::filesystem::path(f.out).lexically_normal() ==
+      std::filesystem::path(f.model).lexically_normal()) {
+    return InvalidArgument("--out must differ from --model");
+  }
+
+  KILN_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(f.model));
+  std::printf("kiln build: %s (%s, %.3f B parameters) -> %s, quantization %s\n", f.model.c_str(),
+              std::string(CheckpointFormatName(ckpt.format())).c_str(),
+              ckpt.config().NumParameters() / 1e9, f.out.c_str(), recipe.name.c_str());
+  std::fflush(stdout);
+  KILN_ASSIGN_OR_RETURN(std::optional<QuantizedModel> quantized, RunQuantizer(ckpt, recipe, f));
+  auto bar = ByteProgressBar("  weights");
+  o.progress = [&](std::string_view stage, int64_t done, int64_t total) {
+    if (stage == "weights") bar(done, total);
+  };
+  KILN_RETURN_IF_ERROR(WriteEngine(ckpt, quantized ? &*quantized : nullptr, o));
+
+  const bool gpu = HasCudaDevice();
+  if (f.tune == "on" && !gpu) {
+    return Unavailable("--tune on: no CUDA device here (this kiln " +
+#ifdef KILN_HAS_CUDA
+                       std::string("has CUDA but finds no GPU") +
+#else
+                       std::string("was built without CUDA") +
+#endif
+                       "); build with --tune off, or on the GPU that will serve the engine");
+  }
+#ifdef KILN_HAS_CUDA
+  if (gpu && f.tune != "off") KILN_RETURN_IF_ERROR(TuneOnGpu(f.out, f.device));
+#endif
+  if (!gpu || f.tune == "off") {
+    std::printf(
+        "  no GEMM table: serve tunes the GEMMs at start-up (build on the serving GPU "
+        "to store them)\n");
+  }
+  if (!f.sign.empty()) {
+    KILN_RETURN_IF_ERROR(SignEngine(f.out, f.sign));
+    std::printf("  signed with %s -> %s\n", f.sign.c_str(),
+                std::string(kEngineSignatureFile).c_str());
+  }
+  int64_t bytes = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(f.out)) {
+    if (entry.is_regular_file()) bytes += static_cast<int64_t>(entry.file_size());
+  }
+  std::printf("  wrote %s (%s) in %.1f s\n", f.out.c_str(), FormatBytes(bytes).c_str(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return Status::Ok();
+}
+
+}  // namespace
+
+void AddBuildCommand(CLI::App& app) {
+  auto flags = std::make_shared<BuildFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "build",
+      "write an engine directory: weights converted, quantized and fused once, GEMMs "
+      "tuned on this GPU (docs/engine-format.md)");
+  cmd->add_option("model,--model", flags->model, "HF checkpoint directory, .gguf file or engine")
+      ->required();
+  cmd->add_option("--out", flags->out, "the engine directory to write")->required();
+  cmd->add_option("--quant", flags->quant,
+                  "none, fp8 (W8A8 e4m3), int8-sq (SmoothQuant W8A8), w4a16-rtn, w4a16-awq or "
+                  "w4a16-gptq (docs/quantization.md)");
+  cmd->add_option("--kv-cache-dtype", flags->kv_cache_dtype,
+                  "the KV cache the engine runs with by default: auto or fp8");
+  cmd->add_option("--dtype", flags->dtype,
+                  "of the unquantized matrices: auto (bfloat16; float16 for GGUF and float16 "
+                  "checkpoints), bfloat16, float16 or float32");
+  cmd->add_option("--calib", flags->calib,
+                  "calibration text (plain text or JSONL with a \"text\" field) for int8-sq and "
+                  "w4a16-awq/gptq; default: the Jargon File (Debian jargon-text)");
+  cmd->add_option("--smoothquant-alpha", flags->smoothquant_alpha,
+                  "int8-sq: migration strength in [0, 1] (default 0.5; 0 = no smoothing)");
+  cmd->add_option("--calib-samples", flags->calib_samples,
+                  "calibration sequences (default " + std::to_string(flags->calib_samples) + ")");
+  cmd->add_option(
+      "--calib-seq-len", flags->calib_seq_len,
+      "tokens per calibration sequence (default " + std::to_string(flags->calib_seq_len) + ")");
+  cmd->add_option("--sign", flags->sign,
+                  "PEM Ed25519 private key: sign the engine (serve --verify-key checks it)");
+  cmd->add_option("--tune", flags->tune,
+                  "store tuned GEMM algorithms: auto (when a GPU is present), on, off");
+  cmd->add_option("--device", flags->device, "CUDA device to tune on");
+  cmd->add_option("--threads", flags->threads, "conversion threads (0 = all cores)");
+  cmd->add_flag("--force", flags->force, "replace an existing engine at --out");
+  cmd->callback([flags] {
+    const Status s = RunBuild(*flags);
+    if (!s.ok()) Fail("build", s);
+  });
+}
+
+}  // namespace kiln::cli
