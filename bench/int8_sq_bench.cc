@@ -76,6 +76,12 @@ Args Parse(int argc, char** argv) {
       a.stride = std::stoi(v);
     else if (flag == "--threads")
       a.threads = std::stoi(v);
+    else if (flag == "--hf-export")
+      a.hf_export = v == "1";
+    else if (flag == "--baselines")
+      a.baselines = v == "1";
+    else if (flag == "--baseline-ppl")
+      Baseline = std::stod(v);
     else if (flag == "--alphas") {
       a.alphas.clear();
       for (size_t p = 0; p < v.size();) {

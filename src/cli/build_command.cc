@@ -64,6 +64,11 @@ Result<Recipe> ParseRecipe(const std::string& name) {
 
 // int8-sq: calibration on --calib (builder/calibration.h), then SmoothQuant (quantize.h).
 Result<std::optional<QuantizedModel>> RunSmoothQuant(const Checkpoint& ckpt, const BuildFlags& f) {
+  // Bad settings fail now, not after the calibration run.
+  if (!(f.smoothquant_alpha >= 0.0f && f.smoothquant_alpha <= 1.0f)) {
+    return InvalidArgument("--smoothquant-alpha: must be in [0, 1], got " +
+                           std::to_string(f.smoothquant_alpha));
+  }
   CalibrationOptions c;
   c.calib_file = f.calib;
   c.num_samples = f.calib_samples;
