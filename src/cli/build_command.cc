@@ -3,6 +3,7 @@
 // GPU when there is one, optionally signed. Runtime limits (batch, context, KV size, scheduling)
 // stay options of serve / generate: nothing here needs a rebuild to change them.
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -10,11 +11,14 @@
 #include <optional>
 #include <string>
 
+#include "builder/calibration.h"
 #include "builder/engine_writer.h"
 #include "builder/quantize.h"
+#include "builder/quantize_w4.h"
 #include "cli/command.h"
 #include "core/buffer.h"
 #include "core/crypto.h"
+#include "engine/tokenizer_loader.h"
 #include "model/checkpoint.h"
 #include "model/engine_dir.h"
 #include "model/quantization.h"
@@ -32,6 +36,11 @@ struct BuildFlags {
   std::string kv_cache_dtype = "auto";
   std::string dtype = "auto";
   std::string calib;
+  float smoothquant_alpha = 0.5f;
+  int group_size = 128;
+  bool no_act_order = false;
+  int calib_samples = CalibrationOptions().num_samples;
+  int calib_seq_len = CalibrationOptions().seq_len;
   std::string sign;
   std::string tune = "auto";
   int device = 0;
@@ -58,6 +67,79 @@ Result<Recipe> ParseRecipe(const std::string& name) {
       name + "'");
 }
 
+// int8-sq: calibration on --calib (builder/calibration.h), then SmoothQuant (quantize.h).
+Result<std::optional<QuantizedModel>> RunSmoothQuant(const Checkpoint& ckpt, const BuildFlags& f) {
+  // Bad settings fail now, not after the calibration run.
+  if (!(f.smoothquant_alpha >= 0.0f && f.smoothquant_alpha <= 1.0f)) {
+    return InvalidArgument("--smoothquant-alpha: must be in [0, 1], got " +
+                           std::to_string(f.smoothquant_alpha));
+  }
+  CalibrationOptions c;
+  c.calib_file = f.calib;
+  c.num_samples = f.calib_samples;
+  c.seq_len = f.calib_seq_len;
+  c.num_threads = f.threads;
+  c.progress = [](int32_t done, int32_t total) {
+    std::printf("\r  calibrating: %d / %d samples", done, total);
+    if (done == total) std::printf("\n");
+    std::fflush(stdout);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  KILN_ASSIGN_OR_RETURN(CalibrationStats stats, Calibrate(ckpt, c));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("  calibrated on %lld tokens of %s in %.1f s\n",
+              static_cast<long long>(stats.num_tokens), stats.source.c_str(), seconds);
+  SmoothQuantOptions s;
+  s.alpha = f.smoothquant_alpha;
+  KILN_ASSIGN_OR_RETURN(QuantizedModel q, QuantizeInt8SmoothQuant(ckpt, stats, s));
+  q.details_json = SmoothQuantDetailsJson(stats, s);
+  return std::optional<QuantizedModel>(std::move(q));
+}
+
+// w4a16-*: round to nearest, or AWQ / GPTQ on calibration samples (builder/quantize_w4.h).
+Result<std::optional<QuantizedModel>> RunW4(const Checkpoint& ckpt, const Recipe& recipe,
+                                            const BuildFlags& f) {
+  W4Options o;
+  o.algorithm = recipe.name == "w4a16-awq"    ? W4Algorithm::kAwq
+                : recipe.name == "w4a16-gptq" ? W4Algorithm::kGptq
+                                              : W4Algorithm::kRtn;
+  o.group_size = f.group_size;
+  o.act_order = !f.no_act_order;
+  o.num_threads = f.threads;
+  std::vector<std::vector<int32_t>> samples;
+  std::string calib_source;
+  if (o.algorithm == W4Algorithm::kRtn) {
+    if (!f.calib.empty()) return InvalidArgument("--calib: w4a16-rtn does not calibrate");
+  } else {
+    calib_source = f.calib.empty() ? std::string(kDefaultCalibrationFile) : f.calib;
+    KILN_ASSIGN_OR_RETURN(std::vector<std::string> texts, ReadCalibrationTexts(calib_source));
+    KILN_ASSIGN_OR_RETURN(LoadedTokenizer tok, LoadTokenizer(ckpt.path()));
+    KILN_ASSIGN_OR_RETURN(
+        samples, MakeCalibrationSamples(*tok.tokenizer, texts, f.calib_samples, f.calib_seq_len));
+    std::printf("  calibrating %s on %zu samples of %d tokens from %s\n",
+                std::string(W4AlgorithmName(o.algorithm)).c_str(), samples.size(), f.calib_seq_len,
+                calib_source.c_str());
+    std::fflush(stdout);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  KILN_ASSIGN_OR_RETURN(QuantizedModel q, QuantizeW4(ckpt, o, samples));
+  std::printf("  quantized (%s, group size %d%s) in %.1f s\n",
+              std::string(W4AlgorithmName(o.algorithm)).c_str(), o.group_size,
+              o.algorithm == W4Algorithm::kGptq && o.act_order ? ", act-order" : "",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  nlohmann::ordered_json details = {
+      {"algorithm", W4AlgorithmName(o.algorithm)},
+      {"group_size", o.group_size},
+      {"act_order", o.algorithm == W4Algorithm::kGptq && o.act_order}};
+  if (!samples.empty()) {
+    details["calibration"] = {
+        {"source", calib_source}, {"samples", samples.size()}, {"seq_len", f.calib_seq_len}};
+  }
+  q.details_json = details.dump();
+  return std::optional<QuantizedModel>(std::move(q));
+}
+
 // The quantizer of a calibrated recipe (int8-sq, w4a16-*), run on --calib (or the default
 // calibration text); nullopt for the recipes WriteEngine applies itself (none, fp8).
 Result<std::optional<QuantizedModel>> RunQuantizer(const Checkpoint& ckpt, const Recipe& recipe,
@@ -70,7 +152,8 @@ Result<std::optional<QuantizedModel>> RunQuantizer(const Checkpoint& ckpt, const
     }
     return std::optional<QuantizedModel>();
   }
-  return Unsupported("--quant " + recipe.name + " is not in this kiln build yet");
+  if (recipe.name == "int8-sq") return RunSmoothQuant(ckpt, f);
+  return RunW4(ckpt, recipe, f);
 }
 
 #ifdef KILN_HAS_CUDA
@@ -187,6 +270,18 @@ void AddBuildCommand(CLI::App& app) {
   cmd->add_option("--calib", flags->calib,
                   "calibration text (plain text or JSONL with a \"text\" field) for int8-sq and "
                   "w4a16-awq/gptq; default: the Jargon File (Debian jargon-text)");
+  cmd->add_option("--smoothquant-alpha", flags->smoothquant_alpha,
+                  "int8-sq: migration strength in [0, 1] (default 0.5; 0 = no smoothing)");
+  cmd->add_option("--group-size", flags->group_size,
+                  "w4a16-*: input columns per scale and zero (default 128; must divide every "
+                  "linear layer's input size)");
+  cmd->add_flag("--no-act-order", flags->no_act_order,
+                "w4a16-gptq: quantize columns in their order, not by decreasing Hessian diagonal");
+  cmd->add_option("--calib-samples", flags->calib_samples,
+                  "calibration sequences (default " + std::to_string(flags->calib_samples) + ")");
+  cmd->add_option(
+      "--calib-seq-len", flags->calib_seq_len,
+      "tokens per calibration sequence (default " + std::to_string(flags->calib_seq_len) + ")");
   cmd->add_option("--sign", flags->sign,
                   "PEM Ed25519 private key: sign the engine (serve --verify-key checks it)");
   cmd->add_option("--tune", flags->tune,

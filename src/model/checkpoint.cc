@@ -216,10 +216,14 @@ Result<Checkpoint> Checkpoint::OpenHfDirectory(const std::string& dir) {
     const SafetensorsTensor& t = *it->second;
     Weight w{spec.name, t.name, ckpt.files_->safetensors[shard_of[t.name]].path(), t.dtype, t.shape,
              t.nbytes,  t.data};
-    if (!GetDTypeInfo(w.dtype).is_float) {
+    // int8 linear weights only in an int8 checkpoint (AttachFp8Scales attaches their scales).
+    const bool int8_weight =
+        w.dtype == DType::kI8 && ckpt.quantization_.method == QuantMethod::kInt8;
+    if (!GetDTypeInfo(w.dtype).is_float && !int8_weight) {
       return Unsupported(w.file + ": tensor '" + t.name + "' has dtype " +
                          std::string(DTypeName(w.dtype)) +
-                         "; kiln loads f32, f16, bf16 and fp8 weights from safetensors");
+                         "; kiln loads f32, f16, bf16 and fp8 weights from safetensors (int8 in an "
+                         "int-quantized compressed-tensors checkpoint)");
     }
     KILN_RETURN_IF_ERROR(ValidateWeight(spec, w, config_path));
     ckpt.weights_.push_back(std::move(w));

@@ -39,15 +39,67 @@ Status CheckFloat8Args(const json& args, const std::string& where,
                      allowed + ")");
 }
 
+// compressed-tensors W8A8 int8 (llm-compressor's W8A8 / SmoothQuant recipes, format
+// "int-quantized"): symmetric int8 weights per output channel, and activations either dynamic
+// per token (what kiln runs) or static per tensor (accepted: kiln quantizes per token anyway).
+Status CheckInt8Args(const json& args, const std::string& where, bool activations) {
+  if (!args.is_object()) return Corrupt(where + ": expected an object");
+  const std::string type = Str(args, "type");
+  const int bits = args.contains("num_bits") && args["num_bits"].is_number_integer()
+                       ? args["num_bits"].get<int>()
+                       : 0;
+  if (type != "int" || bits != 8) {
+    return Unsupported(where + ": type '" + type + "' with num_bits " + std::to_string(bits) +
+                       "; an int-quantized checkpoint must be int8 (type int, num_bits 8)");
+  }
+  if (args.contains("symmetric") && args["symmetric"].is_boolean() &&
+      !args["symmetric"].get<bool>()) {
+    return Unsupported(where + ": asymmetric int8 (zero points) is not supported");
+  }
+  const std::string strategy = Str(args, "strategy");
+  const bool ok = activations ? (strategy == "token" || strategy == "tensor")
+                              : (strategy == "channel" || strategy == "tensor");
+  if (!ok) {
+    return Unsupported(where + ": strategy '" + strategy + "' is not supported (kiln reads " +
+                       (activations ? "token, tensor" : "channel, tensor") + ")");
+  }
+  return Status::Ok();
+}
+
+Result<CheckpointQuantization> FromCompressedTensorsInt8(const json& qc, const std::string& file) {
+  CheckpointQuantization q;
+  q.method = QuantMethod::kInt8;
+  q.format = "compressed-tensors";
+  q.config_file = file;
+  if (!qc.contains("config_groups") || !qc["config_groups"].is_object() ||
+      qc["config_groups"].empty()) {
+    return Corrupt(file + ": compressed-tensors quantization_config has no config_groups");
+  }
+  for (auto& [name, group] : qc["config_groups"].items()) {
+    const std::string where = file + ": quantization_config.config_groups." + name;
+    if (!group.is_object() || !group.contains("weights")) {
+      return Corrupt(where + ": expected an object with 'weights'");
+    }
+    KILN_RETURN_IF_ERROR(CheckInt8Args(group["weights"], where + ".weights", false));
+    if (group.contains("input_activations") && !group["input_activations"].is_null()) {
+      KILN_RETURN_IF_ERROR(
+          CheckInt8Args(group["input_activations"], where + ".input_activations", true));
+    }
+  }
+  return q;
+}
+
 Result<CheckpointQuantization> FromCompressedTensors(const json& qc, const std::string& file) {
   CheckpointQuantization q;
   q.method = QuantMethod::kFp8;
   q.format = "compressed-tensors";
   q.config_file = file;
   const std::string format = Str(qc, "format");
+  if (format == "int-quantized") return FromCompressedTensorsInt8(qc, file);
   if (!format.empty() && format != "float-quantized" && format != "naive-quantized") {
     return Unsupported(file + ": compressed-tensors format '" + format +
-                       "' is not supported (kiln reads float-quantized FP8)");
+                       "' is not supported (kiln reads float-quantized FP8 and int-quantized "
+                       "INT8)");
   }
   if (!qc.contains("config_groups") || !qc["config_groups"].is_object() ||
       qc["config_groups"].empty()) {
@@ -207,30 +259,37 @@ Status AttachFp8Scales(CheckpointQuantization* quantization, int num_layers,
                        const TensorLookup& find, std::vector<Weight>* weights,
                        std::vector<KvCacheScales>* kv, std::set<std::string>* used) {
   const bool fp8 = quantization->method == QuantMethod::kFp8;
+  const bool int8 = quantization->method == QuantMethod::kInt8;
+  // The dtype of the checkpoint's quantized linear weights (F8_E4M3 unless declared int8).
+  const DType quantized = int8 ? DType::kI8 : DType::kF8E4M3;
+  const std::string quantized_name = int8 ? "I8" : "F8_E4M3";
   for (Weight& w : *weights) {
     if (!w.name.ends_with(".weight")) continue;
     const std::string source_prefix = w.source_name.substr(0, w.source_name.size() - 7);
     const std::string where = w.file + ": tensor '" + w.source_name + "'";
     std::optional<TensorRef> scale = find(source_prefix + ".weight_scale");
-    if (w.dtype != DType::kF8E4M3) {
+    if (w.dtype != quantized) {
       if (scale) {
         return Corrupt(scale->file + ": tensor '" + source_prefix + ".weight_scale' belongs to '" +
-                       w.source_name + "', which is " + std::string(DTypeName(w.dtype)) +
-                       ", not F8_E4M3");
+                       w.source_name + "', which is " + std::string(DTypeName(w.dtype)) + ", not " +
+                       quantized_name);
       }
       continue;
     }
-    if (w.shape.ndim() != 2) continue;  // an fp8 vector: plain values, as before
-    if (!fp8) {
+    if (w.shape.ndim() != 2) {
+      if (int8) return Unsupported(where + ": an I8 tensor that is not a linear weight");
+      continue;  // an fp8 vector: plain values, as before
+    }
+    if (!fp8 && !int8) {
       return Unsupported(where +
                          " is F8_E4M3 but config.json declares no FP8 quantization_config (fp8, "
                          "compressed-tensors or modelopt), so its scales are unknown");
     }
     if (w.name == "model.embed_tokens.weight") {
-      return Unsupported(where + ": an F8_E4M3 embedding is not supported");
+      return Unsupported(where + ": an " + quantized_name + " embedding is not supported");
     }
     if (!scale) {
-      return NotFound(where + " is F8_E4M3 but '" + source_prefix +
+      return NotFound(where + " is " + quantized_name + " but '" + source_prefix +
                       ".weight_scale' is missing from the checkpoint");
     }
     const int64_t rows = w.shape[0];

@@ -14,6 +14,10 @@
 //                       hf_quant_config.json {"quantization": {"quant_algo": "FP8"}}
 //                                                              []                  []
 //
+// compressed-tensors also writes INT8 W8A8 checkpoints ("format": "int-quantized", config groups
+// of type int, num_bits 8, symmetric; llm-compressor's W8A8 / SmoothQuant): they open as
+// QuantMethod::kInt8, their I8 linear weights with `P.weight_scale` exactly as e4m3 ones.
+//
 // Every e4m3 linear weight `P.weight` comes with `P.weight_scale` (f32, bf16 or f16; value =
 // e4m3 * scale) and, for static activations, `P.input_scale`. Calibrated KV cache scales are
 // per layer: `self_attn.k_scale` / `v_scale` (compressed-tensors, vLLM), `self_attn.k_proj.k_scale`

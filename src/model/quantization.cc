@@ -1,5 +1,6 @@
 #include "model/quantization.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -71,6 +72,18 @@ float QuantizeRowFp8(const float* x, int64_t n, uint8_t* q) {
   for (int64_t k = 0; k < n; ++k) amax = std::max(amax, std::abs(x[k]));
   const float scale = Fp8RowScale(amax);
   for (int64_t k = 0; k < n; ++k) q[k] = F32ToE4m3Branchless(x[k] / scale);
+  return scale;
+}
+
+float QuantizeRowInt8(const float* x, int64_t n, int8_t* q) {
+  float amax = 0.0f;
+  for (int64_t k = 0; k < n; ++k) amax = std::max(amax, std::abs(x[k]));
+  const float scale = Int8RowScale(amax);
+  for (int64_t k = 0; k < n; ++k) {
+    // nearbyint: the default rounding mode, to nearest with ties to even (torch.round).
+    const float r = std::nearbyint(x[k] / scale);
+    q[k] = static_cast<int8_t>(std::clamp(r, -kInt8Max, kInt8Max));
+  }
   return scale;
 }
 

@@ -14,8 +14,14 @@
 // to the unquantized model, not further.
 // The embedding, the norms and lm_head stay in the compute type (as vLLM and ModelOpt keep them).
 //
-// INT8 W8A8 (SmoothQuant): the FP8 scheme with int8 in place of e4m3 (scale amax / 127, round
-// to nearest), after SmoothQuant has moved activation outliers into the weights (kiln build).
+// INT8 W8A8 (SmoothQuant): the FP8 scheme with int8 in place of e4m3, after SmoothQuant has
+// moved activation outliers into the weights (kiln build, docs/quantization.md):
+//   weights      per output channel, static:  sw[n] = Int8RowScale(max_k |w[n, k]|),
+//                                             wq[n, k] = round(w[n, k] / sw[n])  in [-127, 127]
+//   activations  per token, dynamic:          sx[m], xq[m, k] likewise (QuantizeRowInt8)
+//   out[m, n] = (f32(sum_k xq[m, k] * wq[n, k]) * sx[m]) * sw[n]  (+ bias[n])
+// round = to nearest, ties to even (torch.round); the sum is exact in int32 (|xq * wq| <= 2^14,
+// so any k < 2^17 fits), so only its conversion to f32 and the scaling round.
 //
 // W4A16 (Weight::w4, model/checkpoint.h): a linear weight [n, k] stored as packed signed 4-bit
 // codes (DType::kI4, element (r, c) in byte (r * k + c) / 2, low nibble for even c), in groups
@@ -71,6 +77,20 @@ inline float Fp8RowScale(float amax) { return std::max(amax / kFp8E4M3Max, kFp8M
 // Dequantized, F8E4M3ToF32(q[k]) * s is within half an e4m3 ulp of x[k] (relative 2^-4 where
 // |x[k] / s| >= 2^-6, the smallest normal; absolute s * 2^-10 below). REQUIRES: x finite.
 float QuantizeRowFp8(const float* x, int64_t n, uint8_t* q);  // x [n], q [n]
+
+inline constexpr float kInt8Max = 127.0f;
+// The smallest int8 scale: the smallest normal float, so that an all-zero row divides safely
+// (its codes are 0) and every scale is a normal number.
+inline constexpr float kInt8MinScale = 1.17549435e-38f;
+
+// The fp32 scale of an int8 row whose largest magnitude is amax.
+inline float Int8RowScale(float amax) { return std::max(amax / kInt8Max, kInt8MinScale); }
+
+// Quantizes one row of n values to int8: returns s = Int8RowScale(max_k |x[k]|) and writes
+// q[k] = round(x[k] / s) (the division in fp32, ties to even), in [-127, 127] by construction
+// (clamped all the same). Dequantized, q[k] * s is within s / 2 of x[k] (plus the quotient's
+// rounding). REQUIRES: x finite.
+float QuantizeRowInt8(const float* x, int64_t n, int8_t* q);  // x [n], q [n]
 
 // The FP8 KV cache's code of one K or V element: e4m3(value / scale), the quotient clamped to
 // [-448, 448] first. Unlike a weight or activation row, whose scale comes from its own amax, a

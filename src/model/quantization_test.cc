@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -130,6 +131,44 @@ TEST(QuantizationTest, AllZeroRowHasTheFloorScaleAndZeroCodes) {
   std::vector<uint8_t> q(37, 0xAA);
   EXPECT_EQ(QuantizeRowFp8(x.data(), 37, q.data()), kFp8MinScale);
   for (int k = 0; k < 37; ++k) EXPECT_EQ(F8E4M3ToF32(q[k]), 0.0f) << k;
+}
+
+TEST(QuantizationTest, Int8RowMapsTheAmaxTo127AndRoundsToNearestEven) {
+  // amax 127: scale exactly 1, so the codes are the values rounded, ties to even.
+  const std::vector<float> x = {127.0f, 2.5f, -0.5f, 1.5f, -126.6f, 3.49f, -127.0f, 0.0f};
+  std::vector<int8_t> q(x.size());
+  EXPECT_EQ(QuantizeRowInt8(x.data(), x.size(), q.data()), 1.0f);
+  EXPECT_EQ(q, (std::vector<int8_t>{127, 2, 0, 2, -127, 3, -127, 0}));
+  // An all-zero row: the floor scale (a normal float), codes 0.
+  std::vector<float> zeros(9, 0.0f);
+  std::vector<int8_t> qz(9, 5);
+  EXPECT_EQ(QuantizeRowInt8(zeros.data(), 9, qz.data()), kInt8MinScale);
+  EXPECT_EQ(qz, std::vector<int8_t>(9, 0));
+  EXPECT_EQ(Int8RowScale(254.0f), 2.0f);
+}
+
+TEST(QuantizationTest, Int8QuantizeThenDequantizeIsWithinHalfAStep) {
+  std::mt19937 rng(5);
+  for (float magnitude : {1e-3f, 1.0f, 300.0f}) {
+    std::normal_distribution<float> dist(0.0f, magnitude);
+    for (int n : {1, 7, 769}) {
+      std::vector<float> x(n);
+      for (float& v : x) v = dist(rng);
+      std::vector<int8_t> q(n);
+      const float s = QuantizeRowInt8(x.data(), n, q.data());
+      float amax = 0;
+      for (float v : x) amax = std::max(amax, std::abs(v));
+      EXPECT_EQ(s, amax / 127.0f);
+      bool hit = false;
+      for (int k = 0; k < n; ++k) {
+        ASSERT_LE(std::abs(q[k]), 127);
+        // half a step, plus the fp32 quotient's rounding (<= 128 ulps of 2^-24 relative)
+        EXPECT_LE(std::abs(static_cast<double>(q[k]) * s - x[k]), s * (0.5 + 1e-5)) << k;
+        hit |= std::abs(q[k]) == 127;
+      }
+      EXPECT_TRUE(hit) << "the amax element lands on +-127";
+    }
+  }
 }
 
 TEST(QuantizationTest, KvEncodeDividesAndSaturates) {

@@ -54,6 +54,8 @@ DType WeightFormatDType(WeightFormat format) {
       return DType::kF8E4M3;
     case WeightFormat::kW4:
       return DType::kI4;
+    case WeightFormat::kI8:
+      return DType::kI8;
   }
   CHECK(false) << "unreachable";
   return DType::kF32;
@@ -229,6 +231,58 @@ void LinearW4(const float* x, int64_t ldx, int64_t num_rows, const WeightView& w
   });
 }
 
+// sum_k a[k] * b[k] of int8 codes, exactly (|a * b| <= 2^14, k < 2^17). Integer sums are
+// exact in any order, so the compiler's vectorization (an AVX2 clone where the CPU has it)
+// cannot change a bit.
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+int32_t
+DotInt8(const int8_t* a, const int8_t* b, int64_t k) {
+  int32_t acc = 0;
+  for (int64_t i = 0; i < k; ++i) acc += int32_t{a[i]} * int32_t{b[i]};
+  return acc;
+}
+
+// Linear's INT8 W8A8 path (cpu_ops.h): the x rows quantized once, then per output element an
+// exact int32 dot, converted and scaled.
+void LinearInt8(const float* x, int64_t ldx, int64_t num_rows, const WeightView& w,
+                const float* bias, float* y, int64_t ldy, bool accumulate, int num_threads) {
+  CHECK(w.row_scales != nullptr) << "an int8 weight without row scales";
+  CHECK_LT(w.cols, int64_t{1} << 17) << "int8 dot products this long could overflow int32";
+  const int64_t k = w.cols;
+  const int64_t n = w.rows;
+  thread_local std::vector<int8_t> xq;
+  thread_local std::vector<float> sx;
+  xq.resize(num_rows * k);
+  sx.resize(num_rows);
+  for (int64_t m = 0; m < num_rows; ++m) sx[m] = QuantizeRowInt8(x + m * ldx, k, xq.data() + m * k);
+  // Output columns in panels of 16 weight rows (16 x k bytes stay in L1/L2 while every x row
+  // passes over them).
+  constexpr int64_t kPanel = 16;
+  const int64_t num_panels = (n + kPanel - 1) / kPanel;
+  const int threads = ThreadsFor(num_threads, num_panels, num_rows * n * k);
+  const int8_t* xq_data = xq.data();
+  const float* sx_data = sx.data();
+  const auto* wq = reinterpret_cast<const int8_t*>(w.data);
+  ParallelFor(num_panels, threads, [&](int64_t p_begin, int64_t p_end) {
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      const int64_t n0 = p * kPanel;
+      const int64_t cols = std::min(kPanel, n - n0);
+      for (int64_t m = 0; m < num_rows; ++m) {
+        float* ym = y + m * ldy + n0;
+        for (int64_t c = 0; c < cols; ++c) {
+          const int32_t acc = DotInt8(xq_data + m * k, wq + (n0 + c) * k, k);
+          float v = static_cast<float>(acc) * sx_data[m] * w.row_scales[n0 + c];
+          if (bias != nullptr) v = v + bias[n0 + c];
+          if (accumulate) v = ym[c] + v;
+          ym[c] = v;
+        }
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void Linear(const float* x, int64_t ldx, int64_t num_rows, const WeightView& w, const float* bias,
@@ -236,6 +290,10 @@ void Linear(const float* x, int64_t ldx, int64_t num_rows, const WeightView& w, 
   if (num_rows == 0 || w.rows == 0) return;
   if (w.format == WeightFormat::kF8E4M3) {
     LinearFp8(x, ldx, num_rows, w, bias, y, ldy, accumulate, num_threads);
+    return;
+  }
+  if (w.format == WeightFormat::kI8) {
+    LinearInt8(x, ldx, num_rows, w, bias, y, ldy, accumulate, num_threads);
     return;
   }
   if (w.format == WeightFormat::kW4) {

@@ -44,13 +44,16 @@ namespace kiln::cpu {
 //   kF8E4M3  1 B per element, e4m3fn codes, with one fp32 scale per row (WeightView::row_scales):
 //            FP8 W8A8 (model/quantization.h). DecodeRows gives the codes' values; Linear applies
 //            the row scales and quantizes its input per row.
+//   kI8      1 B per element, int8 codes in [-127, 127], with one fp32 scale per row: INT8 W8A8
+//            (SmoothQuant, model/quantization.h). DecodeRows gives the codes' values; Linear
+//            quantizes its input per row to int8 and accumulates in int32.
 //   kW4      W4A16 (model/quantization.h): packed signed 4-bit codes, cols / 2 bytes per row,
 //            with per-(row, group) fp16 scales and int8 zeros and an optional act-order
 //            permutation of the columns (WeightView::w4_*). DecodeRows gives the values in
 //            input-channel order (the permutation undone); Linear decodes stored columns and
 //            gathers its input instead (x[m, perm[j]]), which sums the same products in the
 //            stored order.
-enum class WeightFormat : uint8_t { kF32, kF16, kBF16, kQ4_0, kQ4_1, kQ8_0, kF8E4M3, kW4 };
+enum class WeightFormat : uint8_t { kF32, kF16, kBF16, kQ4_0, kQ4_1, kQ8_0, kF8E4M3, kI8, kW4 };
 
 std::string_view WeightFormatName(WeightFormat format);  // "f32", "q4_1", ...
 DType WeightFormatDType(WeightFormat format);
@@ -66,7 +69,7 @@ struct WeightView {
   int64_t rows = 0;
   int64_t cols = 0;
   const uint8_t* data = nullptr;  // rows * WeightRowBytes(format, cols) bytes, no alignment needed
-  const float* row_scales = nullptr;  // [rows]: kF8E4M3 only
+  const float* row_scales = nullptr;  // [rows]: kF8E4M3 and kI8 only
   // kW4 only: value[r, j] = (code[r, j] - w4_zeros[r, g]) * f16(w4_scales[r, g]) in fp32 with
   // g = j / w4_group_size; stored column j multiplies input channel w4_perm[j] (identity when
   // w4_perm is null).
@@ -98,11 +101,16 @@ float Dot(const float* a, const float* b, int64_t n);
 //   y[m, n] = (accumulate ? y[m, n] : 0) + ((dot(xq[m, :], wq[n, :]) * sx[m]) * sw[n] + bias[n])
 // with the dot of the e4m3 values in the 16-lane order (each product exact in f32: 4 x 4
 // significant bits), each * and + rounded in the order written.
+// An int8 weight (kI8) runs INT8 W8A8: each x row is quantized on the fly (QuantizeRowInt8:
+// sx[m], xq[m, :]) and
+//   y[m, n] = (accumulate ? y[m, n] : 0) + ((f32(acc) * sx[m]) * sw[n] + bias[n]),
+//   acc = sum_k xq[m, k] * wq[n, k] in int32 (exact, so its order does not matter).
 // A W4A16 weight (kW4) decodes a panel of rows to f32 per group ((code - zero) * scale, one
 // rounding) and, with a permutation, multiplies them with the gathered input
 // xg[m, j] = x[m, perm[j]]: the 16-lane order over the stored columns, so still independent
 // of the batch and the threads.
-// REQUIRES: y does not overlap x or bias; w.row_scales set for kF8E4M3, w.w4_* for kW4.
+// REQUIRES: y does not overlap x or bias; w.row_scales set for kF8E4M3 and kI8, w.w4_* for
+// kW4; for kI8, w.cols < 2^17 (the int32 sum cannot overflow).
 void Linear(const float* x, int64_t ldx,  // [num_rows, w.cols]
             int64_t num_rows, const WeightView& w,
             const float* bias,      // [w.rows] or nullptr

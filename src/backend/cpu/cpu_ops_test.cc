@@ -727,6 +727,143 @@ TEST(Fp8Test, LinearRowIndependentOfBatchAndThreads) {
   }
 }
 
+// ---- INT8 W8A8 --------------------------------------------------------------------------------
+
+// A [rows, cols] int8 weight quantized per row (QuantizeRowInt8) from normal values, row
+// magnitudes spread over 1e4.
+OwnedWeight RandomInt8Weight(int64_t rows, int64_t cols, uint32_t seed) {
+  std::vector<float> w = RandomVector(rows * cols, seed);
+  OwnedWeight out{WeightFormat::kI8, rows, cols, std::vector<uint8_t>(rows * cols), {}};
+  out.row_scales.resize(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) w[r * cols + c] *= std::pow(10.0f, (r % 5) - 2.0f);
+    out.row_scales[r] = QuantizeRowInt8(w.data() + r * cols, cols,
+                                        reinterpret_cast<int8_t*>(out.bytes.data()) + r * cols);
+  }
+  return out;
+}
+
+TEST(Int8Test, EveryIsaDecodesTheCodesValues) {
+  const int64_t rows = 3, cols = 263;
+  std::vector<uint8_t> bytes(rows * cols);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 7 + 3);
+  const std::vector<float> scales(rows, 0.5f);
+  const WeightView view{WeightFormat::kI8, rows, cols, bytes.data(), scales.data()};
+  for (const SimdKernels* k : AvailableKernels()) {
+    std::vector<float> got((rows - 1) * cols);
+    k->decode_rows(view, 1, rows - 1, got.data());
+    for (int64_t i = 0; i < (rows - 1) * cols; ++i) {
+      ASSERT_EQ(got[i], static_cast<float>(static_cast<int8_t>(bytes[cols + i])))
+          << k->name << " element " << i;
+    }
+  }
+  // The scaled f32 form of a kI8 matrix (what Stack uses for mixed formats) is code * scale.
+  OwnedWeight w{WeightFormat::kI8, rows, cols, bytes, scales};
+  std::vector<float> decoded(rows * cols);
+  DecodeRows(w.view(), 0, rows, decoded.data());
+  EXPECT_EQ(decoded[5], static_cast<float>(static_cast<int8_t>(bytes[5])));
+  EXPECT_EQ(QuantizeFp8(w).format, WeightFormat::kI8);  // pre-quantized: never requantized
+}
+
+// The header's formula (model/quantization.h) with the sum and the scaling in double. The
+// quantization steps are the same; the int32 sum is exact in both; Linear then rounds the
+// conversion to f32 and the two scale products (3 roundings of |acc| sx sw), the bias addition
+// and the residual addition (one rounding of each result), so
+//   |y - want| <= 4 * 2^-24 * |acc| * sx * sw + 2 * 2^-24 * (|scaled| + |want|).
+TEST(Int8Test, LinearMatchesTheHeadersFormulaInDoubleOnOddShapes) {
+  for (const LinearCase& c : {LinearCase{7, 83, 769}, LinearCase{7, 769, 83}, LinearCase{1, 5, 3},
+                              LinearCase{33, 576, 70}, LinearCase{3, 1536, 40}}) {
+    std::vector<float> x = RandomVector(c.m * c.k, 181, 2.0f);
+    for (int64_t k = 0; k < c.k; ++k) x[(c.m - 1) * c.k + k] = 0.0f;  // an all-zero token
+    if (c.m > 2) x[c.k + 1] = 1e3f;                                   // an outlier
+    const OwnedWeight w = RandomInt8Weight(c.n, c.k, 182);
+    const auto* wq = reinterpret_cast<const int8_t*>(w.bytes.data());
+    const std::vector<float> bias = RandomVector(c.n, 183), y0 = RandomVector(c.m * c.n, 184);
+    for (bool accumulate : {false, true}) {
+      std::vector<float> y = y0;
+      Linear(x.data(), c.k, c.m, w.view(), bias.data(), y.data(), c.n, accumulate, 0);
+      double worst = 0;
+      for (int64_t i = 0; i < c.m; ++i) {
+        const float* xi = x.data() + i * c.k;
+        float amax = 0;
+        for (int64_t k = 0; k < c.k; ++k) amax = std::max(amax, std::abs(xi[k]));
+        const float sx = Int8RowScale(amax);
+        for (int64_t j = 0; j < c.n; ++j) {
+          const float sw = w.row_scales[j];
+          double dot = 0;
+          for (int64_t k = 0; k < c.k; ++k) {
+            const double xq = std::clamp(std::nearbyint(xi[k] / sx), -127.0f, 127.0f);
+            dot += xq * wq[j * c.k + k];
+          }
+          const double scaled = dot * sx * sw + bias[j];
+          const double want = accumulate ? y0[i * c.n + j] + scaled : scaled;
+          const double u = std::ldexp(1.0, -24);
+          const double tol =
+              4 * u * std::abs(dot) * sx * sw + 2 * u * (std::abs(scaled) + std::abs(want));
+          const double err = std::abs(y[i * c.n + j] - want);
+          ASSERT_LE(err, tol) << "m=" << c.m << " k=" << c.k << " n=" << c.n << " row " << i
+                              << " col " << j << " accumulate " << accumulate;
+          if (tol > 0) worst = std::max(worst, err / tol);
+        }
+      }
+      std::printf("int8 Linear %lldx%lldx%lld: worst error %.3f of the bound\n",
+                  static_cast<long long>(c.m), static_cast<long long>(c.k),
+                  static_cast<long long>(c.n), worst);
+    }
+  }
+}
+
+// Against the unquantized product: the W8A8 error is what the two roundings allow,
+// |y - x w^T| <= sum_k (|x_k| sw/2 + |w_k| sx/2 + sx sw / 4) (+ fp32 noise).
+TEST(Int8Test, LinearIsWithinTheQuantizationErrorOfTheF32Product) {
+  const int64_t m = 5, k = 576, n = 64;
+  const std::vector<float> x = RandomVector(m * k, 191);
+  const std::vector<float> wf = RandomVector(n * k, 192, 0.05f);
+  OwnedWeight w{WeightFormat::kI8, n, k, std::vector<uint8_t>(n * k), std::vector<float>(n)};
+  for (int64_t r = 0; r < n; ++r) {
+    w.row_scales[r] =
+        QuantizeRowInt8(wf.data() + r * k, k, reinterpret_cast<int8_t*>(w.bytes.data()) + r * k);
+  }
+  std::vector<float> y(m * n);
+  Linear(x.data(), k, m, w.view(), nullptr, y.data(), n, false, 1);
+  for (int64_t i = 0; i < m; ++i) {
+    float amax = 0;
+    for (int64_t c = 0; c < k; ++c) amax = std::max(amax, std::abs(x[i * k + c]));
+    const double sx = Int8RowScale(amax);
+    for (int64_t j = 0; j < n; ++j) {
+      double exact = 0, bound = 0;
+      for (int64_t c = 0; c < k; ++c) {
+        exact += double{x[i * k + c]} * wf[j * k + c];
+        bound += std::abs(x[i * k + c]) * w.row_scales[j] / 2 + std::abs(wf[j * k + c]) * sx / 2 +
+                 sx * w.row_scales[j] / 4;
+      }
+      EXPECT_LE(std::abs(y[i * n + j] - exact), bound * 1.001 + 1e-6) << i << "," << j;
+    }
+  }
+}
+
+TEST(Int8Test, LinearRowIndependentOfBatchAndThreads) {
+  const int64_t k = 576, n = 200;
+  const OwnedWeight w = RandomInt8Weight(n, k, 191);
+  const std::vector<float> probe = RandomVector(k, 192);
+  const std::vector<float> others = RandomVector(64 * k, 193, 5.0f);
+  const std::vector<float> bias = RandomVector(n, 194);
+  std::vector<float> reference(n);
+  Linear(probe.data(), k, 1, w.view(), bias.data(), reference.data(), n, false, 1);
+  for (int64_t m : {7, 64}) {
+    for (int64_t place : {int64_t{0}, m - 1}) {
+      for (int threads : {1, 2}) {
+        std::vector<float> x(others.begin(), others.begin() + m * k);
+        std::copy(probe.begin(), probe.end(), x.begin() + place * k);
+        std::vector<float> y(m * n);
+        Linear(x.data(), k, m, w.view(), bias.data(), y.data(), n, false, threads);
+        EXPECT_TRUE(BitwiseEqual(y.data() + place * n, reference.data(), n))
+            << "M=" << m << " place=" << place << " threads=" << threads;
+      }
+    }
+  }
+}
+
 // ---- GGUF q/k row permutation ------------------------------------------------------------------
 
 // llama.cpp's permute, as numpy evaluates it: w.reshape(heads, 2, rows / heads / 2, cols)

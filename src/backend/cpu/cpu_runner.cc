@@ -378,6 +378,10 @@ Result<std::unique_ptr<ModelRunner>> CreateCpuRunner(const Checkpoint& ckpt,
                  "scales"
               << (pre.static_activations ? " (its static input_scale tensors are not used)" : "");
   }
+  if (pre.method == QuantMethod::kInt8) {
+    LOG(INFO) << ckpt.path() << ": INT8 checkpoint (" << pre.format
+              << "): its int8 linear layers run W8A8 with per-token activation scales";
+  }
   KILN_ASSIGN_OR_RETURN(
       cpu::CpuWeights weights,
       cpu::LoadCpuWeights(ckpt, options.dequantize_weights_at_load, options.quantization));

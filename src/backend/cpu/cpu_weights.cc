@@ -52,14 +52,14 @@ Result<std::vector<float>> LoadVector(const Checkpoint& ckpt, const std::string&
   return out;
 }
 
-// The f32 values of `w` (an fp8 row's codes times its scale).
+// The f32 values of `w` (an fp8 or int8 row's codes times its scale).
 OwnedWeight ToF32(const OwnedWeight& w) {
   if (w.format == WeightFormat::kF32) return w;
   OwnedWeight out{WeightFormat::kF32, w.rows, w.cols, {}, {}, {}};
   out.bytes.resize(w.rows * w.cols * sizeof(float));
   auto* f = reinterpret_cast<float*>(out.bytes.data());
   DecodeRows(w.view(), 0, w.rows, f);
-  if (w.format == WeightFormat::kF8E4M3) {
+  if (w.format == WeightFormat::kF8E4M3 || w.format == WeightFormat::kI8) {
     for (int64_t r = 0; r < w.rows; ++r) {
       for (int64_t c = 0; c < w.cols; ++c) f[r * w.cols + c] *= w.row_scales[r];
     }
@@ -98,8 +98,8 @@ Status CheckW4(const Weight& w) {
   return Status::Ok();
 }
 
-// A [rows, cols] matrix as held: its stored bytes when Linear decodes its dtype (an FP8
-// checkpoint's e4m3 weight with its row scales always), else f32.
+// A [rows, cols] matrix as held: its stored bytes when Linear decodes its dtype (an FP8 or
+// INT8 checkpoint's e4m3 / int8 weight with its row scales always), else f32.
 Result<OwnedWeight> LoadMatrix(const Checkpoint& ckpt, const std::string& name,
                                bool dequantize_at_load) {
   KILN_ASSIGN_OR_RETURN(const Weight* w, Find(ckpt, name));
@@ -114,8 +114,8 @@ Result<OwnedWeight> LoadMatrix(const Checkpoint& ckpt, const std::string& name,
     out.format = WeightFormat::kW4;
     out.bytes.assign(w->data, w->data + w->nbytes);
     out.w4 = *w->w4;
-  } else if (w->dtype == DType::kF8E4M3 && !w->row_scales.empty()) {
-    out.format = WeightFormat::kF8E4M3;
+  } else if ((w->dtype == DType::kF8E4M3 || w->dtype == DType::kI8) && !w->row_scales.empty()) {
+    out.format = w->dtype == DType::kI8 ? WeightFormat::kI8 : WeightFormat::kF8E4M3;
     out.bytes.assign(w->data, w->data + w->nbytes);
     out.row_scales = w->row_scales;
   } else if (format && !dequantize_at_load) {
@@ -197,7 +197,8 @@ int64_t CpuWeights::MatrixBytes() const {
 }
 
 OwnedWeight QuantizeFp8(const OwnedWeight& w) {
-  if (w.format == WeightFormat::kF8E4M3) return w;
+  // Pre-quantized weights are never requantized.
+  if (w.format == WeightFormat::kF8E4M3 || w.format == WeightFormat::kI8) return w;
   OwnedWeight out{WeightFormat::kF8E4M3, w.rows, w.cols, {}, {}, {}};
   out.bytes.resize(w.rows * w.cols);
   out.row_scales.resize(w.rows);

@@ -21,6 +21,9 @@
 //     the act-order permutation (they read the same input; GPTQ computes one per input when it
 //     quantizes from one Hessian per site). Parts that differ are fused as f32 decodings
 //     instead (logged).
+//   * INT8 W8A8 (SmoothQuant) weights arrive already quantized (kiln build, or a
+//     compressed-tensors int8 checkpoint): int8 rows with fp32 row scales (Weight::row_scales)
+//     become WeightFormat::kI8 as they are stored, whatever the options.
 //   * GGUF `llama` files store q_proj / k_proj rows permuted for llama.cpp's interleaved RoPE
 //     (Checkpoint::qk_rope_layout() == kInterleaved). The rows are put back in HF order here
 //     (UnpermuteQkRows), so the forward pass has one RoPE: HF's rotate_half.
@@ -42,7 +45,7 @@ struct OwnedWeight {
   int64_t rows = 0;
   int64_t cols = 0;
   std::vector<uint8_t> bytes;     // rows * WeightRowBytes(format, cols)
-  std::vector<float> row_scales;  // [rows] for kF8E4M3, else empty
+  std::vector<float> row_scales;  // [rows] for kF8E4M3 and kI8, else empty
   Weight::W4Params w4;            // kW4: group scales, zeros, perm (model/quantization.h)
 
   WeightView view() const {
@@ -93,7 +96,7 @@ Result<CpuWeights> LoadCpuWeights(const Checkpoint& ckpt, bool dequantize_at_loa
                                   QuantMethod quantization);
 
 // `w` with every row quantized by QuantizeRowFp8 from its f32 decoding (rows split over the
-// threads). An fp8 `w` is returned as it is.
+// threads). An fp8 or int8 `w` is returned as it is.
 OwnedWeight QuantizeFp8(const OwnedWeight& w);
 
 // llama.cpp's convert_hf_to_gguf.py (LlamaModel.permute: reshape(heads, 2, head_dim / 2, ...)

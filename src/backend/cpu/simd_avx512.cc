@@ -162,6 +162,11 @@ void DecodeRow(WeightFormat format, const uint8_t* src, int64_t cols, float* y) 
       for (; i < cols; ++i) y[i] = F8E4M3ToF32(src[i]);
       return;
     }
+    case WeightFormat::kI8: {
+      const auto* q = reinterpret_cast<const int8_t*>(src);
+      for (int64_t i = 0; i < cols; ++i) y[i] = static_cast<float>(q[i]);
+      return;
+    }
     case WeightFormat::kW4:  // needs its group parameters: cpu_ops.cc decodes it
       CHECK(false) << "w4a16 rows are decoded by cpu_ops.cc";
       return;
