@@ -18,8 +18,8 @@
 
 #include "backend/cpu/cpu_runner.h"
 #include "builder/calibration.h"
+#include "builder/quantize_test_util.h"
 #include "builder/quantized_checkpoint.h"
-#include "builder/synth.h"
 #include "model/dequant.h"
 #include "model/test_util.h"
 
@@ -34,21 +34,7 @@ using Site = ActivationObserver::Site;
 // post_attention_layernorm's of channel 9 in every layer, giving the activation outlier
 // channels SmoothQuant exists for.
 std::string SynthModel(const std::string& stem, float outlier, bool mlp_bias = false) {
-  const std::string dir = testing::MakeTempDir(stem);
-  ModelConfig c = testing::TinyLlamaConfig();
-  c.vocab_size = 320;
-  c.bos_token_id = 300;
-  c.eos_token_ids = {301};
-  c.rope_theta = 10000.0;
-  c.mlp_bias = mlp_bias;
-  SynthOptions o;
-  o.output_dir = dir;
-  o.overwrite = OverwritePolicy::kReplaceCheckpoint;
-  o.seed = 7;
-  o.stddev = 0.08f;
-  o.num_threads = 1;
-  const Status s = WriteSyntheticCheckpoint(c, o);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  const std::string dir = testing::WriteTinySynthModel(stem, 7, mlp_bias);
   if (outlier != 1.0f) {
     // Rewrite the norm weights in place (bf16 in model.safetensors): 1 everywhere, the outlier
     // channel `outlier`.

@@ -16,15 +16,19 @@ std::string Str(const json& j, const char* key) {
   return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
 }
 
+int NumBits(const json& args) {
+  return args.contains("num_bits") && args["num_bits"].is_number_integer()
+             ? args["num_bits"].get<int>()
+             : 0;
+}
+
 // One compressed-tensors quantization args object ("weights" or "input_activations") must be
 // 8-bit float; strategies other than the listed ones are refused.
 Status CheckFloat8Args(const json& args, const std::string& where,
                        std::initializer_list<const char*> strategies) {
   if (!args.is_object()) return Corrupt(where + ": expected an object");
   const std::string type = Str(args, "type");
-  const int bits = args.contains("num_bits") && args["num_bits"].is_number_integer()
-                       ? args["num_bits"].get<int>()
-                       : 0;
+  const int bits = NumBits(args);
   if (type != "float" || bits != 8) {
     return Unsupported(where + ": type '" + type + "' with num_bits " + std::to_string(bits) +
                        "; kiln runs compressed-tensors FP8 (type float, num_bits 8) only");
@@ -45,9 +49,7 @@ Status CheckFloat8Args(const json& args, const std::string& where,
 Status CheckInt8Args(const json& args, const std::string& where, bool activations) {
   if (!args.is_object()) return Corrupt(where + ": expected an object");
   const std::string type = Str(args, "type");
-  const int bits = args.contains("num_bits") && args["num_bits"].is_number_integer()
-                       ? args["num_bits"].get<int>()
-                       : 0;
+  const int bits = NumBits(args);
   if (type != "int" || bits != 8) {
     return Unsupported(where + ": type '" + type + "' with num_bits " + std::to_string(bits) +
                        "; an int-quantized checkpoint must be int8 (type int, num_bits 8)");

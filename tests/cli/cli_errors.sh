@@ -192,6 +192,24 @@ if openssl genpkey -algorithm ed25519 -out "$work/key.pem" 2>/dev/null &&
 else
   echo "SKIP: the signing cases need the openssl command (Debian openssl)"
 fi
+# kiln build --quant int8-sq: bad settings and calibration files fail before any work; a build
+# with a short calibration writes an engine that eval runs
+expect_error "smoothquant-alpha: must be in [0, 1]" build "$work/tiny" --out "$work/sq" --quant int8-sq --smoothquant-alpha 2
+expect_error "calibration file not found" build "$work/tiny" --out "$work/sq" --quant int8-sq --calib "$work/missing.txt"
+printf '{"text": "ok"}\n{"txt": 1}\n' >"$work/calib.jsonl"
+expect_error "calib.jsonl:2: expected an object" build "$work/tiny" --out "$work/sq" --quant int8-sq --calib "$work/calib.jsonl"
+for i in $(seq 40); do printf 'the quick brown fox %d. ' "$i"; done >"$work/calib.txt"
+"$kiln" build "$work/tiny" --out "$work/sq" --quant int8-sq --calib "$work/calib.txt" \
+  --calib-samples 2 --calib-seq-len 16 --tune off >/dev/null 2>&1 \
+  && "$kiln" eval perplexity "$work/sq" --text "$work/calib.txt" --device cpu >/dev/null 2>&1 \
+  && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: kiln build --quant int8-sq, then eval"; }
+# kiln build --quant w4a16-*: a group size must divide the input sizes; RTN needs no calibration
+expect_error "group size 100" build "$work/tiny" --out "$work/w4" --quant w4a16-rtn --group-size 100 --tune off
+expect_error "--calib: w4a16-rtn does not calibrate" build "$work/tiny" --out "$work/w4" --quant w4a16-rtn --group-size 64 --calib "$work/calib.txt"
+"$kiln" build "$work/tiny" --out "$work/w4" --quant w4a16-gptq --group-size 64 --calib "$work/calib.txt" \
+  --calib-samples 2 --calib-seq-len 16 --tune off >/dev/null 2>&1 \
+  && "$kiln" eval perplexity "$work/w4" --text "$work/calib.txt" --device cpu >/dev/null 2>&1 \
+  && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: kiln build --quant w4a16-gptq, then eval"; }
 truncate -s 1000 "$work/tiny/model.safetensors"
 expect_error "model.safetensors" inspect "$work/tiny"
 expect_error "not empty" synth --preset smollm2-135m --out "$work/tiny"
