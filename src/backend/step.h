@@ -106,6 +106,30 @@ struct StepInputs {
   int32_t num_seqs() const { return static_cast<int32_t>(seqs.size()); }
 };
 
+// One step of a single sequence that computes tokens[begin, end) of `tokens` with its KV cache in
+// blocks 0, 1, ... of block_size tokens (slot = position): a prefill, or a chunk of one when
+// begin > 0. It samples and scores nothing; set seqs[0]'s fields for that. The pool must hold
+// ceil(end / block_size) blocks.
+inline StepInputs SingleSequenceStep(std::span<const int32_t> tokens, int32_t begin, int32_t end,
+                                     int32_t block_size) {
+  StepInputs in;
+  for (int32_t p = begin; p < end; ++p) {
+    in.token_ids.push_back(tokens[p]);
+    in.positions.push_back(p);
+    in.slot_mapping.push_back(p);
+  }
+  in.cu_seqlens = {0, end - begin};
+  in.seq_lens = {end};
+  in.max_blocks_per_seq = (end + block_size - 1) / block_size;
+  for (int32_t b = 0; b < in.max_blocks_per_seq; ++b) in.block_tables.push_back(b);
+  StepSequence seq;
+  seq.num_computed_tokens = begin;
+  seq.num_new_tokens = end - begin;
+  seq.do_sample = false;
+  in.seqs = {seq};
+  return in;
+}
+
 struct TokenLogprob {
   int32_t token_id = 0;
   float logprob = 0.0f;

@@ -175,6 +175,27 @@ Result<std::vector<std::vector<int32_t>>> MakeCalibrationSamples(
   return samples;
 }
 
+Status RunCalibrationPass(const Checkpoint& ckpt, const std::vector<std::vector<int32_t>>& samples,
+                          ActivationObserver* observer, int num_threads,
+                          const std::function<void(int32_t, int32_t)>& progress) {
+  CpuRunnerOptions runner_options;
+  runner_options.num_threads = num_threads;
+  runner_options.observer = observer;
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner, CreateCpuRunner(ckpt, runner_options));
+  constexpr int32_t kBlockSize = 16;
+  size_t longest = 1;
+  for (const auto& s : samples) longest = std::max(longest, s.size());
+  KILN_RETURN_IF_ERROR(runner->AllocateKvCache(
+      static_cast<int32_t>((longest + kBlockSize - 1) / kBlockSize), kBlockSize));
+  for (size_t i = 0; i < samples.size(); ++i) {
+    // One sequence prefilled whole; no token is sampled or scored, so no logits are computed.
+    const int32_t n = static_cast<int32_t>(samples[i].size());
+    if (n > 0) runner->Execute(SingleSequenceStep(samples[i], 0, n, kBlockSize));
+    if (progress) progress(static_cast<int32_t>(i + 1), static_cast<int32_t>(samples.size()));
+  }
+  return Status::Ok();
+}
+
 Result<CalibrationStats> CalibrateSamples(const Checkpoint& ckpt,
                                           const std::vector<std::vector<int32_t>>& samples,
                                           const CalibrationOptions& options) {
@@ -192,39 +213,11 @@ Result<CalibrationStats> CalibrateSamples(const Checkpoint& ckpt,
   CalibrationStats stats;
   stats.layers.resize(config.num_layers);
   MaxObserver observer(&stats.layers);
-  CpuRunnerOptions runner_options;
-  runner_options.num_threads = options.num_threads;
-  runner_options.observer = &observer;
-  KILN_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner, CreateCpuRunner(ckpt, runner_options));
-  constexpr int32_t kBlockSize = 16;
-  const int32_t num_blocks = static_cast<int32_t>((longest + kBlockSize - 1) / kBlockSize);
-  KILN_RETURN_IF_ERROR(runner->AllocateKvCache(num_blocks, kBlockSize));
-  for (size_t i = 0; i < samples.size(); ++i) {
-    const std::vector<int32_t>& sample = samples[i];
-    const int32_t n = static_cast<int32_t>(sample.size());
-    // One sequence prefilled whole in blocks 0, 1, ...: slot = position. No token is sampled
-    // or scored, so the runner computes no logits.
-    StepInputs in;
-    in.token_ids = sample;
-    for (int32_t p = 0; p < n; ++p) {
-      in.positions.push_back(p);
-      in.slot_mapping.push_back(p);
-    }
-    in.cu_seqlens = {0, n};
-    in.seq_lens = {n};
-    in.max_blocks_per_seq = (n + kBlockSize - 1) / kBlockSize;
-    for (int32_t b = 0; b < in.max_blocks_per_seq; ++b) in.block_tables.push_back(b);
-    StepSequence seq;
-    seq.num_computed_tokens = 0;
-    seq.num_new_tokens = n;
-    seq.do_sample = false;
-    in.seqs.push_back(seq);
-    runner->Execute(in);
-    stats.num_tokens += n;
+  KILN_RETURN_IF_ERROR(
+      RunCalibrationPass(ckpt, samples, &observer, options.num_threads, options.progress));
+  for (const std::vector<int32_t>& sample : samples) {
+    stats.num_tokens += static_cast<int64_t>(sample.size());
     ++stats.num_samples;
-    if (options.progress) {
-      options.progress(static_cast<int32_t>(i + 1), static_cast<int32_t>(samples.size()));
-    }
   }
   return stats;
 }

@@ -87,6 +87,13 @@ Result<std::vector<std::vector<int32_t>>> MakeCalibrationSamples(
     const Tokenizer& tokenizer, const std::vector<std::string>& texts, int32_t num_samples,
     int32_t seq_len);
 
+// Runs each sample (one prefill each) through the CPU runner (the unquantized weights as stored,
+// f32 KV cache) with `observer` watching; progress (may be empty) hears of each sample. The
+// pass both calibrations share (CalibrateSamples below; the W4A16 quantizers' W4Calibrator).
+Status RunCalibrationPass(const Checkpoint& ckpt, const std::vector<std::vector<int32_t>>& samples,
+                          ActivationObserver* observer, int num_threads,
+                          const std::function<void(int32_t done, int32_t total)>& progress = {});
+
 // Runs each sample through the CPU runner (unquantized weights as stored, f32 KV cache) with an
 // observer. Errors: those of CreateCpuRunner; InvalidArgument for an empty sample list or a
 // sample longer than the model's max_position_embeddings.

@@ -4,9 +4,6 @@
 // source: q/k rows un-permuted, tokenizer.gguf.json) needs KILN_DEFAULT_MODEL.
 #include "builder/engine_writer.h"
 
-#include <openssl/evp.h>
-#include <openssl/pem.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,6 +18,7 @@
 #include "backend/cpu/cpu_runner.h"
 #include "builder/synth.h"
 #include "builder/test_util.h"
+#include "core/crypto_test_util.h"
 #include "engine/tokenizer_loader.h"
 #include "model/dequant.h"
 #include "model/engine_dir.h"
@@ -73,23 +71,12 @@ std::vector<float> PromptLogprobs(const Checkpoint& ckpt, const CpuRunnerOptions
   const int32_t n = static_cast<int32_t>(tokens.size());
   const int32_t blocks = (n + 15) / 16;
   EXPECT_TRUE((*runner)->AllocateKvCache(blocks, 16).ok());
-  StepInputs in;
-  in.token_ids = tokens;
-  for (int32_t p = 0; p < n; ++p) {
-    in.positions.push_back(p);
-    in.slot_mapping.push_back(p);
-  }
-  in.cu_seqlens = {0, n};
-  in.seq_lens = {n};
-  for (int32_t b = 0; b < blocks; ++b) in.block_tables.push_back(b);
-  in.max_blocks_per_seq = blocks;
-  StepSequence seq;
-  seq.num_new_tokens = n;
+  StepInputs in = SingleSequenceStep(tokens, 0, n, 16);
+  StepSequence& seq = in.seqs[0];
   seq.do_sample = true;
   seq.sampling.num_top_logprobs = 5;
   const std::vector<int32_t> targets(tokens.begin() + 1, tokens.end());
   seq.prompt_logprob_targets = targets;
-  in.seqs = {seq};
   const StepResult r = (*runner)->Execute(in);
   std::vector<float> out;
   for (const ScoredToken& t : r.seqs[0].prompt_logprobs) out.push_back(t.logprob);
@@ -110,18 +97,8 @@ void ExpectBitwiseEqual(const std::vector<float>& a, const std::vector<float>& b
   }
 }
 
-// Writes a fresh Ed25519 key pair as `openssl genpkey` / `openssl pkey -pubout` would.
 std::pair<std::string, std::string> MakeKeyPair(const ScopedTempDir& dir, const std::string& stem) {
-  EVP_PKEY* key = EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519");
-  const std::string priv = dir.file(stem + ".pem"), pub = dir.file(stem + ".pub.pem");
-  FILE* f = std::fopen(priv.c_str(), "w");
-  PEM_write_PrivateKey(f, key, nullptr, nullptr, 0, nullptr, nullptr);
-  std::fclose(f);
-  f = std::fopen(pub.c_str(), "w");
-  PEM_write_PUBKEY(f, key);
-  std::fclose(f);
-  EVP_PKEY_free(key);
-  return {priv, pub};
+  return testing::WriteEd25519KeyPair(dir.file(stem));
 }
 
 TEST(EngineWriterTest, WritesAlignedFusedTensorsThatRunBitwiseLikeTheSource) {

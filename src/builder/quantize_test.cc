@@ -97,22 +97,10 @@ std::vector<float> PromptLogprobs(const std::string& dir, const std::vector<int3
   if (chunk == 0) chunk = n;
   for (int32_t done = 0; done < n;) {
     const int32_t take = std::min(chunk, n - done);
-    StepInputs in;
-    for (int32_t p = done; p < done + take; ++p) {
-      in.token_ids.push_back(tokens[p]);
-      in.positions.push_back(p);
-      in.slot_mapping.push_back(p);
-    }
-    in.cu_seqlens = {0, take};
-    in.seq_lens = {done + take};
-    in.max_blocks_per_seq = (done + take + kBlock - 1) / kBlock;
-    for (int32_t b = 0; b < in.max_blocks_per_seq; ++b) in.block_tables.push_back(b);
-    StepSequence seq;
-    seq.num_computed_tokens = done;
-    seq.num_new_tokens = take;
+    StepInputs in = SingleSequenceStep(tokens, done, done + take, kBlock);
+    StepSequence& seq = in.seqs[0];
     const int32_t targets = std::min(take, n - 1 - done);
     seq.prompt_logprob_targets = std::span<const int32_t>(tokens.data() + done + 1, targets);
-    in.seqs.push_back(seq);
     const StepResult r = (*runner)->Execute(in);
     for (const ScoredToken& t : r.seqs[0].prompt_logprobs) out.push_back(t.logprob);
     done += take;

@@ -1,5 +1,7 @@
 #include "builder/quantize_w4.h"
 
+#include "builder/calibration.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -7,6 +9,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/thread_pool.h"
+#include "builder/calibration.h"
 #include "core/logging.h"
 #include "model/dequant.h"
 
@@ -342,39 +345,6 @@ void W4Calibrator::ObserveLinearInput(int layer, Site site, const float* x, int6
   }
 }
 
-Status RunCalibration(const Checkpoint& ckpt, const std::vector<std::vector<int32_t>>& sequences,
-                      ActivationObserver* observer, int num_threads) {
-  CpuRunnerOptions options;
-  options.num_threads = num_threads;
-  options.observer = observer;
-  KILN_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner, CreateCpuRunner(ckpt, options));
-  constexpr int32_t kBlockSize = 16;
-  int32_t longest = 1;
-  for (const auto& s : sequences) longest = std::max(longest, static_cast<int32_t>(s.size()));
-  const int32_t num_blocks = (longest + kBlockSize - 1) / kBlockSize;
-  KILN_RETURN_IF_ERROR(runner->AllocateKvCache(num_blocks, kBlockSize));
-  for (const std::vector<int32_t>& tokens : sequences) {
-    if (tokens.empty()) continue;
-    const int32_t n = static_cast<int32_t>(tokens.size());
-    StepInputs in;
-    in.token_ids = tokens;
-    for (int32_t p = 0; p < n; ++p) {
-      in.positions.push_back(p);
-      in.slot_mapping.push_back(p);
-    }
-    in.cu_seqlens = {0, n};
-    in.seq_lens = {n};
-    for (int32_t b = 0; b < num_blocks; ++b) in.block_tables.push_back(b);
-    in.max_blocks_per_seq = num_blocks;
-    StepSequence seq;
-    seq.num_new_tokens = n;
-    seq.do_sample = false;
-    in.seqs = {seq};
-    runner->Execute(in);
-  }
-  return Status::Ok();
-}
-
 // ---- Algorithms --------------------------------------------------------------------------------
 
 namespace internal {
@@ -557,7 +527,7 @@ Result<QuantizedModel> QuantizeW4(const Checkpoint& ckpt, const W4Options& optio
     calib = std::make_unique<W4Calibrator>(c.num_layers, options.algorithm == W4Algorithm::kGptq,
                                            std::max<int64_t>(total / samples, 1), samples,
                                            options.num_threads);
-    KILN_RETURN_IF_ERROR(RunCalibration(ckpt, calibration, calib.get(), options.num_threads));
+    KILN_RETURN_IF_ERROR(RunCalibrationPass(ckpt, calibration, calib.get(), options.num_threads));
   }
   QuantizedModel out;
   out.method = QuantMethod::kW4A16;

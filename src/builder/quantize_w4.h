@@ -85,10 +85,6 @@ class W4Calibrator : public ActivationObserver {
   std::vector<W4SiteStats> sites_;  // [layer * 4 + site]
 };
 
-// Runs the CPU runner over `sequences` (each one prefill) with `observer`.
-Status RunCalibration(const Checkpoint& ckpt, const std::vector<std::vector<int32_t>>& sequences,
-                      ActivationObserver* observer, int num_threads);
-
 // Quantizes every decoder layer's q/k/v/o/gate/up/down weight. `calibration`: token sequences
 // (unused by RTN). Returns the W4A16 tensors under their HF names and, for AWQ, the changed
 // norm weights (f32). Errors: InvalidArgument naming the tensor when the group size does not

@@ -1,7 +1,5 @@
 #include "core/crypto.h"
 
-#include <openssl/evp.h>
-#include <openssl/pem.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -10,6 +8,8 @@
 #include <string>
 
 #include <gtest/gtest.h>
+
+#include "core/crypto_test_util.h"
 
 namespace kiln {
 namespace {
@@ -30,20 +30,8 @@ class CryptoTest : public ::testing::Test {
     return path;
   }
 
-  // Writes a fresh Ed25519 key pair (the files `openssl genpkey` / `pkey -pubout` would write).
   std::pair<std::string, std::string> MakeKeyPair(const std::string& stem) {
-    EVP_PKEY* key = EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519");
-    EXPECT_NE(key, nullptr);
-    const std::string priv = (dir_ / (stem + ".pem")).string();
-    const std::string pub = (dir_ / (stem + ".pub.pem")).string();
-    FILE* f = std::fopen(priv.c_str(), "w");
-    PEM_write_PrivateKey(f, key, nullptr, nullptr, 0, nullptr, nullptr);
-    std::fclose(f);
-    f = std::fopen(pub.c_str(), "w");
-    PEM_write_PUBKEY(f, key);
-    std::fclose(f);
-    EVP_PKEY_free(key);
-    return {priv, pub};
+    return testing::WriteEd25519KeyPair((dir_ / stem).string());
   }
 
   fs::path dir_;
