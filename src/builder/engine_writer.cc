@@ -1,7 +1,6 @@
 #include "builder/engine_writer.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -9,10 +8,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <set>
-#include <thread>
 
 #include "backend/cpu/cpu_weights.h"
+#include "backend/cpu/thread_pool.h"
 #include "core/crypto.h"
 #include "core/logging.h"
 #include "core/units.h"
@@ -25,24 +25,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-int ThreadCount(int asked) {
-  return asked > 0 ? asked : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
-// Runs body(begin, end) over [0, n) in `threads` contiguous slices.
-template <typename F>
-void ParallelFor(int64_t n, int threads, F body) {
-  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(threads, n / 4096 + 1));
-  const int64_t step = (n + parts - 1) / parts;
-  std::vector<std::thread> pool;
-  for (int64_t p = 1; p < parts; ++p) {
-    const int64_t b = std::min(n, p * step), e = std::min(n, b + step);
-    pool.emplace_back([=] { body(b, e); });
-  }
-  body(0, std::min(n, step));
-  for (std::thread& t : pool) t.join();
-}
-
 // The f32 values of a weight (GGUF blocks, fp8, 16-bit ...), decoded on several threads.
 Result<std::vector<float>> DecodeF32(const Weight& w, int threads) {
   const int64_t n = w.shape.numel();
@@ -53,14 +35,18 @@ Result<std::vector<float>> DecodeF32(const Weight& w, int threads) {
   const DTypeInfo& info = GetDTypeInfo(w.dtype);
   std::vector<float> out(n);
   const int64_t blocks = n / info.block_size;
-  std::vector<Status> errors(threads);
-  std::atomic<int> slot{0};
-  ParallelFor(blocks, threads, [&](int64_t b, int64_t e) {
-    const int me = slot++;
-    errors[me] = DequantizeToF32(w.dtype, w.data + b * info.block_bytes, (e - b) * info.block_bytes,
-                                 (e - b) * info.block_size, out.data() + b * info.block_size);
+  std::mutex mu;
+  Status first_error;
+  cpu::ParallelFor(blocks, threads, [&](int64_t b, int64_t e) {
+    const Status s =
+        DequantizeToF32(w.dtype, w.data + b * info.block_bytes, (e - b) * info.block_bytes,
+                        (e - b) * info.block_size, out.data() + b * info.block_size);
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (first_error.ok()) first_error = s;
+    }
   });
-  for (const Status& s : errors) KILN_RETURN_IF_ERROR(s.WithContext(w.file + ": " + w.source_name));
+  KILN_RETURN_IF_ERROR(first_error.WithContext(w.file + ": " + w.source_name));
   return out;
 }
 
@@ -72,7 +58,7 @@ std::vector<uint8_t> EncodeAs(const std::vector<float>& f32, DType dtype, int th
     return out;
   }
   auto* dst = reinterpret_cast<uint16_t*>(out.data());
-  ParallelFor(n, threads, [&](int64_t b, int64_t e) {
+  cpu::ParallelFor(n, threads, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       dst[i] = dtype == DType::kF16 ? F32ToF16(f32[i]) : F32ToBF16(f32[i]);
     }
@@ -112,22 +98,23 @@ Result<Encoded> Encode(const Weight& w, const QuantizedTensor* q, const EngineBu
     return Encoded{w.dtype, w.shape, std::vector<uint8_t>(w.data, w.data + w.nbytes), w.row_scales,
                    std::nullopt};
   }
+  const bool fp8 = o.quantization == QuantMethod::kFp8 && IsLayerLinear(w.name);
+  const DType target = w.shape.ndim() == 1 ? DType::kF32 : dtype;
+  if (!fp8 && w.dtype == target) {  // already as the engine stores it: no decoding
+    return Encoded{target, w.shape, std::vector<uint8_t>(w.data, w.data + w.nbytes)};
+  }
   KILN_ASSIGN_OR_RETURN(std::vector<float> f32, DecodeF32(w, threads));
-  if (w.shape.ndim() == 1) return Encoded{DType::kF32, w.shape, EncodeAs(f32, DType::kF32, 1)};
-  if (o.quantization == QuantMethod::kFp8 && IsLayerLinear(w.name)) {
+  if (fp8) {
     const int64_t rows = w.shape[0], cols = w.shape[1];
     Encoded e{DType::kF8E4M3, w.shape, std::vector<uint8_t>(rows * cols), std::vector<float>(rows)};
-    ParallelFor(rows, threads, [&](int64_t b, int64_t end) {
+    cpu::ParallelFor(rows, threads, [&](int64_t b, int64_t end) {
       for (int64_t r = b; r < end; ++r) {
         e.row_scales[r] = QuantizeRowFp8(f32.data() + r * cols, cols, e.bytes.data() + r * cols);
       }
     });
     return e;
   }
-  if (w.dtype == dtype) {
-    return Encoded{dtype, w.shape, std::vector<uint8_t>(w.data, w.data + w.nbytes)};
-  }
-  return Encoded{dtype, w.shape, EncodeAs(f32, dtype, threads)};
+  return Encoded{target, w.shape, EncodeAs(f32, target, threads)};
 }
 
 // A GGUF `llama` file's q / k rows (and their scales) back in HF order (cpu::UnpermuteQkRows):
@@ -254,10 +241,22 @@ Result<std::string> WriteTokenizer(const Checkpoint& source, const fs::path& dir
   return std::string(fs::exists(dir / kEngineGgufTokenizerFile, ec) ? "gguf" : "hf");
 }
 
-// Digests of every file in `dir` but the manifest and signature, and the manifest written
-// last (through a temporary name, so a reader never sees half of one).
+// Writes the manifest (through a temporary name, so a reader never sees half of one) and drops
+// the signature of the previous one.
+Status StoreManifest(const std::string& dir, const EngineManifest& m) {
+  const fs::path tmp = fs::path(dir) / (std::string(kEngineManifestFile) + ".tmp");
+  KILN_RETURN_IF_ERROR(WriteText(tmp, EngineManifestToJson(m)));
+  std::error_code ec;
+  fs::rename(tmp, fs::path(dir) / kEngineManifestFile, ec);
+  if (ec) return IoError(tmp.string() + ": rename failed: " + ec.message());
+  fs::remove(fs::path(dir) / kEngineSignatureFile, ec);
+  return Status::Ok();
+}
+
+// Digests of every file in `dir` but the manifest and signature into m.files, then the
+// manifest, written last.
 Status WriteManifest(const std::string& dir, EngineManifest& m, int threads,
-                     const EngineBuildOptions* o) {
+                     const EngineBuildOptions& o) {
   m.files.clear();
   std::vector<fs::path> paths;
   for (const auto& entry : fs::directory_iterator(dir)) {
@@ -269,18 +268,12 @@ Status WriteManifest(const std::string& dir, EngineManifest& m, int threads,
   }
   std::sort(paths.begin(), paths.end());
   for (const fs::path& p : paths) {
-    if (o != nullptr && o->progress) o->progress("sha256 " + p.filename().string(), 0, 1);
+    if (o.progress) o.progress("sha256 " + p.filename().string(), 0, 1);
     KILN_ASSIGN_OR_RETURN(FileDigest d, Sha256File(p.string(), kEngineChunkBytes, threads));
-    if (o != nullptr && o->progress) o->progress("sha256 " + p.filename().string(), 1, 1);
+    if (o.progress) o.progress("sha256 " + p.filename().string(), 1, 1);
     m.files[p.filename().string()] = std::move(d);
   }
-  const fs::path tmp = fs::path(dir) / (std::string(kEngineManifestFile) + ".tmp");
-  KILN_RETURN_IF_ERROR(WriteText(tmp, EngineManifestToJson(m)));
-  std::error_code ec;
-  fs::rename(tmp, fs::path(dir) / kEngineManifestFile, ec);
-  if (ec) return IoError(tmp.string() + ": rename failed: " + ec.message());
-  fs::remove(fs::path(dir) / kEngineSignatureFile, ec);  // it signed the old manifest
-  return Status::Ok();
+  return StoreManifest(dir, m);
 }
 
 }  // namespace
@@ -308,7 +301,7 @@ Status WriteEngine(const Checkpoint& source, const QuantizedModel* quantized,
                            " needs the quantizer's tensors (calibration runs in kiln build)");
   }
   KILN_RETURN_IF_ERROR(PrepareDirectory(o));
-  const int threads = ThreadCount(o.threads);
+  const int threads = o.threads > 0 ? o.threads : cpu::DefaultNumThreads();
   const fs::path dir(o.out_dir);
 
   ModelConfig config = source.config();
@@ -434,7 +427,7 @@ Status WriteEngine(const Checkpoint& source, const QuantizedModel* quantized,
   } else {
     m.kv_cache_scales = source.kv_cache_scales();
   }
-  return WriteManifest(o.out_dir, m, threads, &o);
+  return WriteManifest(o.out_dir, m, threads, o);
 }
 
 Status WriteEngineGemmTable(const std::string& dir, std::string_view table_json) {
@@ -442,9 +435,13 @@ Status WriteEngineGemmTable(const std::string& dir, std::string_view table_json)
   const std::string manifest_path = (root / kEngineManifestFile).string();
   KILN_ASSIGN_OR_RETURN(std::string text, ReadTextFile(manifest_path));
   KILN_ASSIGN_OR_RETURN(EngineManifest m, ParseEngineManifest(text, manifest_path));
-  KILN_RETURN_IF_ERROR(WriteText(root / kEngineGemmTableFile, table_json));
+  const fs::path table = root / kEngineGemmTableFile;
+  KILN_RETURN_IF_ERROR(WriteText(table, table_json));
+  // The other files are unchanged since the manifest listed them: only the table is hashed.
+  KILN_ASSIGN_OR_RETURN(m.files[std::string(kEngineGemmTableFile)],
+                        Sha256File(table.string(), kEngineChunkBytes, 1));
   m.gemm_table = std::string(kEngineGemmTableFile);
-  return WriteManifest(dir, m, ThreadCount(0), nullptr);
+  return StoreManifest(dir, m);
 }
 
 Status SignEngine(const std::string& dir, const std::string& private_key_pem) {

@@ -208,7 +208,21 @@ TEST(EngineWriterTest, SignatureCoversEveryFile) {
   const auto [priv, pub] = MakeKeyPair(keys, "a");
   const auto [other_priv, other_pub] = MakeKeyPair(keys, "b");
   const std::string dir = out_dir.path();
+  {
+    // The default dtype is the source's (bf16): its matrices are copied, not re-encoded (norms
+    // and biases are stored in f32).
+    const Checkpoint engine = Open(dir);
+    for (const Weight& w : engine.weights()) {
+      if (w.shape.ndim() != 2) continue;
+      const Weight* source = src.Find(w.name);
+      ASSERT_EQ(w.nbytes, source->nbytes) << w.name;
+      EXPECT_EQ(std::memcmp(w.data, source->data, w.nbytes), 0) << w.name;
+    }
+  }
   EXPECT_EQ(VerifyEngine(dir, pub, 2).code(), StatusCode::kNotFound);  // unsigned
+  // A GEMM table added after the build is listed with its digest (and covered by the signature).
+  ASSERT_TRUE(WriteEngineGemmTable(dir, "{\"entries\": []}\n").ok());
+  EXPECT_EQ(Open(dir).engine()->gemm_table_path, out_dir.file("gemm_table.json"));
   ASSERT_TRUE(SignEngine(dir, priv).ok());
   EXPECT_TRUE(VerifyEngine(dir, pub, 2).ok());
   EXPECT_EQ(VerifyEngine(dir, other_pub, 2).code(), StatusCode::kCorrupt);

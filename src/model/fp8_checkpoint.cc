@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "model/dequant.h"
@@ -68,11 +69,10 @@ Status CheckInt8Args(const json& args, const std::string& where, bool activation
   return Status::Ok();
 }
 
-Result<CheckpointQuantization> FromCompressedTensorsInt8(const json& qc, const std::string& file) {
-  CheckpointQuantization q;
-  q.method = QuantMethod::kInt8;
-  q.format = "compressed-tensors";
-  q.config_file = file;
+// Calls check(group, where) for each of a compressed-tensors quantization_config's config groups
+// (each an object with "weights"); `where` names the group in errors.
+Status ForEachConfigGroup(const json& qc, const std::string& file,
+                          const std::function<Status(const json&, const std::string&)>& check) {
   if (!qc.contains("config_groups") || !qc["config_groups"].is_object() ||
       qc["config_groups"].empty()) {
     return Corrupt(file + ": compressed-tensors quantization_config has no config_groups");
@@ -82,12 +82,25 @@ Result<CheckpointQuantization> FromCompressedTensorsInt8(const json& qc, const s
     if (!group.is_object() || !group.contains("weights")) {
       return Corrupt(where + ": expected an object with 'weights'");
     }
-    KILN_RETURN_IF_ERROR(CheckInt8Args(group["weights"], where + ".weights", false));
-    if (group.contains("input_activations") && !group["input_activations"].is_null()) {
-      KILN_RETURN_IF_ERROR(
-          CheckInt8Args(group["input_activations"], where + ".input_activations", true));
-    }
+    KILN_RETURN_IF_ERROR(check(group, where));
   }
+  return Status::Ok();
+}
+
+Result<CheckpointQuantization> FromCompressedTensorsInt8(const json& qc, const std::string& file) {
+  CheckpointQuantization q;
+  q.method = QuantMethod::kInt8;
+  q.format = "compressed-tensors";
+  q.config_file = file;
+  KILN_RETURN_IF_ERROR(
+      ForEachConfigGroup(qc, file, [](const json& group, const std::string& where) {
+        KILN_RETURN_IF_ERROR(CheckInt8Args(group["weights"], where + ".weights", false));
+        if (group.contains("input_activations") && !group["input_activations"].is_null()) {
+          KILN_RETURN_IF_ERROR(
+              CheckInt8Args(group["input_activations"], where + ".input_activations", true));
+        }
+        return Status::Ok();
+      }));
   return q;
 }
 
@@ -103,26 +116,21 @@ Result<CheckpointQuantization> FromCompressedTensors(const json& qc, const std::
                        "' is not supported (kiln reads float-quantized FP8 and int-quantized "
                        "INT8)");
   }
-  if (!qc.contains("config_groups") || !qc["config_groups"].is_object() ||
-      qc["config_groups"].empty()) {
-    return Corrupt(file + ": compressed-tensors quantization_config has no config_groups");
-  }
-  for (auto& [name, group] : qc["config_groups"].items()) {
-    const std::string where = file + ": quantization_config.config_groups." + name;
-    if (!group.is_object() || !group.contains("weights")) {
-      return Corrupt(where + ": expected an object with 'weights'");
-    }
-    KILN_RETURN_IF_ERROR(
-        CheckFloat8Args(group["weights"], where + ".weights", {"tensor", "channel"}));
-    if (group.contains("input_activations") && !group["input_activations"].is_null()) {
-      const json& in = group["input_activations"];
-      const bool dynamic = in.is_object() && in.contains("dynamic") && in["dynamic"].is_boolean() &&
-                           in["dynamic"].get<bool>();
-      KILN_RETURN_IF_ERROR(CheckFloat8Args(in, where + ".input_activations",
-                                           dynamic ? std::initializer_list<const char*>{"token"}
+  KILN_RETURN_IF_ERROR(
+      ForEachConfigGroup(qc, file, [](const json& group, const std::string& where) {
+        KILN_RETURN_IF_ERROR(
+            CheckFloat8Args(group["weights"], where + ".weights", {"tensor", "channel"}));
+        if (group.contains("input_activations") && !group["input_activations"].is_null()) {
+          const json& in = group["input_activations"];
+          const bool dynamic = in.is_object() && in.contains("dynamic") &&
+                               in["dynamic"].is_boolean() && in["dynamic"].get<bool>();
+          KILN_RETURN_IF_ERROR(CheckFloat8Args(in, where + ".input_activations",
+                                               dynamic
+                                                   ? std::initializer_list<const char*>{"token"}
                                                    : std::initializer_list<const char*>{"tensor"}));
-    }
-  }
+        }
+        return Status::Ok();
+      }));
   return q;
 }
 
