@@ -36,6 +36,12 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
       ->check(CLI::Range(0.01, 1.0));
   cmd->add_flag("--no-cuda-graphs", f->no_cuda_graphs,
                 "CUDA: launch every step's kernels instead of replaying captured graphs");
+  cmd->add_flag("--no-fused-quant", f->no_fused_quant,
+                "CUDA FP8: quantize each linear layer's input in a pass of its own instead of in "
+                "the norm / SiluMul before it (the same codes; for measuring the fusion)");
+  cmd->add_flag("--no-pdl", f->no_pdl,
+                "CUDA: launch the decode kernels without programmatic dependent launch "
+                "(Hopper and later overlap each kernel's start with the previous one's end)");
   cmd->add_option("--block-size", f->block_size, "tokens per KV block");
   cmd->add_option("--max-num-seqs", f->max_num_seqs, "requests running at once");
   cmd->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "tokens per step");
@@ -78,6 +84,8 @@ Result<LlmOptions> ToLlmOptions(const EngineFlags& f) {
   }
   options.gpu_memory_utilization = f.gpu_memory_utilization;
   options.enable_cuda_graphs = !f.no_cuda_graphs;
+  options.programmatic_launch = !f.no_pdl;
+  options.fuse_activation_quant = !f.no_fused_quant;
   e.block_size = f.block_size;
   e.max_model_len = f.max_model_len;
   e.enable_prefix_caching = !f.no_prefix_caching;

@@ -19,6 +19,8 @@ struct EngineFlags {
   std::string swap_space;       // "" = automatic (CUDA: 4 GiB, CPU: none); "0" = none
   float gpu_memory_utilization = 0.9f;
   bool no_cuda_graphs = false;
+  bool no_pdl = false;
+  bool no_fused_quant = false;
   int32_t block_size = 16;
   int32_t max_num_seqs = 256;
   int32_t max_num_batched_tokens = 2048;

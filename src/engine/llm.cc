@@ -139,6 +139,8 @@ Result<std::unique_ptr<ModelRunner>> CreateRunner(const Checkpoint& checkpoint,
     cuda.max_num_tokens = sched.max_num_batched_tokens;
     cuda.max_model_len = options.engine.max_model_len;
     cuda.enable_cuda_graphs = options.enable_cuda_graphs && !options.profile_cuda_ops;
+    cuda.programmatic_launch = options.programmatic_launch;
+    cuda.fuse_activation_quant = options.fuse_activation_quant;
     cuda.profile_ops = options.profile_cuda_ops;
     cuda.upload_progress = options.load_progress;
     return CreateCudaRunner(checkpoint, cuda);

@@ -59,6 +59,10 @@ struct LlmOptions {
   // none on the CPU, where the KV pool is host memory already.
   std::optional<int64_t> swap_space_bytes;
   bool enable_cuda_graphs = true;  // CUDA: replay captured graphs for decode steps
+  // CUDA: programmatic dependent launch where the device has it (CudaRunnerOptions).
+  bool programmatic_launch = true;
+  // CUDA FP8: quantize activations inside the norms / SiluMul (CudaRunnerOptions).
+  bool fuse_activation_quant = true;
   // CUDA: device time per op for benchmarks (CudaMemoryReport::op_seconds); no graphs.
   bool profile_cuda_ops = false;
   TokenizerLoadOptions tokenizer;

@@ -50,6 +50,7 @@
 #include "kernels/attention.h"
 #include "kernels/attention_mma.cuh"
 #include "kernels/dtype_traits.cuh"
+#include "kernels/launch.cuh"
 
 namespace kiln::kernels {
 namespace {
@@ -335,6 +336,8 @@ constexpr size_t DecodeSmemBytes() {
 
 template <int kHeadDim, typename T, typename C>
 __global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams<T, C> p) {
+  PdlWait();
+  PdlLaunchDependents();
   constexpr bool kFp8 = kIsFp8<C>;
   constexpr int kStride = kSmemStride<kHeadDim>;
   constexpr int kChunks = kHeadDim / 8;
@@ -477,6 +480,8 @@ __global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams<
 // w_j = l_j * 2^(m_j - max m). One thread per output element.
 template <int kHeadDim, typename T, typename C>
 __global__ void __launch_bounds__(kHeadDim) PagedDecodeReduceKernel(const DecodeParams<T, C> p) {
+  PdlWait();
+  PdlLaunchDependents();
   const int head = blockIdx.x;
   const int seq = blockIdx.y;
   const int seq_len = p.seq_lens[seq];
@@ -735,14 +740,16 @@ cudaError_t LaunchDecode(const T* q, int64_t q_stride, const PagedKvCacheT<T, C>
   if (y > 65535) return cudaErrorInvalidValue;
   const dim3 grid(splits, static_cast<unsigned>(y), num_seqs);
   const dim3 reduce_grid(dims.num_heads, num_seqs);
-  if (dims.head_dim == 64) {
-    PagedDecodeSplitKernel<64, T, C><<<grid, 32, DecodeSmemBytes<64, C>(), stream>>>(p);
-    if (splits > 1) PagedDecodeReduceKernel<64, T, C><<<reduce_grid, 64, 0, stream>>>(p);
-  } else {
-    PagedDecodeSplitKernel<128, T, C><<<grid, 32, DecodeSmemBytes<128, C>(), stream>>>(p);
-    if (splits > 1) PagedDecodeReduceKernel<128, T, C><<<reduce_grid, 128, 0, stream>>>(p);
-  }
-  return cudaGetLastError();
+  auto launch = [&]<int kHeadDim>() {
+    cudaError_t e = LaunchChained(PagedDecodeSplitKernel<kHeadDim, T, C>, grid, 32,
+                                  DecodeSmemBytes<kHeadDim, C>(), stream, p);
+    if (e == cudaSuccess && splits > 1) {
+      e = LaunchChained(PagedDecodeReduceKernel<kHeadDim, T, C>, reduce_grid, kHeadDim, 0, stream,
+                        p);
+    }
+    return e;
+  };
+  return dims.head_dim == 64 ? launch.template operator()<64>() : launch.template operator()<128>();
 }
 
 }  // namespace

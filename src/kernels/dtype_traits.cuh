@@ -95,6 +95,18 @@ __device__ __forceinline__ void Load8(const T* p, float (&v)[8]) {
   }
 }
 
+// The weight stream of the skinny linear layers (one warp per weight row): wv[u] =
+// row[base + 32 u] as 16-byte evict-first loads, zero past `chunks` 16-byte chunks.
+template <int kU>
+__device__ __forceinline__ void LoadChunks(const uint4* __restrict__ row, int64_t base,
+                                           int64_t chunks, uint4 (&wv)[kU]) {
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int64_t c = base + u * 32;
+    wv[u] = c < chunks ? __ldcs(row + c) : make_uint4(0, 0, 0, 0);
+  }
+}
+
 // f.template operator()<M>() for the row count m in 1 ..= 8 (kernels templated on their rows,
 // e.g. the skinny linear layers); m > 8 runs the 8-row instance.
 template <typename F>
@@ -152,6 +164,11 @@ __device__ __forceinline__ uint4 E4m3x8ToVec8(uint2 x) {
   return make_uint4(E4m3x2ToPair<T>(x.x & 0xffffu), E4m3x2ToPair<T>(x.x >> 16),
                     E4m3x2ToPair<T>(x.y & 0xffffu), E4m3x2ToPair<T>(x.y >> 16));
 }
+
+// The FP8 W8A8 activation scheme's constants (model/quantization.h, kept in step by quant_test
+// against the CPU reference): a row's scale is max(amax / kFp8Max, kFp8MinScale).
+inline constexpr float kFp8Max = 448.0f;
+inline constexpr float kFp8MinScale = 1.0f / (kFp8Max * 512.0f);
 
 // The e4m3 code of v, rounded to nearest even; |v| beyond 448 saturates to +-448 (never NaN).
 __device__ __forceinline__ __nv_fp8_e4m3 ToE4m3Sat(float v) {

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "kernels/dtype_traits.cuh"
+#include "kernels/launch.cuh"
 
 namespace kiln::kernels {
 namespace {
@@ -14,36 +15,71 @@ namespace {
 using bf16 = __nv_bfloat16;
 using dtype_internal::FloatsToPair;
 using dtype_internal::FromFloat;
+using dtype_internal::kFp8Max;
+using dtype_internal::kFp8MinScale;
 using dtype_internal::kIsFp8;
 using dtype_internal::PairToFloat2;
 using dtype_internal::RoundTo;
+using dtype_internal::ToE4m3Sat;
 using dtype_internal::ToFloat;
 using dtype_internal::Vec8;
 
-__device__ inline float WarpSum(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+struct SumOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxOp {  // of magnitudes (>= 0), whose identity is 0
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+template <typename Op>
+__device__ inline float WarpReduce(float v, Op op) {
+  for (int offset = 16; offset > 0; offset >>= 1)
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
 }
 
-// Sum over the block; every thread gets the result. REQUIRES: blockDim.x a multiple of 32, <= 1024.
-__device__ float BlockSum(float v) {
+// op over the block (0 is op's identity); every thread gets the result. REQUIRES: blockDim.x a
+// multiple of 32, <= 1024.
+template <typename Op>
+__device__ float BlockReduce(float v, Op op) {
   __shared__ float partial[32];
   __shared__ float total;
-  v = WarpSum(v);
+  v = WarpReduce(v, op);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   if (lane == 0) partial[warp] = v;
   __syncthreads();
   if (warp == 0) {
     float s = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : 0.0f;
-    s = WarpSum(s);
+    s = WarpReduce(s, op);
     if (lane == 0) total = s;
   }
   __syncthreads();
   return total;
 }
+__device__ float BlockSum(float v) { return BlockReduce(v, SumOp{}); }
+
+// The per-row e4m3 quantization of kernels::QuantizeRowsFp8 for a row this block holds: the
+// scale from the block's amax (thread 0 stores it), then each thread's codes of y / scale.
+__device__ __forceinline__ float Fp8RowScale(float thread_amax, float* scale_out) {
+  const float amax = BlockReduce(thread_amax, MaxOp{});
+  const float scale = fmaxf(amax / kFp8Max, kFp8MinScale);
+  if (threadIdx.x == 0) *scale_out = scale;
+  return scale;
+}
+__device__ __forceinline__ void StoreFp8x8(__nv_fp8_e4m3* p, const float (&y)[8], float scale) {
+  uint32_t word[2] = {0, 0};
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    // The CPU's IEEE quotient (QuantizeRowFp8), as QuantizeRowsFp8.
+    word[e / 4] |= uint32_t{ToE4m3Sat(__fdiv_rn(y[e], scale)).__x} << (8 * (e % 4));
+  }
+  *reinterpret_cast<uint2*>(p) = make_uint2(word[0], word[1]);
+}
 
 template <typename T>
 __global__ void EmbeddingKernel(const int32_t* ids, const T* table, int32_t hidden, T* out) {
+  PdlWait();
+  PdlLaunchDependents();
   const int64_t row = ids[blockIdx.x];
   const T* src = table + row * hidden;
   T* dst = out + int64_t{blockIdx.x} * hidden;
@@ -108,6 +144,8 @@ template <typename T, typename R>
 __global__ void RmsNormKernel(const T* x, int64_t ldx, R* residual, NormResidual mode,
                               const int32_t* row_ids, int32_t dim, const T* weight, float eps,
                               T* out, int64_t ldo) {
+  PdlWait();
+  PdlLaunchDependents();
   const int64_t row = row_ids != nullptr ? row_ids[blockIdx.x] : blockIdx.x;
   const T* xr = x + row * ldx;
   R* rr = mode.add ? residual + row * ldx : nullptr;
@@ -140,10 +178,14 @@ __global__ void RmsNormKernel(const T* x, int64_t ldx, R* residual, NormResidual
 // (~13 us a call, 64 calls a token on an 8B model).
 // REQUIRES: dim and ldx, ldo multiples of 8, pointers 16-byte aligned, dim <= 8 * kVecs *
 // blockDim.
-template <int kVecs, typename T, typename R>
+// O: T, or __nv_fp8_e4m3 with out_scales (RmsNormF32ResidualFp8: the row rounded to T, then
+// quantized as QuantizeRowsFp8 quantizes it).
+template <int kVecs, typename T, typename R, typename O>
 __global__ void RmsNormVecKernel(const T* x, int64_t ldx, R* residual, NormResidual mode,
                                  const int32_t* row_ids, int32_t dim, const T* weight, float eps,
-                                 T* out, int64_t ldo) {
+                                 O* out, int64_t ldo, float* out_scales) {
+  PdlWait();
+  PdlLaunchDependents();
   const int64_t row = row_ids != nullptr ? row_ids[blockIdx.x] : blockIdx.x;
   const int nvec = dim / 8;
   const T* xr = x + row * ldx;
@@ -173,12 +215,13 @@ __global__ void RmsNormVecKernel(const T* x, int64_t ldx, R* residual, NormResid
     for (int e = 0; e < 8; ++e) sum_sq += v[j][e] * v[j][e];
   }
   const float inv = rsqrtf(BlockSum(sum_sq) / static_cast<float>(dim) + eps);
-  T* o = out + int64_t{blockIdx.x} * ldo;
+  O* o = out + int64_t{blockIdx.x} * ldo;
+  float amax = 0.0f;
 #pragma unroll
   for (int j = 0; j < kVecs; ++j) {
     const int i = threadIdx.x + j * blockDim.x;
     if (i >= nvec) continue;
-    float y[8];
+    float* y = v[j];  // the normalized row replaces the sum (kept for the FP8 pass)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const float2 w = PairToFloat2<T>(wv[j].h[e]);
@@ -186,50 +229,66 @@ __global__ void RmsNormVecKernel(const T* x, int64_t ldx, R* residual, NormResid
       y[2 * e] = RoundTo<T>(v[j][2 * e] * inv) * w.x;
       y[2 * e + 1] = RoundTo<T>(v[j][2 * e + 1] * inv) * w.y;
     }
-    Store8(o + 8 * i, y);
+    if constexpr (std::is_same_v<O, T>) {
+      Store8(o + 8 * i, v[j]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        y[e] = RoundTo<T>(y[e]);  // what QuantizeRowsFp8 would read back
+        amax = fmaxf(amax, fabsf(y[e]));
+      }
+    }
+  }
+  if constexpr (!std::is_same_v<O, T>) {
+    const float scale = Fp8RowScale(amax, out_scales + blockIdx.x);
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      const int i = threadIdx.x + j * blockDim.x;
+      if (i < nvec) StoreFp8x8(o + 8 * i, v[j], scale);
+    }
   }
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-template <typename T, typename R>
+// O: T, or __nv_fp8_e4m3 with out_scales (the vectorized kernel only).
+template <typename T, typename R, typename O = T>
 cudaError_t LaunchRmsNorm(const T* x, int64_t ldx, R* residual, NormResidual mode,
                           const int32_t* row_ids, int32_t num_rows, int32_t dim, const T* weight,
-                          float eps, T* out, int64_t ldo, cudaStream_t stream) {
+                          float eps, O* out, int64_t ldo, cudaStream_t stream,
+                          float* out_scales = nullptr) {
+  constexpr bool kFp8Out = !std::is_same_v<O, T>;
   if (num_rows == 0) return cudaSuccess;
   if (dim <= 0 || dim > kNormMaxDim) return cudaErrorInvalidValue;
-  const bool vec = dim % 8 == 0 && ldx % 8 == 0 && ldo % 8 == 0 && Aligned16(x) && Aligned16(out) &&
+  const bool out_aligned = kFp8Out ? reinterpret_cast<uintptr_t>(out) % 8 == 0 : Aligned16(out);
+  const bool vec = dim % 8 == 0 && ldx % 8 == 0 && ldo % 8 == 0 && Aligned16(x) && out_aligned &&
                    Aligned16(weight) && (residual == nullptr || Aligned16(residual));
-  if (!vec) {
-    RmsNormKernel<T, R><<<num_rows, kNormThreads, 0, stream>>>(x, ldx, residual, mode, row_ids, dim,
-                                                               weight, eps, out, ldo);
-    return cudaGetLastError();
+  if (kFp8Out && (!vec || out_scales == nullptr)) return cudaErrorInvalidValue;
+  if constexpr (!kFp8Out) {
+    if (!vec) {
+      return LaunchChained(RmsNormKernel<T, R>, num_rows, kNormThreads, 0, stream, x, ldx, residual,
+                           mode, row_ids, dim, weight, eps, out, ldo);
+    }
   }
   const int nvec = dim / 8;
   const int threads = nvec <= 128 ? 128 : kNormThreads;
   const int vecs = (nvec + threads - 1) / threads;  // <= 6 for dim <= kNormMaxDim
   auto launch = [&](auto kernel) {
-    kernel<<<num_rows, threads, 0, stream>>>(x, ldx, residual, mode, row_ids, dim, weight, eps, out,
-                                             ldo);
+    return LaunchChained(kernel, num_rows, threads, 0, stream, x, ldx, residual, mode, row_ids, dim,
+                         weight, eps, out, ldo, out_scales);
   };
   switch (vecs) {
     case 1:
-      launch(RmsNormVecKernel<1, T, R>);
-      break;
+      return launch(RmsNormVecKernel<1, T, R, O>);
     case 2:
-      launch(RmsNormVecKernel<2, T, R>);
-      break;
+      return launch(RmsNormVecKernel<2, T, R, O>);
     case 3:
-      launch(RmsNormVecKernel<3, T, R>);
-      break;
+      return launch(RmsNormVecKernel<3, T, R, O>);
     case 4:
-      launch(RmsNormVecKernel<4, T, R>);
-      break;
+      return launch(RmsNormVecKernel<4, T, R, O>);
     default:
-      launch(RmsNormVecKernel<6, T, R>);
-      break;
+      return launch(RmsNormVecKernel<6, T, R, O>);
   }
-  return cudaGetLastError();
 }
 
 // Blocks of one token's (head, pair) work items: one item per thread, so a decode step's few
@@ -238,6 +297,8 @@ constexpr int kRopeThreads = 128;
 
 template <typename T, typename C>
 __global__ void RopeStoreKvKernel(RopeKvArgsT<T, C> a) {
+  PdlWait();
+  PdlLaunchDependents();
   const int t = blockIdx.x;
   const int half = a.head_dim / 2;
   const int total_heads = a.num_heads + 2 * a.num_kv_heads;
@@ -296,6 +357,8 @@ __device__ __forceinline__ T SiluTimes(T g, T u) {
 // Rows on the grid's x (up to 2^31 - 1; y stops at 65535), column blocks on y.
 template <typename T>
 __global__ void SiluMulKernel(const T* gate_up, int64_t ld, int32_t dim, T* out, int64_t ldo) {
+  PdlWait();
+  PdlLaunchDependents();
   const T* g = gate_up + int64_t{blockIdx.x} * ld;
   const T* u = g + dim;
   T* o = out + int64_t{blockIdx.x} * ldo;
@@ -309,6 +372,8 @@ __global__ void SiluMulKernel(const T* gate_up, int64_t ld, int32_t dim, T* out,
 // bandwidth on prefill-sized inputs.
 template <typename T>
 __global__ void SiluMulVec8Kernel(const T* gate_up, int64_t ld, int32_t dim, T* out, int64_t ldo) {
+  PdlWait();
+  PdlLaunchDependents();
   const auto* g = reinterpret_cast<const uint4*>(gate_up + int64_t{blockIdx.x} * ld);
   const auto* u = reinterpret_cast<const uint4*>(gate_up + int64_t{blockIdx.x} * ld + dim);
   auto* o = reinterpret_cast<uint4*>(out + int64_t{blockIdx.x} * ldo);
@@ -322,6 +387,49 @@ __global__ void SiluMulVec8Kernel(const T* gate_up, int64_t ld, int32_t dim, T* 
 #pragma unroll
     for (int k = 0; k < 8; ++k) oe[k] = SiluTimes(ge[k], ue[k]);
     o[c] = ov;
+  }
+}
+
+// SiluMulVec8Kernel's row quantized to e4m3 (SiluMulFp8): one block per row, each thread
+// keeping its kVecs pieces of 8 products in registers between the amax and the codes (a second
+// pass over the row would miss L2 on prompt steps: a CTA's row is up to 64 KiB of gate_up).
+// REQUIRES: dim / 8 <= kVecs * blockDim.x.
+template <int kVecs, typename T>
+__global__ void SiluMulFp8Kernel(const T* gate_up, int64_t ld, int32_t dim, __nv_fp8_e4m3* out,
+                                 int64_t ldo, float* out_scales) {
+  PdlWait();
+  PdlLaunchDependents();
+  const auto* g = reinterpret_cast<const uint4*>(gate_up + int64_t{blockIdx.x} * ld);
+  const auto* u = reinterpret_cast<const uint4*>(gate_up + int64_t{blockIdx.x} * ld + dim);
+  __nv_fp8_e4m3* o = out + int64_t{blockIdx.x} * ldo;
+  const int nvec = dim / 8;
+  uint4 gv[kVecs], uv[kVecs];
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    if (i < nvec) {
+      gv[j] = g[i];
+      uv[j] = u[i];
+    }
+  }
+  float y[kVecs][8];
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j) {
+    if (threadIdx.x + j * blockDim.x >= nvec) continue;
+    const T* ge = reinterpret_cast<const T*>(&gv[j]);
+    const T* ue = reinterpret_cast<const T*>(&uv[j]);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      y[j][k] = ToFloat(SiluTimes(ge[k], ue[k]));
+      amax = fmaxf(amax, fabsf(y[j][k]));
+    }
+  }
+  const float scale = Fp8RowScale(amax, out_scales + blockIdx.x);
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    if (i < nvec) StoreFp8x8(o + 8 * i, y[j], scale);
   }
 }
 
@@ -339,18 +447,18 @@ template <typename T>
 cudaError_t LaunchEmbedding(const int32_t* ids, int32_t num_tokens, const T* table, int32_t hidden,
                             T* out, cudaStream_t stream) {
   if (num_tokens == 0) return cudaSuccess;
-  EmbeddingKernel<<<num_tokens, 128, 0, stream>>>(ids, table, hidden, out);
-  return cudaGetLastError();
+  return LaunchChained(EmbeddingKernel<T>, num_tokens, 128, 0, stream, ids, table, hidden, out);
 }
 
-template <typename T>
+// O: T, or __nv_fp8_e4m3 with out_scales.
+template <typename T, typename O>
 cudaError_t LaunchRmsNormF32Residual(const T* x, int64_t ldx, float* residual, bool init,
                                      const int32_t* row_ids, int32_t num_rows, int32_t dim,
-                                     const T* weight, float eps, T* out, int64_t ldo,
-                                     cudaStream_t stream) {
+                                     const T* weight, float eps, O* out, int64_t ldo,
+                                     cudaStream_t stream, float* out_scales = nullptr) {
   if (residual == nullptr || (init && row_ids != nullptr)) return cudaErrorInvalidValue;
   return LaunchRmsNorm(x, ldx, residual, NormResidual{true, init}, row_ids, num_rows, dim, weight,
-                       eps, out, ldo, stream);
+                       eps, out, ldo, stream, out_scales);
 }
 
 template <typename T, typename C>
@@ -363,8 +471,7 @@ cudaError_t LaunchRopeStoreKv(const RopeKvArgsT<T, C>& args, cudaStream_t stream
   if (args.head_dim % 2 != 0) return cudaErrorInvalidValue;
   const int items = (args.num_heads + 2 * args.num_kv_heads) * (args.head_dim / 2);
   const dim3 grid(args.num_tokens, (items + kRopeThreads - 1) / kRopeThreads);
-  RopeStoreKvKernel<<<grid, kRopeThreads, 0, stream>>>(args);
-  return cudaGetLastError();
+  return LaunchChained(RopeStoreKvKernel<T, C>, grid, kRopeThreads, 0, stream, args);
 }
 
 template <typename T>
@@ -374,12 +481,35 @@ cudaError_t LaunchSiluMul(const T* gate_up, int64_t ld, int32_t num_rows, int32_
   const int threads = 256;
   if (dim % 8 == 0 && ld % 8 == 0 && ldo % 8 == 0 && Aligned16(gate_up) && Aligned16(out)) {
     const dim3 grid(num_rows, (dim / 8 + threads - 1) / threads);
-    SiluMulVec8Kernel<<<grid, threads, 0, stream>>>(gate_up, ld, dim, out, ldo);
-    return cudaGetLastError();
+    return LaunchChained(SiluMulVec8Kernel<T>, grid, threads, 0, stream, gate_up, ld, dim, out,
+                         ldo);
   }
   const dim3 grid(num_rows, (dim + threads - 1) / threads);
-  SiluMulKernel<<<grid, threads, 0, stream>>>(gate_up, ld, dim, out, ldo);
-  return cudaGetLastError();
+  return LaunchChained(SiluMulKernel<T>, grid, threads, 0, stream, gate_up, ld, dim, out, ldo);
+}
+
+template <typename T>
+cudaError_t LaunchSiluMulFp8(const T* gate_up, int64_t ld, int32_t num_rows, int32_t dim,
+                             __nv_fp8_e4m3* out, int64_t ldo, float* out_scales,
+                             cudaStream_t stream) {
+  if (num_rows == 0) return cudaSuccess;
+  if (dim % 8 != 0 || ld % 8 != 0 || ldo % 8 != 0 || !Aligned16(gate_up) ||
+      reinterpret_cast<uintptr_t>(out) % 8 != 0 || out_scales == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  // 8 to 64 values a thread in registers; dim up to 8 * 8 * 1024 = 65,536.
+  const int nvec = dim / 8;
+  const int threads = nvec <= 8 * 256 ? 256 : (nvec <= 8 * 512 ? 512 : 1024);
+  const int vecs = (nvec + threads - 1) / threads;
+  if (vecs > 8) return cudaErrorInvalidValue;
+  auto launch = [&](auto kernel) {
+    return LaunchChained(kernel, num_rows, threads, 0, stream, gate_up, ld, dim, out, ldo,
+                         out_scales);
+  };
+  if (vecs <= 1) return launch(SiluMulFp8Kernel<1, T>);
+  if (vecs <= 2) return launch(SiluMulFp8Kernel<2, T>);
+  if (vecs <= 4) return launch(SiluMulFp8Kernel<4, T>);
+  return launch(SiluMulFp8Kernel<8, T>);
 }
 
 template <typename T>
@@ -430,6 +560,21 @@ cudaError_t RmsNormF32Residual(const __half* x, int64_t ldx, float* residual, bo
                                   ldo, stream);
 }
 
+cudaError_t RmsNormF32ResidualFp8(const bf16* x, int64_t ldx, float* residual, bool init,
+                                  const int32_t* row_ids, int32_t num_rows, int32_t dim,
+                                  const bf16* weight, float eps, __nv_fp8_e4m3* out, int64_t ldo,
+                                  float* out_scales, cudaStream_t stream) {
+  return LaunchRmsNormF32Residual(x, ldx, residual, init, row_ids, num_rows, dim, weight, eps, out,
+                                  ldo, stream, out_scales);
+}
+cudaError_t RmsNormF32ResidualFp8(const __half* x, int64_t ldx, float* residual, bool init,
+                                  const int32_t* row_ids, int32_t num_rows, int32_t dim,
+                                  const __half* weight, float eps, __nv_fp8_e4m3* out, int64_t ldo,
+                                  float* out_scales, cudaStream_t stream) {
+  return LaunchRmsNormF32Residual(x, ldx, residual, init, row_ids, num_rows, dim, weight, eps, out,
+                                  ldo, stream, out_scales);
+}
+
 cudaError_t RopeStoreKv(const RopeKvArgs& args, cudaStream_t stream) {
   return LaunchRopeStoreKv(args, stream);
 }
@@ -450,6 +595,15 @@ cudaError_t SiluMul(const bf16* gate_up, int64_t ld, int32_t num_rows, int32_t d
 cudaError_t SiluMul(const __half* gate_up, int64_t ld, int32_t num_rows, int32_t dim, __half* out,
                     int64_t ldo, cudaStream_t stream) {
   return LaunchSiluMul(gate_up, ld, num_rows, dim, out, ldo, stream);
+}
+
+cudaError_t SiluMulFp8(const bf16* gate_up, int64_t ld, int32_t num_rows, int32_t dim,
+                       __nv_fp8_e4m3* out, int64_t ldo, float* out_scales, cudaStream_t stream) {
+  return LaunchSiluMulFp8(gate_up, ld, num_rows, dim, out, ldo, out_scales, stream);
+}
+cudaError_t SiluMulFp8(const __half* gate_up, int64_t ld, int32_t num_rows, int32_t dim,
+                       __nv_fp8_e4m3* out, int64_t ldo, float* out_scales, cudaStream_t stream) {
+  return LaunchSiluMulFp8(gate_up, ld, num_rows, dim, out, ldo, out_scales, stream);
 }
 
 cudaError_t FloatToBf16(const float* in, int64_t n, bf16* out, cudaStream_t stream) {

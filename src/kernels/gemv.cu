@@ -4,11 +4,13 @@
 #include <cuda_fp16.h>
 
 #include "kernels/dtype_traits.cuh"
+#include "kernels/launch.cuh"
 
 namespace kiln::kernels {
 namespace {
 
 using dtype_internal::FromFloat;
+using dtype_internal::LoadChunks;
 using dtype_internal::Pair;
 using dtype_internal::PairToFloat2;
 using dtype_internal::ToFloat;
@@ -51,14 +53,15 @@ __global__ void __launch_bounds__(kWarps * 32)
   float acc[M];
 #pragma unroll
   for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+  uint4 wv[kUnroll];
+  // The first loads go out before PdlWait (launch.cuh): weights are no earlier kernel's output,
+  // so under programmatic launch they stream while the previous kernel finishes.
+  LoadChunks<kUnroll>(wr, lane, chunks, wv);
+  PdlWait();
+  PdlLaunchDependents();
   for (int64_t base = lane; base < chunks; base += 32 * kUnroll) {
-    uint4 wv[kUnroll];
     // Every load is issued before any is used: the weight stream is the whole cost.
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t c = base + u * 32;
-      wv[u] = c < chunks ? __ldcs(wr + c) : make_uint4(0, 0, 0, 0);
-    }
+    if (base != lane) LoadChunks<kUnroll>(wr, base, chunks, wv);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t c = base + u * 32;
@@ -87,13 +90,11 @@ template <int M, typename T>
 cudaError_t Launch(const GemvArgsT<T>& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((a.n + kWarps - 1) / kWarps));
   if (a.out_f32) {
-    GemvKernel<M, T, float><<<grid, kWarps * 32, 0, stream>>>(a.x, a.ldx, a.w, a.n, a.k, a.bias,
-                                                              static_cast<float*>(a.out), a.ldo);
-  } else {
-    GemvKernel<M, T, T><<<grid, kWarps * 32, 0, stream>>>(a.x, a.ldx, a.w, a.n, a.k, a.bias,
-                                                          static_cast<T*>(a.out), a.ldo);
+    return LaunchChained(GemvKernel<M, T, float>, grid, kWarps * 32, 0, stream, a.x, a.ldx, a.w,
+                         a.n, a.k, a.bias, static_cast<float*>(a.out), a.ldo);
   }
-  return cudaGetLastError();
+  return LaunchChained(GemvKernel<M, T, T>, grid, kWarps * 32, 0, stream, a.x, a.ldx, a.w, a.n, a.k,
+                       a.bias, static_cast<T*>(a.out), a.ldo);
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }

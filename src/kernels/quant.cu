@@ -8,19 +8,21 @@
 
 #include "kernels/dtype_traits.cuh"
 #include "kernels/gemv.h"
+#include "kernels/launch.cuh"
 
 namespace kiln::kernels {
 namespace {
 
 using dtype_internal::DispatchRows;
 using dtype_internal::FromFloat;
+using dtype_internal::kFp8Max;
+using dtype_internal::kFp8MinScale;
 using dtype_internal::Load8;
+using dtype_internal::LoadChunks;
 using dtype_internal::PairToFloat2;
 using dtype_internal::ToFloat;
 
 // model/quantization.h (kept in step by quant_test against the CPU reference).
-constexpr float kFp8Max = 448.0f;
-constexpr float kFp8MinScale = 1.0f / (kFp8Max * 512.0f);
 constexpr float kInt8Max = 127.0f;
 constexpr float kInt8MinScale = 1.17549435e-38f;  // FLT_MIN
 
@@ -64,6 +66,8 @@ __global__ void __launch_bounds__(kQuantThreads)
     QuantizeRowsKernel(const T* __restrict__ x, int64_t ldx, int64_t cols, Code* __restrict__ out,
                        int64_t ldo, float* __restrict__ scales) {
   __shared__ float partial[kQuantThreads / 32];
+  PdlWait();
+  PdlLaunchDependents();
   const T* row = x + blockIdx.x * ldx;
   float amax = 0.0f;
   for (int64_t c = threadIdx.x * 8; c < cols; c += kQuantThreads * 8) {
@@ -97,9 +101,8 @@ cudaError_t LaunchQuantize(const T* x, int64_t ldx, int64_t rows, int64_t cols, 
                            int64_t ldo, float* scales, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   if (cols % 8 != 0 || ldx % 8 != 0 || ldo % 8 != 0) return cudaErrorInvalidValue;
-  QuantizeRowsKernel<T, Code>
-      <<<static_cast<unsigned>(rows), kQuantThreads, 0, stream>>>(x, ldx, cols, out, ldo, scales);
-  return cudaGetLastError();
+  return LaunchChained(QuantizeRowsKernel<T, Code>, static_cast<unsigned>(rows), kQuantThreads, 0,
+                       stream, x, ldx, cols, out, ldo, scales);
 }
 
 // ---- FP8 GEMM epilogue ----------------------------------------------------------------------
@@ -115,6 +118,8 @@ __global__ void ApplyScalesKernel(const In* y, int64_t ldy, int64_t cols,
                                   const float* __restrict__ row_scale,
                                   const float* __restrict__ col_scale, const T* __restrict__ bias,
                                   Out* out, int64_t ldo) {
+  PdlWait();
+  PdlLaunchDependents();
   const int64_t c = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   const int64_t r = blockIdx.y;
   if (c >= cols) return;
@@ -135,9 +140,8 @@ cudaError_t LaunchApplyScales(const In* y, int64_t ldy, int64_t rows, int64_t co
   if (rows > 65535) return cudaErrorInvalidValue;  // grid.y
   constexpr int kBlock = 256;
   const dim3 grid(static_cast<unsigned>((cols + kBlock - 1) / kBlock), static_cast<unsigned>(rows));
-  ApplyScalesKernel<In, T, Out>
-      <<<grid, kBlock, 0, stream>>>(y, ldy, cols, row_scale, col_scale, bias, out, ldo);
-  return cudaGetLastError();
+  return LaunchChained(ApplyScalesKernel<In, T, Out>, grid, kBlock, 0, stream, y, ldy, cols,
+                       row_scale, col_scale, bias, out, ldo);
 }
 
 // ---- W8A16 GEMV ----------------------------------------------------------------------------
@@ -200,13 +204,13 @@ __global__ void __launch_bounds__(kWarps * 32)
   float acc[M];
 #pragma unroll
   for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+  uint4 wv[kUnroll];
+  // As GemvKernel (gemv.cu): the first weight loads go out before PdlWait.
+  LoadChunks<kUnroll>(wr, lane, chunks, wv);
+  PdlWait();
+  PdlLaunchDependents();
   for (int64_t base = lane; base < chunks; base += 32 * kUnroll) {
-    uint4 wv[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t c = base + u * 32;
-      wv[u] = c < chunks ? __ldcs(wr + c) : make_uint4(0, 0, 0, 0);
-    }
+    if (base != lane) LoadChunks<kUnroll>(wr, base, chunks, wv);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t c = base + u * 32;
@@ -238,13 +242,11 @@ cudaError_t LaunchGemvW8M(const Args& a, cudaStream_t stream) {
   using Code = std::remove_cv_t<std::remove_pointer_t<decltype(a.w)>>;
   const dim3 grid(static_cast<unsigned>((a.n + kWarps - 1) / kWarps));
   if (a.out_f32) {
-    GemvW8Kernel<M, T, Code, float><<<grid, kWarps * 32, 0, stream>>>(
-        a.x, a.ldx, a.w, a.w_scale, a.n, a.k, a.bias, static_cast<float*>(a.out), a.ldo);
-  } else {
-    GemvW8Kernel<M, T, Code, T><<<grid, kWarps * 32, 0, stream>>>(
-        a.x, a.ldx, a.w, a.w_scale, a.n, a.k, a.bias, static_cast<T*>(a.out), a.ldo);
+    return LaunchChained(GemvW8Kernel<M, T, Code, float>, grid, kWarps * 32, 0, stream, a.x, a.ldx,
+                         a.w, a.w_scale, a.n, a.k, a.bias, static_cast<float*>(a.out), a.ldo);
   }
-  return cudaGetLastError();
+  return LaunchChained(GemvW8Kernel<M, T, Code, T>, grid, kWarps * 32, 0, stream, a.x, a.ldx, a.w,
+                       a.w_scale, a.n, a.k, a.bias, static_cast<T*>(a.out), a.ldo);
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }

@@ -1,16 +1,18 @@
 // kernels::QuantizeRowsFp8 and kernels::GemvFp8 against model/quantization.h's arithmetic on the
-// host (label gpu). Quantization is compared bit for bit (the same fp32 division and
-// round-to-nearest-even e4m3 conversion on both sides); the GEMV as kernels/fp8_test_util.cuh
-// explains.
+// host, and the quantization fused into RmsNorm / SiluMul against the unfused pair (label gpu).
+// Quantization is compared bit for bit (the same fp32 division and round-to-nearest-even e4m3
+// conversion on both sides); the GEMV as kernels/fp8_test_util.cuh explains.
 #include "kernels/quant.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
+#include "kernels/elementwise.h"
 #include "kernels/fp8_test_util.cuh"
 #include "kernels/gemv.h"
 #include "kernels/test_util.cuh"
@@ -128,6 +130,104 @@ TYPED_TEST(GemvFp8Gpu, SupportedChecksShapes) {
   a.m = 1;
   a.w_scale = nullptr;
   EXPECT_FALSE(GemvFp8Supported(a));
+}
+
+// The fused activation quantization (kernels/elementwise.h) writes what the unfused pair writes:
+// the op's T output, then QuantizeRowsFp8 of it, bit for bit (codes, scales and, for the norm,
+// the updated residual stream).
+KILN_ELEMENT_TYPED_TEST_SUITE(FusedFp8QuantGpu);
+
+template <typename T>
+void ExpectSameBytes(const std::vector<T>& got, const std::vector<T>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0 && bad++ < 5) {
+      ADD_FAILURE() << what << "[" << i << "] differs";
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+TYPED_TEST(FusedFp8QuantGpu, RmsNormFp8EqualsRmsNormThenQuantize) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  // dim 576 (SmolLM2: one vector a thread), 4096 (Llama 8B: 2 per thread) and 8200 (6); rows
+  // with a zero input, an init (layer 0) step and a row pick.
+  for (const auto [rows, dim, init, pick] : std::vector<std::tuple<int32_t, int32_t, bool, bool>>{
+           {5, 576, true, false}, {37, 4096, false, false}, {3, 8200, false, true}}) {
+    SCOPED_TRACE(testing::Message() << "rows=" << rows << " dim=" << dim);
+    std::mt19937 rng(static_cast<uint32_t>(rows * dim));
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<uint16_t> x(int64_t{rows} * dim), w(dim);
+    std::vector<float> residual(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      x[i] = Format<T>::FromF32(i / dim == 1 ? 0.0f : dist(rng) * 3.0f);
+      residual[i] = dist(rng) * 20.0f;
+    }
+    for (auto& v : w) v = Format<T>::FromF32(1.0f + 0.1f * dist(rng));
+    const int32_t out_rows = pick ? 2 : rows;
+    std::vector<int32_t> ids = {2, 0};
+    Dev<uint16_t> dx(x.size()), dw(dim), dout(int64_t{out_rows} * dim);
+    Dev<float> dres_a(residual.size()), dres_b(residual.size()), ds_a(out_rows), ds_b(out_rows);
+    Dev<uint8_t> dq_a(int64_t{out_rows} * dim), dq_b(int64_t{out_rows} * dim);
+    Dev<int32_t> dids(ids.size());
+    dx.Upload(x);
+    dw.Upload(w);
+    dres_a.Upload(residual);
+    dres_b.Upload(residual);
+    dids.Upload(ids);
+    const int32_t* row_ids = pick ? dids.ptr : nullptr;
+    auto* q_a = reinterpret_cast<__nv_fp8_e4m3*>(dq_a.ptr);
+    auto* q_b = reinterpret_cast<__nv_fp8_e4m3*>(dq_b.ptr);
+    CUDA_OK(RmsNormF32Residual(As<T>(dx.ptr), dim, dres_a.ptr, init, row_ids, out_rows, dim,
+                               As<T>(dw.ptr), 1e-5f, As<T>(dout.ptr), dim, nullptr));
+    CUDA_OK(QuantizeRowsFp8(As<T>(dout.ptr), dim, out_rows, dim, q_a, dim, ds_a.ptr, nullptr));
+    CUDA_OK(RmsNormF32ResidualFp8(As<T>(dx.ptr), dim, dres_b.ptr, init, row_ids, out_rows, dim,
+                                  As<T>(dw.ptr), 1e-5f, q_b, dim, ds_b.ptr, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    const int64_t n = int64_t{out_rows} * dim;
+    ExpectSameBytes(dq_b.Download(n), dq_a.Download(n), "codes");
+    ExpectSameBytes(ds_b.Download(out_rows), ds_a.Download(out_rows), "scales");
+    ExpectSameBytes(dres_b.Download(residual.size()), dres_a.Download(residual.size()), "residual");
+  }
+}
+
+TYPED_TEST(FusedFp8QuantGpu, SiluMulFp8EqualsSiluMulThenQuantize) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  for (const auto [rows, dim] :
+       std::vector<std::pair<int32_t, int32_t>>{{1, 1536}, {9, 14336}, {4, 2056}, {2, 20480}}) {
+    SCOPED_TRACE(testing::Message() << "rows=" << rows << " dim=" << dim);
+    std::mt19937 rng(static_cast<uint32_t>(rows + dim));
+    std::normal_distribution<float> dist(0.0f, 2.0f);
+    std::vector<uint16_t> gate_up(int64_t{rows} * 2 * dim);
+    for (auto& v : gate_up) v = Format<T>::FromF32(dist(rng));
+    Dev<uint16_t> dgu(gate_up.size()), dact(int64_t{rows} * dim);
+    Dev<uint8_t> dq_a(int64_t{rows} * dim), dq_b(int64_t{rows} * dim);
+    Dev<float> ds_a(rows), ds_b(rows);
+    dgu.Upload(gate_up);
+    auto* q_a = reinterpret_cast<__nv_fp8_e4m3*>(dq_a.ptr);
+    auto* q_b = reinterpret_cast<__nv_fp8_e4m3*>(dq_b.ptr);
+    CUDA_OK(SiluMul(As<T>(dgu.ptr), 2 * dim, rows, dim, As<T>(dact.ptr), dim, nullptr));
+    CUDA_OK(QuantizeRowsFp8(As<T>(dact.ptr), dim, rows, dim, q_a, dim, ds_a.ptr, nullptr));
+    CUDA_OK(SiluMulFp8(As<T>(dgu.ptr), 2 * dim, rows, dim, q_b, dim, ds_b.ptr, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    ExpectSameBytes(dq_b.Download(int64_t{rows} * dim), dq_a.Download(int64_t{rows} * dim),
+                    "codes");
+    ExpectSameBytes(ds_b.Download(rows), ds_a.Download(rows), "scales");
+  }
+}
+
+TYPED_TEST(FusedFp8QuantGpu, RejectUnalignedShapes) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  EXPECT_EQ(SiluMulFp8(static_cast<const T*>(nullptr), 24, 1, 12, nullptr, 12, nullptr, nullptr),
+            cudaErrorInvalidValue);
+  Dev<float> dres(16);
+  EXPECT_EQ(RmsNormF32ResidualFp8(static_cast<const T*>(nullptr), 12, dres.ptr, false, nullptr, 1,
+                                  12, nullptr, 1e-5f, nullptr, 12, nullptr, nullptr),
+            cudaErrorInvalidValue);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "kernels/attention_mma.cuh"
 #include "kernels/dtype_traits.cuh"
+#include "kernels/launch.cuh"
 
 namespace kiln::kernels {
 namespace {
@@ -78,6 +79,8 @@ __global__ void RepackScalesKernel(const uint16_t* __restrict__ scales,
 template <typename T>
 __global__ void GatherKernel(const T* __restrict__ x, int64_t ldx, int64_t k,
                              const int32_t* __restrict__ perm, T* __restrict__ out) {
+  PdlWait();
+  PdlLaunchDependents();
   const int64_t j = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (j >= k) return;
   out[blockIdx.y * k + j] = x[blockIdx.y * ldx + perm[j]];
@@ -164,11 +167,11 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[r][tt][i] = 0.0f;
 
-  for (int c0 = warp; c0 < chunks; c0 += kWarps * kU) {
-    uint4 wv[kU][kRB];
-    uint32_t szv[kU][kRB][kGroups][2];
-    // Every load is issued before any is used: the weight stream is the whole cost. A tile past
-    // the end gets scale 0 (and zero 0), so it adds nothing, with no branch.
+  uint4 wv[kU][kRB];
+  uint32_t szv[kU][kRB][kGroups][2];
+  // Every load is issued before any is used: the weight stream is the whole cost. A tile past
+  // the end gets scale 0 (and zero 0), so it adds nothing, with no branch.
+  auto load = [&](int c0) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int c = c0 + u * kWarps;
@@ -185,6 +188,13 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
       }
     }
+  };
+  // The first tiles go out before PdlWait (launch.cuh): weights are no earlier kernel's output.
+  load(warp);
+  PdlWait();
+  PdlLaunchDependents();
+  for (int c0 = warp; c0 < chunks; c0 += kWarps * kU) {
+    if (c0 != warp) load(c0);
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       // Past the end: x read at tile 0 (in bounds), weighed by scale 0.
@@ -273,9 +283,8 @@ cudaError_t LaunchW4(const W4GemmArgsT<T>& a, cudaStream_t stream) {
           kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
       if (e != cudaSuccess) return e;
     }
-    kernel<<<grid, kWarps * 32, smem, stream>>>(a.x, a.ldx, a.m, w, a.sz, group16, a.n, a.k, a.bias,
-                                                out, a.ldo);
-    return cudaGetLastError();
+    return LaunchChained(kernel, grid, kWarps * 32, smem, stream, a.x, a.ldx, a.m, w, a.sz, group16,
+                         a.n, a.k, a.bias, out, a.ldo);
   };
   if (a.out_f32) {
     return launch(W4GemmKernel<kTT, kRB, kKPG, kU, T, float>, static_cast<float*>(a.out));
@@ -329,8 +338,7 @@ cudaError_t LaunchGather(const T* x, int64_t ldx, int64_t m, int64_t k, const in
   if (m > 65535) return cudaErrorInvalidValue;  // grid.y
   constexpr int kBlock = 256;
   const dim3 grid(static_cast<unsigned>((k + kBlock - 1) / kBlock), static_cast<unsigned>(m));
-  GatherKernel<T><<<grid, kBlock, 0, stream>>>(x, ldx, k, perm, out);
-  return cudaGetLastError();
+  return LaunchChained(GatherKernel<T>, grid, kBlock, 0, stream, x, ldx, k, perm, out);
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/kv_swap.h"
+#include "kernels/launch.h"
 #include "kernels/quant.h"
 #include "kernels/sampling.h"
 #include "kernels/w4a16.h"
@@ -251,7 +252,10 @@ class CudaRunner final : public CudaRunnerBase {
   float* h_ = nullptr;
   T *x_ = nullptr, *qkv_ = nullptr, *attn_ = nullptr, *delta_ = nullptr, *gate_up_ = nullptr,
     *act_ = nullptr, *rows_ = nullptr;
-  cuda::Fp8Scratch fp8_scratch_;    // FP8: a linear layer's input quantized per token
+  cuda::Fp8Scratch fp8_scratch_;  // FP8: a linear layer's input quantized per token
+  // FP8 with every qkv, gate_up and down weight in e4m3 (a pre-quantized checkpoint may leave
+  // layers in T): the norms and SiluMul may write those layers' e4m3 input (EnqueueForward).
+  bool fp8_fused_inputs_ = false;
   cuda::Int8Scratch int8_scratch_;  // INT8: the same in int8, and the GEMM's int32 sums
   T* w4_scratch_ = nullptr;         // W4A16 with act-order: x's columns gathered
   int64_t w4_group_size_ = 0;       // W4A16: the checkpoint's group size (one for all layers)
@@ -449,6 +453,10 @@ template <typename T>
 Status CudaRunner<T>::Init(const Checkpoint& ckpt) {
   KILN_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   KILN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  int cc_major = 0;
+  KILN_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, options_.device));
+  kernels::SetProgrammaticLaunch(options_.programmatic_launch && cc_major >= 9);
   KILN_ASSIGN_OR_RETURN(gemm_, cuda::Gemm::Create());
   for (StepSlot& slot : slots_) {
     KILN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&slot.start));
@@ -474,6 +482,12 @@ Status CudaRunner<T>::Init(const Checkpoint& ckpt) {
   const auto start = std::chrono::steady_clock::now();
   KILN_RETURN_IF_ERROR(UploadWeights(ckpt));
   upload_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fp8_fused_inputs_ =
+      options_.quantization == QuantMethod::kFp8 && options_.fuse_activation_quant &&
+      config_.intermediate_size <= 65536 &&  // kernels::SiluMulFp8's limit
+      std::all_of(layers_.begin(), layers_.end(), [](const LayerWeights<T>& l) {
+        return l.qkv.fp8.w != nullptr && l.gate_up.fp8.w != nullptr && l.down.fp8.w != nullptr;
+      });
   return AllocateWorkspace();
 }
 
@@ -990,29 +1004,53 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
   KILN_LAUNCH(kernels::EmbeddingLookup(dev_.token_ids, num_tokens, embedding_, c.hidden_size,
                                        delta_, stream_));
   Mark("embedding");
+  // FP8 layers past the W8A16 GEMV's rows take e4m3 input quantized per token: the norms and
+  // SiluMul write it (and its scales) into fp8_scratch_ themselves, instead of a T row that
+  // LinearFp8 would quantize in a pass of its own (the same codes: kernels/elementwise.h).
+  const bool fused_fp8 = fp8_fused_inputs_ && num_tokens > gemm_->fp8_gemv_max_rows();
+  // x_ = rms_norm(h += delta_) (layer 0: h = delta_), or its e4m3 codes when fused_fp8.
+  auto norm = [&](bool init, const T* weight) -> cudaError_t {
+    if (fused_fp8) {
+      return kernels::RmsNormF32ResidualFp8(delta_, h, h_, init, nullptr, num_tokens, c.hidden_size,
+                                            weight, eps, fp8_scratch_.x, h, fp8_scratch_.scale,
+                                            stream_);
+    }
+    return kernels::RmsNormF32Residual(delta_, h, h_, init, nullptr, num_tokens, c.hidden_size,
+                                       weight, eps, x_, h, stream_);
+  };
+  // A linear layer whose input the norm (or SiluMul) before it wrote: x, or fp8_scratch_.
+  auto linear = [&](const T* x, const LinearWeight<T>& w, int64_t n, int64_t k, const T* bias,
+                    T* out) {
+    if (fused_fp8) {
+      return gemm_->LinearFp8Quantized(fp8_scratch_.x, fp8_scratch_.scale, num_tokens, w.fp8, n, k,
+                                       bias, out, n, stream_);
+    }
+    return Linear(x, num_tokens, w, n, k, bias, out);
+  };
   for (int i = 0; i < c.num_layers; ++i) {
     const LayerWeights<T>& l = layers_[i];
     // Layer 0 starts the residual stream with the embeddings; later layers first add the
     // previous MLP output.
-    KILN_LAUNCH(kernels::RmsNormF32Residual(delta_, h, h_, /*init=*/i == 0, nullptr, num_tokens,
-                                            c.hidden_size, l.input_norm, eps, x_, h, stream_));
+    KILN_LAUNCH(norm(/*init=*/i == 0, l.input_norm));
     Mark("rms_norm");
-    KILN_RETURN_IF_ERROR(Linear(x_, num_tokens, l.qkv, qkv_rows, h, l.qkv_bias, qkv_));
+    KILN_RETURN_IF_ERROR(linear(x_, l.qkv, qkv_rows, h, l.qkv_bias, qkv_));
     Mark("qkv");
     KILN_RETURN_IF_ERROR(
         fp8_kv() ? EnqueueAttention<__nv_fp8_e4m3>(i, num_tokens, num_seqs, num_decode, max_q_len)
                  : EnqueueAttention<T>(i, num_tokens, num_seqs, num_decode, max_q_len));
     KILN_RETURN_IF_ERROR(Linear(attn_, num_tokens, l.o, h, q, l.o_bias, delta_));
     Mark("o");
-    KILN_LAUNCH(kernels::RmsNormF32Residual(delta_, h, h_, false, nullptr, num_tokens,
-                                            c.hidden_size, l.post_norm, eps, x_, h, stream_));
+    KILN_LAUNCH(norm(/*init=*/false, l.post_norm));
     Mark("rms_norm");
-    KILN_RETURN_IF_ERROR(Linear(x_, num_tokens, l.gate_up, 2 * inter, h, l.gate_up_bias, gate_up_));
+    KILN_RETURN_IF_ERROR(linear(x_, l.gate_up, 2 * inter, h, l.gate_up_bias, gate_up_));
     Mark("gate_up");
-    KILN_LAUNCH(kernels::SiluMul(gate_up_, 2 * inter, num_tokens, c.intermediate_size, act_, inter,
-                                 stream_));
+    KILN_LAUNCH(fused_fp8
+                    ? kernels::SiluMulFp8(gate_up_, 2 * inter, num_tokens, c.intermediate_size,
+                                          fp8_scratch_.x, inter, fp8_scratch_.scale, stream_)
+                    : kernels::SiluMul(gate_up_, 2 * inter, num_tokens, c.intermediate_size, act_,
+                                       inter, stream_));
     Mark("silu_mul");
-    KILN_RETURN_IF_ERROR(Linear(act_, num_tokens, l.down, h, inter, l.down_bias, delta_));
+    KILN_RETURN_IF_ERROR(linear(act_, l.down, h, inter, l.down_bias, delta_));
     Mark("down");
   }
   KILN_RETURN_IF_ERROR(EnqueueLogits(std::min(num_rows, logit_chunk_), 0));

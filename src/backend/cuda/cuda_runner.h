@@ -59,6 +59,15 @@ struct CudaRunnerOptions {
   int32_t max_num_seqs = 256;  // the most sequences one step carries
   int32_t max_model_len = 0;   // 0 = the model's max_position_embeddings
   bool enable_cuda_graphs = true;
+  // Launch the step's kernels with programmatic dependent launch (kernels/launch.h) on devices
+  // of compute capability 9.0 and later: each kernel's blocks start, and stream their first
+  // weights, while the previous kernel finishes. Process-wide while this runner lives.
+  bool programmatic_launch = true;
+  // FP8 steps of more than Gemm::fp8_gemv_max_rows() tokens: the norms and SiluMul write the
+  // next linear layer's e4m3 input and per-token scales (kernels::RmsNormF32ResidualFp8,
+  // SiluMulFp8) instead of a T row that Gemm::LinearFp8 quantizes in a pass of its own. The
+  // codes are the same either way.
+  bool fuse_activation_quant = true;
   int32_t max_graph_batch = 256;  // decode steps of up to this many sequences replay graphs
   // Time cuBLASLt's candidate algorithms for the decode graphs' linear layers at start-up (on
   // the model's own weights) instead of taking the heuristic's first pick. An engine

@@ -203,6 +203,20 @@ Status Gemm::LinearOf(const T* x, int64_t ldx, int64_t m, const T* w, int64_t n,
   return Status::Ok();
 }
 
+namespace {
+
+// cuBLASLt's FP8 kernels (measured on the H100): k and n multiples of 16, the output stride a
+// multiple of 8 elements (16 bytes).
+Status CheckFp8GemmShape(int64_t n, int64_t k, int64_t ldo) {
+  if (k % 16 == 0 && n % 16 == 0 && ldo % 8 == 0) return Status::Ok();
+  return Unsupported(
+      "Gemm: an FP8 linear layer needs k and n multiples of 16 and an output stride multiple of "
+      "8, got k=" +
+      std::to_string(k) + " n=" + std::to_string(n) + " ldo=" + std::to_string(ldo));
+}
+
+}  // namespace
+
 Status Gemm::LinearFp8(const __nv_bfloat16* x, int64_t ldx, int64_t m, Fp8Weight w, int64_t n,
                        int64_t k, const __nv_bfloat16* bias, void* out, int64_t ldo, bool out_f32,
                        Fp8Scratch scratch, cudaStream_t stream) {
@@ -227,26 +241,46 @@ Status Gemm::LinearFp8Of(const T* x, int64_t ldx, int64_t m, Fp8Weight w, int64_
       return Status::Ok();
     }
   }
-  // cuBLASLt's FP8 kernels (measured on the H100): k and n multiples of 16, the output stride
-  // a multiple of 8 elements (16 bytes).
-  if (k % 16 != 0 || n % 16 != 0 || ldo % 8 != 0) {
+  if (out_f32) {
     return Unsupported(
-        "Gemm: an FP8 linear layer needs k and n multiples of 16 and an output "
-        "stride multiple of 8, got k=" +
-        std::to_string(k) + " n=" + std::to_string(n) + " ldo=" + std::to_string(ldo));
+        "Gemm: an FP8 GEMM writes its unscaled sums, not fp32 (only the GEMV rows "
+        "of LinearFp8 write fp32)");
   }
+  KILN_RETURN_IF_ERROR(CheckFp8GemmShape(n, k, ldo));
   KILN_CUDA_RETURN_IF_ERROR(
       kernels::QuantizeRowsFp8(x, ldx, m, k, scratch.x, k, scratch.scale, stream));
+  return LinearFp8QuantizedOf(scratch.x, scratch.scale, m, w, n, k, bias, static_cast<T*>(out), ldo,
+                              stream);
+}
+
+Status Gemm::LinearFp8Quantized(const __nv_fp8_e4m3* xq, const float* x_scales, int64_t m,
+                                Fp8Weight w, int64_t n, int64_t k, const __nv_bfloat16* bias,
+                                __nv_bfloat16* out, int64_t ldo, cudaStream_t stream) {
+  return LinearFp8QuantizedOf(xq, x_scales, m, w, n, k, bias, out, ldo, stream);
+}
+
+Status Gemm::LinearFp8Quantized(const __nv_fp8_e4m3* xq, const float* x_scales, int64_t m,
+                                Fp8Weight w, int64_t n, int64_t k, const __half* bias, __half* out,
+                                int64_t ldo, cudaStream_t stream) {
+  return LinearFp8QuantizedOf(xq, x_scales, m, w, n, k, bias, out, ldo, stream);
+}
+
+template <typename T>
+Status Gemm::LinearFp8QuantizedOf(const __nv_fp8_e4m3* xq, const float* x_scales, int64_t m,
+                                  Fp8Weight w, int64_t n, int64_t k, const T* bias, T* out,
+                                  int64_t ldo, cudaStream_t stream) {
+  if (m == 0) return Status::Ok();
+  KILN_RETURN_IF_ERROR(CheckFp8GemmShape(n, k, ldo));
   // The bias is added with the scales (the shape has none).
-  const GemmShape shape{m, n, k, k, ldo, out_f32, /*bias=*/false, kDTypeOf<T>, /*fp8=*/true};
+  const GemmShape shape{m,           n, k, k, ldo, /*out_f32=*/false, /*bias=*/false, kDTypeOf<T>,
+                        /*fp8=*/true};
   KILN_ASSIGN_OR_RETURN(Plan * plan, GetPlan(shape, 1));
   const float alpha = 1.0f, beta = 0.0f;
-  KILN_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(
-      handle_, plan->desc, &alpha, w.w, plan->a, scratch.x, plan->b, &beta, out, plan->d, out,
-      plan->d, &plan->algo, workspace_.data(), workspace_.size(), stream));
-  KILN_CUDA_RETURN_IF_ERROR(kernels::ApplyFp8Scales(static_cast<__nv_bfloat16*>(out), ldo, m, n,
-                                                    scratch.scale, w.scale, bias,
-                                                    static_cast<T*>(out), stream));
+  KILN_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_, plan->desc, &alpha, w.w, plan->a, xq, plan->b,
+                                             &beta, out, plan->d, out, plan->d, &plan->algo,
+                                             workspace_.data(), workspace_.size(), stream));
+  KILN_CUDA_RETURN_IF_ERROR(kernels::ApplyFp8Scales(reinterpret_cast<__nv_bfloat16*>(out), ldo, m,
+                                                    n, x_scales, w.scale, bias, out, stream));
   return Status::Ok();
 }
 

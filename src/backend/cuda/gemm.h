@@ -127,6 +127,18 @@ class Gemm {
                    const __half* bias, void* out, int64_t ldo, bool out_f32, Fp8Scratch scratch,
                    cudaStream_t stream);
 
+  // LinearFp8's GEMM rows for an input already quantized per token: xq [m, k] e4m3, contiguous,
+  // and its scales [m], as kernels::QuantizeRowsFp8 writes them (the runner fuses that into the
+  // op before: kernels::RmsNormF32ResidualFp8, SiluMulFp8). The e4m3 cuBLASLt GEMM and
+  // kernels::ApplyFp8Scales for any m >= 1; out in the bias's type. The same requirements as
+  // LinearFp8's GEMM rows.
+  Status LinearFp8Quantized(const __nv_fp8_e4m3* xq, const float* x_scales, int64_t m, Fp8Weight w,
+                            int64_t n, int64_t k, const __nv_bfloat16* bias, __nv_bfloat16* out,
+                            int64_t ldo, cudaStream_t stream);
+  Status LinearFp8Quantized(const __nv_fp8_e4m3* xq, const float* x_scales, int64_t m, Fp8Weight w,
+                            int64_t n, int64_t k, const __half* bias, __half* out, int64_t ldo,
+                            cudaStream_t stream);
+
   // W4A16 linear layer (model/quantization.h, kernels/w4a16.h): out = x . w^T (+ bias) with w
   // dequantized in registers (kernels::W4Gemm, tensor cores, fp32 accumulation), up to
   // kernels::kW4GemmMaxRows rows per launch (more rows: one launch per 64 rows, each streaming
@@ -197,6 +209,10 @@ class Gemm {
   Status LinearFp8Of(const T* x, int64_t ldx, int64_t m, Fp8Weight w, int64_t n, int64_t k,
                      const T* bias, void* out, int64_t ldo, bool out_f32, Fp8Scratch scratch,
                      cudaStream_t stream);
+  template <typename T>
+  Status LinearFp8QuantizedOf(const __nv_fp8_e4m3* xq, const float* x_scales, int64_t m,
+                              Fp8Weight w, int64_t n, int64_t k, const T* bias, T* out, int64_t ldo,
+                              cudaStream_t stream);
   template <typename T>
   Status LinearW4Of(const T* x, int64_t ldx, int64_t m, const W4Weight& w, int64_t n, int64_t k,
                     const T* bias, void* out, int64_t ldo, bool out_f32, void* scratch,
