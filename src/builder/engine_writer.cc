@@ -83,6 +83,7 @@ struct Encoded {
   std::vector<uint8_t> bytes;
   std::vector<float> row_scales;
   std::optional<Weight::W4Params> w4;
+  float input_scale = 0;  // e4m3 with a static activation scale
 };
 
 Result<Encoded> Encode(const Weight& w, const QuantizedTensor* q, const EngineBuildOptions& o,
@@ -92,11 +93,11 @@ Result<Encoded> Encode(const Weight& w, const QuantizedTensor* q, const EngineBu
       return InvalidArgument("quantizer: tensor " + w.name + " has shape " + q->shape.ToString() +
                              ", the model's is " + w.shape.ToString());
     }
-    return Encoded{q->dtype, q->shape, q->bytes, q->row_scales, q->w4};
+    return Encoded{q->dtype, q->shape, q->bytes, q->row_scales, q->w4, q->input_scale};
   }
   if (w.dtype == DType::kF8E4M3 && !w.row_scales.empty()) {  // an FP8 checkpoint's, as stored
-    return Encoded{w.dtype, w.shape, std::vector<uint8_t>(w.data, w.data + w.nbytes), w.row_scales,
-                   std::nullopt};
+    return Encoded{w.dtype,      w.shape,      std::vector<uint8_t>(w.data, w.data + w.nbytes),
+                   w.row_scales, std::nullopt, w.input_scale};
   }
   const bool fp8 = o.quantization == QuantMethod::kFp8 && IsLayerLinear(w.name);
   const DType target = w.shape.ndim() == 1 ? DType::kF32 : dtype;
@@ -378,6 +379,7 @@ Status WriteEngine(const Checkpoint& source, const QuantizedModel* quantized,
       t.name = names[i];
       t.dtype = parts[i].dtype;
       t.shape = parts[i].shape;
+      t.input_scale = parts[i].input_scale;
       KILN_ASSIGN_OR_RETURN(t.data, out.Write(parts[i].bytes.data(), parts[i].bytes.size()));
       tensors.push_back(std::move(t));
     }

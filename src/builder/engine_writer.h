@@ -9,7 +9,9 @@
 // else, with quantization kFp8, a decoder layer's linear weight quantized per output channel
 // (QuantizeRowFp8 of each row's f32 decoding: what the CPU runner does at load); else the
 // source's values converted to the engine dtype (matrices) or f32 (norms and biases), e4m3
-// weights of an FP8 checkpoint kept as they are. A GGUF `llama` file's q / k rows are put back
+// weights of an FP8 checkpoint kept as they are. A weight's static activation scale (the
+// quantizer's QuantizedTensor::input_scale, or an FP8 checkpoint's Weight::input_scale) goes
+// into its tensor table entry. A GGUF `llama` file's q / k rows are put back
 // in HF order (the engine's RoPE layout is always half-split). q|k|v and gate|up are written back
 // to back as one fused matrix; each fused group or tensor starts on a 4096-byte boundary.
 #pragma once

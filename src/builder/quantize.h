@@ -5,9 +5,10 @@
 // compressed-tensors export (quantized_checkpoint.h).
 //
 // Formats (model/quantization.h): INT8 = dtype kI8 [n, k] + row_scales (value = code *
-// row_scale); W4A16 = dtype kI4 packed + w4 (quantize_w4.h). Rows are in the SOURCE's order: a
-// GGUF `llama` file's q/k rows stay permuted (Checkpoint::qk_rope_layout), and the writers move
-// them, with their row scales, back to HF order (per-row quantization commutes with that).
+// row_scale); FP8 = kF8E4M3 likewise (+ input_scale when activations are static); W4A16 = dtype kI4
+// packed + w4 (quantize_w4.h). Rows are in the SOURCE's order: a GGUF `llama` file's q/k rows stay
+// permuted (Checkpoint::qk_rope_layout), and the writers move them, with their row scales, back to
+// HF order (per-row quantization commutes with that).
 //
 // SmoothQuant (Xiao et al. 2023), QuantizeInt8SmoothQuant below. Per decoder layer, for each
 // input X of a linear layer with per-channel maxima a_j = max |X[:, j]| (calibration.h) and
@@ -54,6 +55,7 @@ struct QuantizedTensor {
   std::vector<uint8_t> bytes;          // shape.numel() elements of dtype (kI4: packed)
   std::vector<float> row_scales;       // kI8 / kF8E4M3 linear weights: [shape[0]], else empty
   std::optional<Weight::W4Params> w4;  // kI4 linear weights only
+  float input_scale = 0;  // kF8E4M3 with static activations: Weight::input_scale; 0 = dynamic
 };
 
 struct QuantizedModel {
@@ -89,9 +91,37 @@ Result<QuantizedModel> QuantizeInt8SmoothQuant(const Checkpoint& ckpt,
                                                const CalibrationStats& stats,
                                                const SmoothQuantOptions& options);
 
+struct Fp8CalibratedOptions {
+  // SmoothQuant's migration strength (above) applied before quantizing to e4m3; 0 = none.
+  float smoothquant_alpha = 0;
+  // Store one calibrated activation scale per linear weight (model/quantization.h, static per
+  // tensor): Fp8RowScale of the largest |x| its input reached in calibration (after smoothing:
+  // max_j a_j / s_j); the parts of q|k|v and gate|up share their input's. false: per token.
+  bool static_activations = false;
+};
+
+// FP8 W8A8 of `ckpt` with calibration (kiln build --quant fp8 --activation-scales static and/or
+// --smoothquant-alpha; method kFp8): SmoothQuant's folding as above, then the seven linear
+// weights of every layer quantized per output channel by QuantizeRowFp8 (kF8E4M3 +
+// row_scales, + input_scale when static), the norms (and up_proj's bias) as f32, kv_scales =
+// stats.KvScales(). Without smoothing and static scales the weights equal what WriteEngine's own
+// FP8 quantization writes. Errors: those of QuantizeInt8SmoothQuant.
+Result<QuantizedModel> QuantizeFp8Calibrated(const Checkpoint& ckpt, const CalibrationStats& stats,
+                                             const Fp8CalibratedOptions& options);
+
+// SmoothQuant's folding alone (method kNone): the tensors QuantizeInt8SmoothQuant /
+// QuantizeFp8Calibrated would quantize, in f32, with the changed norms (and up_proj's bias).
+// The model it describes is the source's function exactly before rounding: the unquantized
+// reference of a smoothed build. Errors: those of QuantizeInt8SmoothQuant.
+Result<QuantizedModel> SmoothQuantFold(const Checkpoint& ckpt, const CalibrationStats& stats,
+                                       float alpha);
+
 // The manifest's record of an int8-sq build (QuantizedModel::details_json): alpha, the
 // calibration source, samples and tokens.
 std::string SmoothQuantDetailsJson(const CalibrationStats& stats,
                                    const SmoothQuantOptions& options);
+// Of a calibrated fp8 build: activation scales, smoothing alpha, the calibration.
+std::string Fp8CalibratedDetailsJson(const CalibrationStats& stats,
+                                     const Fp8CalibratedOptions& options);
 
 }  // namespace kiln

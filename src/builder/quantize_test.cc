@@ -2,15 +2,19 @@
 // quantize, export as a compressed-tensors int8 checkpoint (quantized_checkpoint.h), open it with
 // Checkpoint::Open and run it on the CPU runner against the unquantized model. Also the
 // smoothing factors, the exactness of the folding, and the int8 checkpoint's error cases.
+// Calibrated FP8 (QuantizeFp8Calibrated: static activation scales, smoothing) written as
+// engines, on the synthetic models and (with KILN_DEFAULT_MODEL) the default GGUF model.
 #include "builder/quantize.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -18,9 +22,12 @@
 
 #include "backend/cpu/cpu_runner.h"
 #include "builder/calibration.h"
+#include "builder/engine_writer.h"
 #include "builder/quantize_test_util.h"
 #include "builder/quantized_checkpoint.h"
+#include "engine/tokenizer_loader.h"
 #include "model/dequant.h"
+#include "model/engine_dir.h"
 #include "model/test_util.h"
 
 namespace kiln {
@@ -300,6 +307,259 @@ TEST(Int8CheckpointTest, MalformedAndUnsupportedVariantsSayWhat) {
   EXPECT_EQ(QuantizeInt8SmoothQuant(*ckpt, short_stats, {}).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_FALSE(WriteCompressedTensorsCheckpoint(*ckpt, *q, out).ok());  // not empty
+}
+
+// ---- Calibrated FP8 --------------------------------------------------------------------------
+
+// The f32 values of a weight of `ckpt`.
+std::vector<float> F32Of(const Checkpoint& ckpt, const std::string& name) {
+  const Weight* w = ckpt.Find(name);
+  EXPECT_NE(w, nullptr) << name;
+  std::vector<float> v(w->shape.numel());
+  EXPECT_TRUE(DequantizeToF32(w->dtype, w->data, w->nbytes, v.size(), v.data()).ok());
+  return v;
+}
+
+// Writes `q` (or, null, the source alone) as an engine with f32 unquantized matrices.
+std::string WriteEngineOf(const Checkpoint& src, const QuantizedModel* q, QuantMethod method,
+                          const std::string& stem, DType dtype = DType::kF32) {
+  const std::string dir = testing::MakeTempDir(stem);
+  EngineBuildOptions o;
+  o.out_dir = dir;
+  o.overwrite = true;
+  o.dtype = dtype;
+  o.quantization = method;
+  o.quant_recipe = std::string(QuantMethodName(method));
+  o.threads = 1;
+  const Status s = WriteEngine(src, q, o);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return dir;
+}
+
+// Each decoder layer's linear weights and the calibration site of their input.
+struct LinearSite {
+  const char* name;
+  Site site;
+};
+constexpr LinearSite kLinearSites[] = {
+    {"self_attn.q_proj.weight", Site::kQkv}, {"self_attn.k_proj.weight", Site::kQkv},
+    {"self_attn.v_proj.weight", Site::kQkv}, {"self_attn.o_proj.weight", Site::kO},
+    {"mlp.gate_proj.weight", Site::kGateUp}, {"mlp.up_proj.weight", Site::kGateUp},
+    {"mlp.down_proj.weight", Site::kDown}};
+
+// The "input_scale" of every tensor in an engine's manifest (absent: 0), by name.
+std::map<std::string, float> ManifestInputScales(const std::string& engine_dir) {
+  std::ifstream in(engine_dir + "/kiln-engine.json");
+  const json m = json::parse(in);
+  std::map<std::string, float> out;
+  for (const json& t : m["weights"]["tensors"]) {
+    out[t["name"].get<std::string>()] = t.value("input_scale", 0.0f);
+  }
+  return out;
+}
+
+// Without smoothing, the static scales are Fp8RowScale of each site's calibrated per-tensor
+// maximum (q|k|v and gate|up sharing theirs), carried exactly through the engine's manifest to
+// Weight::input_scale; the weights are WriteEngine's own FP8 quantization bitwise; and the CPU
+// runs them: the result moves off the dynamic engine's, stays near bf16, and keeps the
+// backend's invariants (chunks, threads).
+TEST(Fp8CalibratedTest, StaticScalesAreTheCalibratedMaximaAndRunOnTheCpu) {
+  const std::string dir = SynthModel("fp8_static", 1.0f);
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok());
+  const CalibrationStats stats = CalibrateOn(*ckpt);
+  auto q = QuantizeFp8Calibrated(*ckpt, stats, {0.0f, true});
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  EXPECT_EQ(q->method, QuantMethod::kFp8);
+  const std::string static_dir = WriteEngineOf(*ckpt, &*q, QuantMethod::kFp8, "fp8_static_eng");
+  const std::string dynamic_dir = WriteEngineOf(*ckpt, nullptr, QuantMethod::kFp8, "fp8_dyn_eng");
+  auto engine = Checkpoint::Open(static_dir);
+  auto dynamic = Checkpoint::Open(dynamic_dir);
+  ASSERT_TRUE(engine.ok() && dynamic.ok()) << engine.status().ToString();
+  EXPECT_TRUE(engine->quantization().static_activations);
+  EXPECT_FALSE(dynamic->quantization().static_activations);
+  const std::map<std::string, float> manifest = ManifestInputScales(static_dir);
+  int checked = 0;
+  for (int i = 0; i < ckpt->config().num_layers; ++i) {
+    for (const LinearSite& l : kLinearSites) {
+      const std::string name = "model.layers." + std::to_string(i) + "." + l.name;
+      const float want = Fp8RowScale(stats.layers[i].tensor_absmax[static_cast<int>(l.site)]);
+      EXPECT_GT(stats.layers[i].tensor_absmax[static_cast<int>(l.site)], 0.0f);
+      EXPECT_EQ(q->Find(name)->input_scale, want) << name;
+      EXPECT_EQ(manifest.at(name), want) << name;
+      const Weight* w = engine->Find(name);
+      const Weight* d = dynamic->Find(name);
+      ASSERT_EQ(w->dtype, DType::kF8E4M3);
+      EXPECT_EQ(w->input_scale, want) << name;
+      EXPECT_EQ(d->input_scale, 0.0f) << name;
+      EXPECT_EQ(w->row_scales, d->row_scales) << name;
+      EXPECT_EQ(std::memcmp(w->data, d->data, w->nbytes), 0) << name;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 2 * 7);
+  EXPECT_EQ(ManifestInputScales(dynamic_dir).at("model.layers.0.mlp.down_proj.weight"), 0.0f);
+
+  const std::vector<int32_t> tokens = testing::RandomTokenIds(40, 9, 299);
+  const std::vector<float> ref = PromptLogprobs(dir, tokens);
+  const std::vector<float> got = PromptLogprobs(static_dir, tokens);
+  const double vs_dynamic = MaxAbsDiff(got, PromptLogprobs(dynamic_dir, tokens));
+  const double vs_bf16 = MaxAbsDiff(got, ref);
+  std::printf("static fp8 engine: max |dlogprob| %.4f vs the dynamic one, %.4f vs bf16\n",
+              vs_dynamic, vs_bf16);
+  EXPECT_GT(vs_dynamic, 0.0) << "the static scales changed nothing";
+  EXPECT_LT(vs_bf16, 0.5);
+  CpuRunnerOptions two;
+  two.num_threads = 2;
+  EXPECT_EQ(PromptLogprobs(static_dir, tokens, two, 7), got);
+
+  // A manifest's input_scale must be positive, finite, and on an e4m3 tensor.
+  const std::string manifest_path = static_dir + "/kiln-engine.json";
+  std::ifstream in(manifest_path);
+  const json original = json::parse(in);
+  for (const auto& [index, value] : {std::pair<int, float>{-1, -0.5f}, {0, 0.5f}}) {
+    json m = original;
+    for (json& t : m["weights"]["tensors"]) {
+      const bool fp8 = t["dtype"] == "fp8_e4m3";
+      if ((index < 0 && fp8) || (index == 0 && !fp8)) {
+        t["input_scale"] = value;
+        break;
+      }
+    }
+    ASSERT_TRUE(WriteTextFile(manifest_path, m.dump(1)).ok());
+    auto bad = Checkpoint::Open(static_dir);
+    ASSERT_FALSE(bad.ok());
+    EXPECT_EQ(bad.status().code(), StatusCode::kCorrupt);
+    EXPECT_NE(bad.status().message().find("input_scale must be a finite number > 0"),
+              std::string::npos)
+        << bad.status().ToString();
+  }
+}
+
+// SmoothQuant's folding keeps the model: the f32 folded engine runs within float rounding of the
+// source. Smoothed then quantized to e4m3, each weight dequantized times its norm is the
+// original product within half an e4m3 ulp; the static scales are those of the smoothed inputs
+// (max_j a_j / s_j; o_proj's unsmoothed); the engine runs near bf16.
+TEST(Fp8CalibratedTest, SmoothedEngineIsTheSameModelQuantized) {
+  const std::string dir = SynthModel("fp8_smooth", 30.0f, /*mlp_bias=*/true);
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok());
+  const CalibrationStats stats = CalibrateOn(*ckpt);
+  auto fold = SmoothQuantFold(*ckpt, stats, 0.5f);
+  ASSERT_TRUE(fold.ok()) << fold.status().ToString();
+  EXPECT_EQ(fold->Find("model.layers.0.self_attn.q_proj.weight")->dtype, DType::kF32);
+  const std::vector<int32_t> tokens = testing::RandomTokenIds(40, 9, 299);
+  const std::vector<float> ref = PromptLogprobs(dir, tokens);
+  const std::string folded = WriteEngineOf(*ckpt, &*fold, QuantMethod::kNone, "fp8_fold_eng");
+  const double fold_err = MaxAbsDiff(PromptLogprobs(folded, tokens), ref);
+  std::printf("smoothed (alpha 0.5) f32 engine vs the source: max |dlogprob| %.3g\n", fold_err);
+  EXPECT_LT(fold_err, 1e-4);
+
+  auto q = QuantizeFp8Calibrated(*ckpt, stats, {0.5f, true});
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  const int64_t hidden = ckpt->config().hidden_size;
+  const std::string p = "model.layers.1.";
+  const std::vector<float> n0 = F32Of(*ckpt, p + "input_layernorm.weight");
+  const auto* n1 =
+      reinterpret_cast<const float*>(q->Find(p + "input_layernorm.weight")->bytes.data());
+  std::vector<float> w_absmax(hidden, 0.0f);
+  for (const char* proj : {"q_proj", "k_proj", "v_proj"}) {
+    const std::vector<float> w0 = F32Of(*ckpt, p + "self_attn." + proj + ".weight");
+    const QuantizedTensor* wq = q->Find(p + "self_attn." + proj + ".weight");
+    ASSERT_EQ(wq->dtype, DType::kF8E4M3);
+    for (int64_t r = 0; r < wq->shape[0]; ++r) {
+      for (int64_t j = 0; j < hidden; ++j) {
+        w_absmax[j] = std::max(w_absmax[j], std::abs(w0[r * hidden + j]));
+        const double want = double{n0[j]} * w0[r * hidden + j];
+        const double got =
+            double{n1[j]} * F8E4M3ToF32(wq->bytes[r * hidden + j]) * wq->row_scales[r];
+        ASSERT_LE(std::abs(got - want),
+                  std::abs(want) * 0.0626 + std::abs(n1[j]) * wq->row_scales[r] * 0x1p-10)
+            << proj << " row " << r << " col " << j;
+      }
+    }
+  }
+  const std::vector<float>& a = stats.layers[1].channel_absmax[static_cast<int>(Site::kQkv)];
+  const std::vector<float> s = SmoothingFactors(a, w_absmax, 0.5f);
+  float smoothed = 0;
+  for (int64_t j = 0; j < hidden; ++j) smoothed = std::max(smoothed, a[j] / s[j]);
+  EXPECT_LT(smoothed, stats.layers[1].tensor_absmax[static_cast<int>(Site::kQkv)]);
+  EXPECT_EQ(q->Find(p + "self_attn.k_proj.weight")->input_scale, Fp8RowScale(smoothed));
+  EXPECT_EQ(q->Find(p + "self_attn.o_proj.weight")->input_scale,
+            Fp8RowScale(stats.layers[1].tensor_absmax[static_cast<int>(Site::kO)]));
+
+  const std::string smoothed_dir = WriteEngineOf(*ckpt, &*q, QuantMethod::kFp8, "fp8_sq_eng");
+  auto plain = QuantizeFp8Calibrated(*ckpt, stats, {0.0f, true});
+  ASSERT_TRUE(plain.ok());
+  const std::string plain_dir = WriteEngineOf(*ckpt, &*plain, QuantMethod::kFp8, "fp8_pl_eng");
+  const double err_sq = MaxAbsDiff(PromptLogprobs(smoothed_dir, tokens), ref);
+  const double err_plain = MaxAbsDiff(PromptLogprobs(plain_dir, tokens), ref);
+  std::printf("static fp8 vs bf16 with outlier channels: smoothed %.4f, not smoothed %.4f\n",
+              err_sq, err_plain);
+  EXPECT_GT(err_sq, 0.0);
+  EXPECT_LT(err_sq, 0.5);
+  // Bad options and a quantized source are refused as for INT8.
+  EXPECT_EQ(QuantizeFp8Calibrated(*ckpt, stats, {1.5f, false}).status().code(),
+            StatusCode::kInvalidArgument);
+  auto engine = Checkpoint::Open(smoothed_dir);
+  ASSERT_TRUE(engine.ok());
+  EXPECT_EQ(QuantizeFp8Calibrated(*engine, stats, {}).status().code(), StatusCode::kUnsupported);
+}
+
+// The default model (a GGUF file, q/k rows permuted by llama.cpp): a static FP8 engine from a
+// short calibration stores Fp8RowScale(calibrated maximum) for every linear weight of every
+// layer, and runs on the CPU near the unquantized model and off the dynamic FP8 one.
+TEST(Fp8CalibratedModelTest, DefaultGgufModelStaticEngine) {
+  const char* model = std::getenv("KILN_DEFAULT_MODEL");
+  if (model == nullptr) GTEST_SKIP() << "KILN_DEFAULT_MODEL is not set (scripts/test sets it)";
+  auto ckpt = Checkpoint::Open(model);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  auto tok = LoadTokenizer(model);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  const std::vector<std::string> texts = {
+      "The printing press spread across Europe within fifty years of its invention, and with it "
+      "came cheaper books, wider literacy and a flood of pamphlets, sermons and news sheets. "
+      "Scholars could compare identical copies of a text for the first time, which changed how "
+      "knowledge was checked, corrected and passed on from one generation to the next."};
+  auto samples = MakeCalibrationSamples(*tok->tokenizer, texts, 2, 32);
+  ASSERT_TRUE(samples.ok()) << samples.status().ToString();
+  CalibrationOptions options;
+  options.num_threads = 2;
+  auto stats = CalibrateSamples(*ckpt, *samples, options);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  auto q = QuantizeFp8Calibrated(*ckpt, *stats, {0.0f, true});
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  const std::string dir =
+      WriteEngineOf(*ckpt, &*q, QuantMethod::kFp8, "fp8_default_eng", DType::kF16);
+  const std::map<std::string, float> manifest = ManifestInputScales(dir);
+  auto engine = Checkpoint::Open(dir);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  int checked = 0;
+  for (int i = 0; i < ckpt->config().num_layers; ++i) {
+    for (const LinearSite& l : kLinearSites) {
+      const std::string name = "model.layers." + std::to_string(i) + "." + l.name;
+      const float want = Fp8RowScale(stats->layers[i].tensor_absmax[static_cast<int>(l.site)]);
+      EXPECT_EQ(manifest.at(name), want) << name;
+      EXPECT_EQ(engine->Find(name)->input_scale, want) << name;
+      checked += want > kFp8MinScale;
+    }
+  }
+  EXPECT_EQ(checked, 30 * 7);
+
+  const std::vector<int32_t> ids = tok->tokenizer->Encode(
+      "Water boils at a lower temperature on a high mountain because the air pressure is lower.",
+      true, true);
+  const std::vector<float> ref = PromptLogprobs(model, ids);
+  const std::vector<float> got = PromptLogprobs(dir, ids);
+  CpuRunnerOptions fp8;
+  fp8.quantization = QuantMethod::kFp8;
+  const double vs_dynamic = MaxAbsDiff(got, PromptLogprobs(model, ids, fp8));
+  const double vs_f32 = MaxAbsDiff(got, ref);
+  std::printf("default model, static fp8 engine: max |dlogprob| %.3f vs dynamic fp8, %.3f vs f32\n",
+              vs_dynamic, vs_f32);
+  EXPECT_GT(vs_dynamic, 0.0);
+  EXPECT_LT(vs_f32, 3.0);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -37,6 +37,8 @@ struct BuildFlags {
   std::string dtype = "auto";
   std::string calib;
   float smoothquant_alpha = 0.5f;
+  bool smoothquant_alpha_given = false;  // fp8 smooths only when asked
+  std::string activation_scales;         // fp8: "static" or "dynamic" (the default, "")
   int group_size = 128;
   bool no_act_order = false;
   int calib_samples = CalibrationOptions().num_samples;
@@ -67,13 +69,36 @@ Result<Recipe> ParseRecipe(const std::string& name) {
       name + "'");
 }
 
-// int8-sq: calibration on --calib (builder/calibration.h), then SmoothQuant (quantize.h).
-Result<std::optional<QuantizedModel>> RunSmoothQuant(const Checkpoint& ckpt, const BuildFlags& f) {
-  // Bad settings fail now, not after the calibration run.
-  if (!(f.smoothquant_alpha >= 0.0f && f.smoothquant_alpha <= 1.0f)) {
-    return InvalidArgument("--smoothquant-alpha: must be in [0, 1], got " +
-                           std::to_string(f.smoothquant_alpha));
+// Flag combinations, checked before the model is opened.
+Status CheckQuantFlags(const Recipe& recipe, const BuildFlags& f) {
+  if (!f.activation_scales.empty()) {
+    if (recipe.method != QuantMethod::kFp8) {
+      return InvalidArgument("--activation-scales: only --quant fp8 has a choice of activation " +
+                             std::string("scales (--quant ") + recipe.name +
+                             (recipe.method == QuantMethod::kInt8
+                                  ? " quantizes activations per token)"
+                                  : " does not quantize activations)"));
+    }
+    if (f.activation_scales != "static" && f.activation_scales != "dynamic") {
+      return InvalidArgument("--activation-scales: expected static or dynamic, got '" +
+                             f.activation_scales + "'");
+    }
   }
+  if (f.smoothquant_alpha_given) {
+    if (recipe.name != "int8-sq" && recipe.name != "fp8") {
+      return InvalidArgument("--smoothquant-alpha: only --quant int8-sq and fp8 smooth, not " +
+                             recipe.name);
+    }
+    if (!(f.smoothquant_alpha >= 0.0f && f.smoothquant_alpha <= 1.0f)) {
+      return InvalidArgument("--smoothquant-alpha: must be in [0, 1], got " +
+                             std::to_string(f.smoothquant_alpha));
+    }
+  }
+  return Status::Ok();
+}
+
+// Calibration on --calib (builder/calibration.h), with progress on stdout.
+Result<CalibrationStats> CalibrateForBuild(const Checkpoint& ckpt, const BuildFlags& f) {
   CalibrationOptions c;
   c.calib_file = f.calib;
   c.num_samples = f.calib_samples;
@@ -90,10 +115,36 @@ Result<std::optional<QuantizedModel>> RunSmoothQuant(const Checkpoint& ckpt, con
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("  calibrated on %lld tokens of %s in %.1f s\n",
               static_cast<long long>(stats.num_tokens), stats.source.c_str(), seconds);
+  return stats;
+}
+
+// int8-sq: calibration, then SmoothQuant (quantize.h).
+Result<std::optional<QuantizedModel>> RunSmoothQuant(const Checkpoint& ckpt, const BuildFlags& f) {
+  KILN_ASSIGN_OR_RETURN(CalibrationStats stats, CalibrateForBuild(ckpt, f));
   SmoothQuantOptions s;
   s.alpha = f.smoothquant_alpha;
   KILN_ASSIGN_OR_RETURN(QuantizedModel q, QuantizeInt8SmoothQuant(ckpt, stats, s));
   q.details_json = SmoothQuantDetailsJson(stats, s);
+  return std::optional<QuantizedModel>(std::move(q));
+}
+
+// fp8 with static activation scales and / or smoothing: calibration, then
+// QuantizeFp8Calibrated; plain fp8 (dynamic, unsmoothed) is WriteEngine's own, nullopt here.
+Result<std::optional<QuantizedModel>> RunFp8(const Checkpoint& ckpt, const BuildFlags& f) {
+  Fp8CalibratedOptions o;
+  o.static_activations = f.activation_scales == "static";
+  o.smoothquant_alpha = f.smoothquant_alpha_given ? f.smoothquant_alpha : 0.0f;
+  if (!o.static_activations && o.smoothquant_alpha == 0.0f) {
+    if (!f.calib.empty()) {
+      return InvalidArgument(
+          "--calib: --quant fp8 calibrates only with --activation-scales static or "
+          "--smoothquant-alpha");
+    }
+    return std::optional<QuantizedModel>();
+  }
+  KILN_ASSIGN_OR_RETURN(CalibrationStats stats, CalibrateForBuild(ckpt, f));
+  KILN_ASSIGN_OR_RETURN(QuantizedModel q, QuantizeFp8Calibrated(ckpt, stats, o));
+  q.details_json = Fp8CalibratedDetailsJson(stats, o);
   return std::optional<QuantizedModel>(std::move(q));
 }
 
@@ -140,15 +191,17 @@ Result<std::optional<QuantizedModel>> RunW4(const Checkpoint& ckpt, const Recipe
   return std::optional<QuantizedModel>(std::move(q));
 }
 
-// The quantizer of a calibrated recipe (int8-sq, w4a16-*), run on --calib (or the default
-// calibration text); nullopt for the recipes WriteEngine applies itself (none, fp8).
+// The quantizer of a calibrated recipe (int8-sq, w4a16-*, fp8 with static scales or
+// smoothing), run on --calib (or the default calibration text); nullopt for the recipes
+// WriteEngine applies itself (none, plain fp8).
 Result<std::optional<QuantizedModel>> RunQuantizer(const Checkpoint& ckpt, const Recipe& recipe,
                                                    const BuildFlags& f) {
-  if (recipe.method == QuantMethod::kNone || recipe.method == QuantMethod::kFp8) {
+  if (recipe.method == QuantMethod::kFp8) return RunFp8(ckpt, f);
+  if (recipe.method == QuantMethod::kNone) {
     if (!f.calib.empty()) {
       return InvalidArgument("--calib: --quant " + recipe.name +
-                             " does not calibrate (int8-sq "
-                             "and w4a16-* do)");
+                             " does not calibrate (int8-sq, w4a16-awq/gptq and fp8 with "
+                             "static activation scales or smoothing do)");
     }
     return std::optional<QuantizedModel>();
   }
@@ -177,6 +230,7 @@ Status TuneOnGpu(const std::string& dir, int device) {
 Status RunBuild(const BuildFlags& f) {
   const auto start = std::chrono::steady_clock::now();
   KILN_ASSIGN_OR_RETURN(const Recipe recipe, ParseRecipe(f.quant));
+  KILN_RETURN_IF_ERROR(CheckQuantFlags(recipe, f));
   KILN_ASSIGN_OR_RETURN(const KvCacheDType kv_cache_dtype, ParseKvCacheDType(f.kv_cache_dtype));
   EngineBuildOptions o;
   o.out_dir = f.out;
@@ -270,8 +324,13 @@ void AddBuildCommand(CLI::App& app) {
   cmd->add_option("--calib", flags->calib,
                   "calibration text (plain text or JSONL with a \"text\" field) for int8-sq and "
                   "w4a16-awq/gptq; default: the Jargon File (Debian jargon-text)");
-  cmd->add_option("--smoothquant-alpha", flags->smoothquant_alpha,
-                  "int8-sq: migration strength in [0, 1] (default 0.5; 0 = no smoothing)");
+  CLI::Option* alpha = cmd->add_option(
+      "--smoothquant-alpha", flags->smoothquant_alpha,
+      "int8-sq: migration strength in [0, 1] (default 0.5; 0 = no smoothing); fp8: smooth "
+      "with this strength before quantizing (default: no smoothing)");
+  cmd->add_option("--activation-scales", flags->activation_scales,
+                  "fp8: dynamic (per token, the default) or static (one calibrated scale per "
+                  "linear layer, from --calib)");
   cmd->add_option("--group-size", flags->group_size,
                   "w4a16-*: input columns per scale and zero (default 128; must divide every "
                   "linear layer's input size)");
@@ -289,7 +348,8 @@ void AddBuildCommand(CLI::App& app) {
   cmd->add_option("--device", flags->device, "CUDA device to tune on");
   cmd->add_option("--threads", flags->threads, "conversion threads (0 = all cores)");
   cmd->add_flag("--force", flags->force, "replace an existing engine at --out");
-  cmd->callback([flags] {
+  cmd->callback([flags, alpha] {
+    flags->smoothquant_alpha_given = alpha->count() > 0;
     const Status s = RunBuild(*flags);
     if (!s.ok()) Fail("build", s);
   });

@@ -45,6 +45,14 @@ int64_t RuntimeWeightBytes(const Checkpoint& ckpt, QuantMethod quantization) {
   return bytes;
 }
 
+// How a pre-quantized checkpoint's activations are quantized: an FP8 one's static input scales
+// are used (model/quantization.h), an INT8 one's are not (kiln quantizes int8 per token).
+std::string ActivationScalesNote(const CheckpointQuantization& pre) {
+  if (!pre.static_activations) return "";
+  return pre.method == QuantMethod::kFp8 ? ", static activation scales"
+                                         : ", per-token activations (static input scales unused)";
+}
+
 void Print(const char* key, const std::string& value) {
   std::printf("%-22s %s\n", key, value.c_str());
 }
@@ -206,6 +214,7 @@ void Run(const InspectOptions& o) {
   if (const CheckpointQuantization& pre = ckpt.quantization(); pre.method != QuantMethod::kNone) {
     Print("pre-quantized", std::string(QuantMethodName(pre.method)) + " (" + pre.format + ", " +
                                (pre.per_channel ? "per-channel" : "per-tensor") + " weight scales" +
+                               ActivationScalesNote(pre) +
                                (ckpt.kv_cache_scales().empty() ? "" : ", calibrated KV scales") +
                                ")");
   }

@@ -46,6 +46,11 @@ struct Weight {
   // dequantization scales, value[r, c] = code[r, c] * row_scales[r], fp32 [shape[0]] (a
   // per-tensor scale repeated). Empty for every other weight.
   std::vector<float> row_scales;
+  // An e4m3 linear weight's static activation scale (model/quantization.h): its input is
+  // quantized as e4m3(clamp(x / input_scale, -448, 448)) with this one calibrated scale. 0 =
+  // dynamic, per token. From an engine's tensor table (kiln build --activation-scales static)
+  // or an FP8 checkpoint's `input_scale` tensor.
+  float input_scale = 0;
   // A W4A16 linear weight (dtype kI4, shape [n, k]; the format is model/quantization.h's):
   // present exactly when the weight is one.
   struct W4Params {
@@ -64,7 +69,9 @@ struct CheckpointQuantization {
   std::string format;                       // "fp8", "compressed-tensors", "modelopt"; "" = none
   std::string config_file;                  // where it was declared
   bool per_channel = false;                 // weight scales per output channel, else per tensor
-  bool static_activations = false;  // input_scale tensors present (kiln quantizes per token)
+  // input_scale tensors present: the FP8 weights carry static activation scales
+  // (Weight::input_scale).
+  bool static_activations = false;
 };
 
 // The FP8 KV cache scales of one layer: stored K = e4m3(k / k_scale), V likewise.
@@ -90,7 +97,8 @@ class Checkpoint {
   // malformed files or shapes that contradict the config, Unsupported for architectures and
   // dtypes kiln does not handle. An FP8 checkpoint (vLLM "fp8", compressed-tensors, ModelOpt)
   // has each e4m3 linear weight's scale tensor checked (shape, dtype, finite and positive) and
-  // attached (Weight::row_scales), its input scales checked, and its KV scales read.
+  // attached (Weight::row_scales), its static input scales checked and attached
+  // (Weight::input_scale), and its KV scales read.
   static Result<Checkpoint> Open(const std::string& path);
 
   Checkpoint(Checkpoint&&) noexcept;

@@ -1,6 +1,7 @@
 #include "model/engine_dir.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -110,6 +111,7 @@ std::string EngineManifestToJson(const EngineManifest& m) {
               {"offset", t.data.offset},
               {"nbytes", t.data.nbytes}};
     if (t.row_scales) e["row_scales"] = SpanJson(*t.row_scales);
+    if (t.input_scale > 0) e["input_scale"] = t.input_scale;
     if (t.w4) {
       e["w4"] = {{"group_size", t.w4->group_size},
                  {"scales", SpanJson(t.w4->scales)},
@@ -230,6 +232,14 @@ Result<EngineManifest> ParseEngineManifest(std::string_view text, const std::str
       if (!shape_or.ok()) return Corrupt(source + ": tensor " + t.name + ": bad shape");
       t.shape = *shape_or;
       if (e.contains("row_scales")) t.row_scales = r.Span(e, "row_scales");
+      if (const auto in = e.find("input_scale"); in != e.end()) {
+        const float v = in->is_number() ? in->get<float>() : 0.0f;
+        if (!std::isfinite(v) || !(v > 0) || t.dtype != DType::kF8E4M3) {
+          return Corrupt(source + ": tensor " + t.name +
+                         ": input_scale must be a finite number > 0 on an fp8_e4m3 tensor");
+        }
+        t.input_scale = v;
+      }
       if (const auto w4 = e.find("w4"); w4 != e.end()) {
         if (!w4->is_object()) return Corrupt(source + ": tensor " + t.name + ": bad w4");
         EngineTensor::W4 p;
@@ -405,6 +415,8 @@ Result<Checkpoint> Checkpoint::OpenEngine(const std::string& dir) {
       }
       KILN_ASSIGN_OR_RETURN(w.row_scales,
                             ReadValues<float>(file, *t.row_scales, rows, where + " row_scales"));
+      w.input_scale = t.input_scale;
+      if (t.input_scale > 0) ckpt.quantization_.static_activations = true;
     }
     if (t.dtype == DType::kI4) {
       if (!t.w4 || rows == 0 || t.w4->group_size <= 0 || t.shape[1] % t.w4->group_size != 0) {

@@ -53,6 +53,10 @@ struct EngineTensor {
   Shape shape;
   EngineSpan data;
   std::optional<EngineSpan> row_scales;  // f32 [rows]: e4m3 / int8 weights
+  // e4m3 weights only: the static per-tensor activation scale (Weight::input_scale,
+  // model/quantization.h); 0 = dynamic per-token scales. Optional in the manifest ("input_scale"
+  // is written only when > 0), so engines written before it load unchanged.
+  float input_scale = 0;
   struct W4 {
     int32_t group_size = 0;
     EngineSpan scales;               // fp16 [rows, cols / group_size]

@@ -308,9 +308,12 @@ Status AttachFp8Scales(CheckpointQuantization* quantization, int num_layers,
     w.row_scales = values.size() == 1 ? std::vector<float>(rows, values[0]) : values;
     used->insert(source_prefix + ".weight_scale");
     if (std::optional<TensorRef> input = find(source_prefix + ".input_scale")) {
-      KILN_RETURN_IF_ERROR(ReadScales(*input, 1, false).status());
+      KILN_ASSIGN_OR_RETURN(std::vector<float> input_scale, ReadScales(*input, 1, false));
       quantization->static_activations = true;
       used->insert(source_prefix + ".input_scale");
+      // FP8 runs the static scale (model/quantization.h), as vLLM does. An int8 checkpoint's is
+      // checked only: INT8 activations are always quantized per token.
+      if (fp8) w.input_scale = input_scale[0];
     }
   }
   kv->clear();

@@ -49,7 +49,8 @@ struct TensorRef {
 };
 using TensorLookup = std::function<std::optional<TensorRef>(const std::string& name)>;
 
-// Attaches each e4m3 weight's scale (Weight::row_scales), checks the input scales, reads the
+// Attaches each e4m3 weight's scale (Weight::row_scales) and static input scale
+// (Weight::input_scale; an int8 weight's is only checked), reads the
 // KV cache scales (`kv`, empty when the checkpoint has none), records in `quantization` whether
 // scales are per channel and activations static, and adds the name of every scale tensor it
 // consumed to `used`. Errors name the file and the tensor: NotFound for an e4m3 weight

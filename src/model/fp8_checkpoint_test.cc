@@ -171,6 +171,9 @@ TEST_F(Fp8Checkpoint, ModelOptPerTensorWithInputScalesFromHfQuantConfig) {
   const Weight* down = ckpt->Find("model.layers.1.mlp.down_proj.weight");
   ASSERT_NE(down, nullptr);
   EXPECT_EQ(down->row_scales, std::vector<float>(64, 0.05f));  // broadcast to every row
+  EXPECT_EQ(down->input_scale, 0.02f);                         // the static activation scale, used
+  EXPECT_EQ(ckpt->Find("model.layers.0.self_attn.k_proj.weight")->input_scale, 0.02f);
+  EXPECT_EQ(ckpt->Find("model.embed_tokens.weight")->input_scale, 0.0f);
   ASSERT_EQ(ckpt->kv_cache_scales().size(), 2u);
   EXPECT_EQ(ckpt->kv_cache_scales()[0].k_scale, 0.5f);
 }

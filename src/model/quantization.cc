@@ -75,6 +75,12 @@ float QuantizeRowFp8(const float* x, int64_t n, uint8_t* q) {
   return scale;
 }
 
+void QuantizeRowFp8Static(const float* x, int64_t n, float scale, uint8_t* q) {
+  for (int64_t k = 0; k < n; ++k) {
+    q[k] = F32ToE4m3Branchless(std::clamp(x[k] / scale, -kFp8E4M3Max, kFp8E4M3Max));
+  }
+}
+
 float QuantizeRowInt8(const float* x, int64_t n, int8_t* q) {
   float amax = 0.0f;
   for (int64_t k = 0; k < n; ++k) amax = std::max(amax, std::abs(x[k]));

@@ -9,7 +9,16 @@
 //                  sx[m] = Fp8RowScale(max_k |x[m, k]|),  xq[m, k] = e4m3(x[m, k] / sx[m])
 //   out[m, n] = (sum_k xq[m, k] * wq[n, k]) * sx[m] * sw[n]  (+ bias[n])
 // e4m3 rounds to nearest even (core/dtype.h F32ToF8E4M3); |x / s| <= 448 by construction, so it
-// never saturates. Linear layers of a few rows (batch-1..2 decode on CUDA) may skip the
+// never saturates.
+//   activations  static per tensor (kiln build --activation-scales static, or a pre-quantized
+//                checkpoint's input_scale; Weight::input_scale > 0): one calibrated scale s for
+//                every token, s = Fp8RowScale(max |x|) over the calibration run at the layer's
+//                input (the parts of a fused q|k|v or gate|up share it: they read one input):
+//                  xq[m, k] = e4m3(clamp(x[m, k] / s, -448, 448))      (QuantizeRowFp8Static)
+//                  out[m, n] = (sum_k xq[m, k] * wq[n, k]) * s * sw[n]  (+ bias[n])
+//                A token beyond the calibrated range saturates at +-448 * s (as vLLM's
+//                scaled_fp8_conversion) instead of becoming e4m3's NaN.
+// Linear layers of a few rows (batch-1..2 decode on CUDA) may skip the
 // activation quantization (W8A16: out = (sum_k x[m, k] * wq[n, k]) * sw[n]), which is closer
 // to the unquantized model, not further.
 // The embedding, the norms and lm_head stay in the compute type (as vLLM and ModelOpt keep them).
@@ -47,7 +56,7 @@ namespace kiln {
 
 enum class QuantMethod : uint8_t {
   kNone,
-  kFp8,    // W8A8 e4m3, per-channel weights, per-token dynamic activations
+  kFp8,    // W8A8 e4m3, per-channel weights, per-token dynamic or per-tensor static activations
   kInt8,   // W8A8 int8 (SmoothQuant), per-channel weights, per-token dynamic activations
   kW4A16,  // 4-bit weights in groups along the input (AWQ, GPTQ, round-to-nearest), 16-bit math
 };
@@ -77,6 +86,11 @@ inline float Fp8RowScale(float amax) { return std::max(amax / kFp8E4M3Max, kFp8M
 // Dequantized, F8E4M3ToF32(q[k]) * s is within half an e4m3 ulp of x[k] (relative 2^-4 where
 // |x[k] / s| >= 2^-6, the smallest normal; absolute s * 2^-10 below). REQUIRES: x finite.
 float QuantizeRowFp8(const float* x, int64_t n, uint8_t* q);  // x [n], q [n]
+
+// Quantizes one row with a fixed (static, calibrated) scale: q[k] = F32ToF8E4M3(clamp(x[k] /
+// scale, -448, 448)), the division in fp32; bitwise Fp8KvEncode(x[k], scale) for finite x.
+// Values past 448 * scale saturate. REQUIRES: x finite, scale > 0.
+void QuantizeRowFp8Static(const float* x, int64_t n, float scale, uint8_t* q);  // x [n], q [n]
 
 inline constexpr float kInt8Max = 127.0f;
 // The smallest int8 scale: the smallest normal float, so that an all-zero row divides safely

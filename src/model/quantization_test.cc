@@ -180,5 +180,27 @@ TEST(QuantizationTest, KvEncodeDividesAndSaturates) {
   EXPECT_TRUE(std::isnan(F8E4M3ToF32(Fp8KvEncode(NAN, 1.0f))));
 }
 
+// The static (calibrated) scale: the same codes as the KV cache's encoding, element by
+// element, over values inside, at and past the scale's range, including subnormal quotients.
+TEST(QuantizationTest, StaticRowIsFp8KvEncodeAndSaturates) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> wide(-3000.0f, 3000.0f);
+  std::vector<float> row = {0.0f, 448.0f * 0.5f, 448.1f * 0.5f, -1e30f, 1e-9f, 3e-3f, -0.007f};
+  for (int i = 0; i < 100000; ++i) row.push_back(wide(rng) * (i % 3 == 0 ? 1e-4f : 1.0f));
+  for (float scale : {0.5f, 1.0f, 3.7f, kFp8MinScale}) {
+    std::vector<uint8_t> q(row.size());
+    QuantizeRowFp8Static(row.data(), static_cast<int64_t>(row.size()), scale, q.data());
+    int saturated = 0;
+    for (size_t i = 0; i < row.size(); ++i) {
+      ASSERT_EQ(q[i], Fp8KvEncode(row[i], scale)) << "x = " << row[i] << " scale " << scale;
+      saturated += std::abs(row[i] / scale) > kFp8E4M3Max;
+      if (std::abs(row[i] / scale) >= kFp8E4M3Max) {
+        ASSERT_EQ(std::abs(F8E4M3ToF32(q[i])), kFp8E4M3Max) << row[i];
+      }
+    }
+    EXPECT_GT(saturated, 0) << scale;
+  }
+}
+
 }  // namespace
 }  // namespace kiln

@@ -170,7 +170,7 @@ expect_exit 1 "--quant: expected none, fp8" build "$work/tiny" --out "$work/eng"
 expect_exit 1 "kv-cache-dtype: expected" build "$work/tiny" --out "$work/eng" --kv-cache-dtype q8
 expect_exit 1 "--dtype: expected" build "$work/tiny" --out "$work/eng" --dtype int8
 expect_exit 1 "--tune: expected" build "$work/tiny" --out "$work/eng" --tune maybe
-expect_exit 1 "--calib: --quant fp8 does not calibrate" build "$work/tiny" --out "$work/eng" --quant fp8 --calib "$work/notes.txt"
+expect_exit 1 "--calib: --quant fp8 calibrates only with" build "$work/tiny" --out "$work/eng" --quant fp8 --calib "$work/notes.txt"
 expect_exit 1 "--sign" build "$work/tiny" --out "$work/eng" --sign "$work/notes.txt"
 expect_exit 1 "--out must differ" build "$work/tiny" --out "$work/tiny"
 expect_exit 1 "not a kiln engine" build "$work/tiny" --out "$work/empty/.." --tune off
@@ -203,6 +203,20 @@ for i in $(seq 40); do printf 'the quick brown fox %d. ' "$i"; done >"$work/cali
   --calib-samples 2 --calib-seq-len 16 --tune off >/dev/null 2>&1 \
   && "$kiln" eval perplexity "$work/sq" --text "$work/calib.txt" --device cpu >/dev/null 2>&1 \
   && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: kiln build --quant int8-sq, then eval"; }
+# kiln build --quant fp8 --activation-scales / --smoothquant-alpha: only fp8 has activation
+# scales to choose, only int8-sq and fp8 smooth; a static build stores the scales and runs
+expect_exit 1 "--activation-scales: only --quant fp8" build "$work/tiny" --out "$work/f8" --quant int8-sq --activation-scales static
+expect_exit 1 "--activation-scales: only --quant fp8" build "$work/tiny" --out "$work/f8" --activation-scales dynamic
+expect_exit 1 "--activation-scales: expected static or dynamic, got 'per-token'" build "$work/tiny" --out "$work/f8" --quant fp8 --activation-scales per-token
+expect_exit 1 "smoothquant-alpha: must be in [0, 1]" build "$work/tiny" --out "$work/f8" --quant fp8 --smoothquant-alpha -1
+expect_exit 1 "--smoothquant-alpha: only --quant int8-sq and fp8" build "$work/tiny" --out "$work/f8" --quant w4a16-rtn --smoothquant-alpha 0.5
+expect_exit 1 "calibration file not found" build "$work/tiny" --out "$work/f8" --quant fp8 --activation-scales static --calib "$work/missing.txt"
+"$kiln" build "$work/tiny" --out "$work/f8" --quant fp8 --activation-scales static --smoothquant-alpha 0.5 \
+  --calib "$work/calib.txt" --calib-samples 2 --calib-seq-len 16 --tune off >/dev/null 2>&1 \
+  && grep -q '"input_scale"' "$work/f8/kiln-engine.json" \
+  && grep -q '"activation_scales": "static"' "$work/f8/kiln-engine.json" \
+  && "$kiln" eval perplexity "$work/f8" --text "$work/calib.txt" --device cpu >/dev/null 2>&1 \
+  && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: kiln build --quant fp8 --activation-scales static, then eval"; }
 # kiln build --quant w4a16-*: a group size must divide the input sizes; RTN needs no calibration
 expect_error "group size 100" build "$work/tiny" --out "$work/w4" --quant w4a16-rtn --group-size 100 --tune off
 expect_error "--calib: w4a16-rtn does not calibrate" build "$work/tiny" --out "$work/w4" --quant w4a16-rtn --group-size 64 --calib "$work/calib.txt"

@@ -155,7 +155,8 @@ void LinearFp8(const float* x, int64_t ldx, int64_t num_rows, const WeightView& 
   const int64_t k = w.cols;
   const int64_t n = w.rows;
   const float* table = F8E4M3Table();
-  // Per token, dynamic: xq holds the e4m3 values (codes decoded, unscaled), sx the scales.
+  // Per token, dynamic (or one static scale): xq holds the e4m3 values (codes decoded,
+  // unscaled), sx the scales.
   thread_local std::vector<float> xq;
   thread_local std::vector<float> sx;
   thread_local std::vector<uint8_t> codes;
@@ -163,7 +164,12 @@ void LinearFp8(const float* x, int64_t ldx, int64_t num_rows, const WeightView& 
   sx.resize(num_rows);
   codes.resize(k);
   for (int64_t m = 0; m < num_rows; ++m) {
-    sx[m] = QuantizeRowFp8(x + m * ldx, k, codes.data());
+    if (w.input_scale > 0) {
+      sx[m] = w.input_scale;
+      QuantizeRowFp8Static(x + m * ldx, k, w.input_scale, codes.data());
+    } else {
+      sx[m] = QuantizeRowFp8(x + m * ldx, k, codes.data());
+    }
     for (int64_t i = 0; i < k; ++i) xq[m * k + i] = table[codes[i]];
   }
   constexpr int64_t kPanel = 16;

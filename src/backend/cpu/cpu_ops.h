@@ -70,6 +70,8 @@ struct WeightView {
   int64_t cols = 0;
   const uint8_t* data = nullptr;  // rows * WeightRowBytes(format, cols) bytes, no alignment needed
   const float* row_scales = nullptr;  // [rows]: kF8E4M3 and kI8 only
+  // kF8E4M3 only: the static activation scale (Weight::input_scale); 0 = per token, dynamic.
+  float input_scale = 0;
   // kW4 only: value[r, j] = (code[r, j] - w4_zeros[r, g]) * f16(w4_scales[r, g]) in fp32 with
   // g = j / w4_group_size; stored column j multiplies input channel w4_perm[j] (identity when
   // w4_perm is null).
@@ -100,7 +102,9 @@ float Dot(const float* a, const float* b, int64_t n);
 // on the fly (QuantizeRowFp8: sx[m], xq[m, :]) and
 //   y[m, n] = (accumulate ? y[m, n] : 0) + ((dot(xq[m, :], wq[n, :]) * sx[m]) * sw[n] + bias[n])
 // with the dot of the e4m3 values in the 16-lane order (each product exact in f32: 4 x 4
-// significant bits), each * and + rounded in the order written.
+// significant bits), each * and + rounded in the order written. With a static scale
+// (w.input_scale > 0) every row uses sx[m] = w.input_scale and QuantizeRowFp8Static (values
+// past 448 * sx saturate).
 // An int8 weight (kI8) runs INT8 W8A8: each x row is quantized on the fly (QuantizeRowInt8:
 // sx[m], xq[m, :]) and
 //   y[m, n] = (accumulate ? y[m, n] : 0) + ((f32(acc) * sx[m]) * sw[n] + bias[n]),

@@ -659,13 +659,17 @@ TEST(Fp8Test, QuantizeFp8QuantizesEachRowOnItsOwn) {
 //   (k / 16 + 4) * 2^-24 * (sum |xq wq| sx sw)  for the 16 lanes of k / 16 terms each and the
 //                                               four-level lane tree,
 // + 3 * 2^-24 * |result| for the scale products and the bias, and one more for the residual.
-TEST(Fp8Test, LinearMatchesTheHeadersFormulaInDoubleOnOddShapes) {
+// input_scale > 0: the weight's static activation scale (sx = input_scale for every token, the
+// quotient clamped to +-448); returns how many input elements lay beyond e4m3's range.
+int64_t ExpectFp8LinearMatchesTheFormula(float input_scale) {
+  int64_t saturated = 0;
   for (const LinearCase& c : {LinearCase{7, 83, 769}, LinearCase{7, 769, 83}, LinearCase{1, 5, 3},
                               LinearCase{33, 576, 70}}) {
     std::vector<float> x = RandomVector(c.m * c.k, 81, 2.0f);
     for (int64_t k = 0; k < c.k; ++k) x[(c.m - 1) * c.k + k] = 0.0f;  // an all-zero token
     if (c.m > 2) x[c.k + 1] = 1e3f;                                   // an outlier
-    const OwnedWeight w = RandomFp8Weight(c.n, c.k, 82);
+    OwnedWeight w = RandomFp8Weight(c.n, c.k, 82);
+    w.input_scale = input_scale;
     const std::vector<float> bias = RandomVector(c.n, 83), y0 = RandomVector(c.m * c.n, 84);
     for (bool accumulate : {false, true}) {
       std::vector<float> y = y0;
@@ -675,15 +679,22 @@ TEST(Fp8Test, LinearMatchesTheHeadersFormulaInDoubleOnOddShapes) {
         const float* xi = x.data() + i * c.k;
         float amax = 0;
         for (int64_t k = 0; k < c.k; ++k) amax = std::max(amax, std::abs(xi[k]));
-        const float sx = Fp8RowScale(amax);
+        const float sx = input_scale > 0 ? input_scale : Fp8RowScale(amax);
+        std::vector<double> xq(c.k);
+        for (int64_t k = 0; k < c.k; ++k) {
+          const float q = xi[k] / sx;
+          const bool out = std::abs(q) > kFp8E4M3Max;
+          // Past e4m3's range (not a quotient that rounds to 448 anyway).
+          saturated += !accumulate && std::isnan(F8E4M3ToF32(F32ToF8E4M3(q)));
+          xq[k] = F8E4M3ToF32(F32ToF8E4M3(out ? std::copysign(kFp8E4M3Max, q) : q));
+        }
         for (int64_t j = 0; j < c.n; ++j) {
           const float sw = w.row_scales[j];
           double dot = 0, magnitude = 0;
           for (int64_t k = 0; k < c.k; ++k) {
-            const double xq = F8E4M3ToF32(F32ToF8E4M3(xi[k] / sx));
             const double wq = F8E4M3ToF32(w.bytes[j * c.k + k]);
-            dot += xq * wq;
-            magnitude += std::abs(xq * wq);
+            dot += xq[k] * wq;
+            magnitude += std::abs(xq[k] * wq);
           }
           const double scaled = dot * sx * sw + bias[j];
           const double want = accumulate ? y0[i * c.n + j] + scaled : scaled;
@@ -691,16 +702,35 @@ TEST(Fp8Test, LinearMatchesTheHeadersFormulaInDoubleOnOddShapes) {
           const double tol = (c.k / 16.0 + 4) * u * magnitude * sx * sw +
                              5 * u * (std::abs(scaled) + std::abs(want) + std::abs(bias[j]));
           const double err = std::abs(y[i * c.n + j] - want);
-          ASSERT_LE(err, tol) << "m=" << c.m << " k=" << c.k << " n=" << c.n << " row " << i
+          EXPECT_LE(err, tol) << "m=" << c.m << " k=" << c.k << " n=" << c.n << " row " << i
                               << " col " << j << " accumulate " << accumulate;
+          if (err > tol) return saturated;
           worst = std::max(worst, err / tol);
         }
       }
-      std::printf("fp8 Linear %lldx%lldx%lld: worst error %.3f of the bound\n",
+      std::printf("fp8 Linear %lldx%lldx%lld (%s): worst error %.3f of the bound\n",
                   static_cast<long long>(c.m), static_cast<long long>(c.k),
-                  static_cast<long long>(c.n), worst);
+                  static_cast<long long>(c.n), input_scale > 0 ? "static" : "dynamic", worst);
     }
   }
+  return saturated;
+}
+
+TEST(Fp8Test, LinearMatchesTheHeadersFormulaInDoubleOnOddShapes) {
+  EXPECT_EQ(ExpectFp8LinearMatchesTheFormula(0), 0);  // dynamic scales never saturate
+}
+
+// A static scale (Weight::input_scale) replaces every token's own: 4 / 448 puts the inputs'
+// tail past 4 (stddev 2) and the 1e3 outlier beyond e4m3's range, where they saturate at +-448.
+TEST(Fp8Test, LinearWithAStaticScaleMatchesTheFormulaAndSaturates) {
+  EXPECT_GT(ExpectFp8LinearMatchesTheFormula(4.0f / 448.0f), 100);
+  // By hand, one element each side of the range: (448 * 1 + 1 * 0.5) * s * sw.
+  OwnedWeight w{WeightFormat::kF8E4M3, 1, 2, {F32ToF8E4M3(1.0f), F32ToF8E4M3(0.5f)}, {3.0f}};
+  w.input_scale = 0.25f;
+  const float x[2] = {1e6f, 0.25f};
+  float y = 0;
+  Linear(x, 2, 1, w.view(), nullptr, &y, 1, false, 1);
+  EXPECT_EQ(y, (448.0f * 1.0f + 1.0f * 0.5f) * 0.25f * 3.0f);
 }
 
 // A probe row's output through `w` has the same bits alone, at M = 7 and 64, first or last,
@@ -729,7 +759,10 @@ void ExpectRowIndependentOfBatchAndThreads(const OwnedWeight& w, uint32_t seed) 
 // W8A8 keeps the backend's batch invariance: a token's scale is its own row's, so its output
 // row has the same bits at any M, place and thread count.
 TEST(Fp8Test, LinearRowIndependentOfBatchAndThreads) {
-  ExpectRowIndependentOfBatchAndThreads(RandomFp8Weight(200, 576, 91), 92);
+  OwnedWeight w = RandomFp8Weight(200, 576, 91);
+  ExpectRowIndependentOfBatchAndThreads(w, 92);
+  w.input_scale = 0.01f;  // static: one scale for every row
+  ExpectRowIndependentOfBatchAndThreads(w, 93);
 }
 
 // ---- INT8 W8A8 --------------------------------------------------------------------------------

@@ -374,9 +374,9 @@ Result<std::unique_ptr<ModelRunner>> CreateCpuRunner(const Checkpoint& ckpt,
   if (pre.method == QuantMethod::kFp8) {
     LOG(INFO) << ckpt.path() << ": FP8 checkpoint (" << pre.format << ", "
               << (pre.per_channel ? "per-channel" : "per-tensor")
-              << " weight scales): its e4m3 linear layers run W8A8 with per-token activation "
-                 "scales"
-              << (pre.static_activations ? " (its static input_scale tensors are not used)" : "");
+              << " weight scales): its e4m3 linear layers run W8A8 with "
+              << (pre.static_activations ? "its static per-tensor activation scales"
+                                         : "per-token activation scales");
   }
   if (pre.method == QuantMethod::kInt8) {
     LOG(INFO) << ckpt.path() << ": INT8 checkpoint (" << pre.format

@@ -1,5 +1,6 @@
 #include "backend/cpu/cpu_weights.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -118,6 +119,7 @@ Result<OwnedWeight> LoadMatrix(const Checkpoint& ckpt, const std::string& name,
     out.format = w->dtype == DType::kI8 ? WeightFormat::kI8 : WeightFormat::kF8E4M3;
     out.bytes.assign(w->data, w->data + w->nbytes);
     out.row_scales = w->row_scales;
+    if (w->dtype == DType::kF8E4M3) out.input_scale = w->input_scale;
   } else if (format && !dequantize_at_load) {
     out.format = *format;
     out.bytes.assign(w->data, w->data + w->nbytes);
@@ -150,6 +152,15 @@ OwnedWeight Stack(std::vector<OwnedWeight> parts, const std::string& what) {
   OwnedWeight out{parts[0].format, 0, parts[0].cols, {}, {}, {}};
   out.w4.group_size = parts[0].w4.group_size;
   out.w4.perm = parts[0].w4.perm;
+  // The parts read one input, so kiln build gives them one static scale; a checkpoint whose
+  // parts differ gets the largest (vLLM's choice: no part's calibrated range saturates). A part
+  // without one (dynamic) makes the fused matrix dynamic.
+  bool all_static = true;
+  for (const OwnedWeight& p : parts) {
+    all_static &= p.input_scale > 0;
+    out.input_scale = std::max(out.input_scale, p.input_scale);
+  }
+  if (!all_static) out.input_scale = 0;
   for (const OwnedWeight& p : parts) {
     CHECK_EQ(p.cols, out.cols);
     out.rows += p.rows;

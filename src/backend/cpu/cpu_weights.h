@@ -13,8 +13,10 @@
 //     un-permutation: a row of a fused matrix is a row (an output channel) of one part, so this
 //     is per-channel quantization of each part. The source is each row's f32 decoding (GGUF
 //     blocks dequantized first). This one step changes values; embedding, norms, biases and
-//     lm_head stay as they are. An FP8 checkpoint's e4m3 weights (Weight::row_scales) are
-//     kept as they are stored, whatever the options, and its KV cache scales are the layers'.
+//     lm_head stay as they are. An FP8 checkpoint's or engine's e4m3 weights
+//     (Weight::row_scales) are kept as they are stored, whatever the options, with their static
+//     activation scales (Weight::input_scale; the fused matrix takes its parts' largest), and
+//     its KV cache scales are the layers'.
 //   * W4A16 weights (dtype kI4 with Weight::w4: engine directories, AutoAWQ / GPTQ checkpoints)
 //     stay packed (WeightFormat::kW4) whatever the options. Fusing q/k/v or gate/up
 //     concatenates their rows, group scales and zeros; the parts must share the group size and
@@ -47,10 +49,12 @@ struct OwnedWeight {
   std::vector<uint8_t> bytes;     // rows * WeightRowBytes(format, cols)
   std::vector<float> row_scales;  // [rows] for kF8E4M3 and kI8, else empty
   Weight::W4Params w4;            // kW4: group scales, zeros, perm (model/quantization.h)
+  float input_scale = 0;          // kF8E4M3: static activation scale; 0 = per token
 
   WeightView view() const {
-    WeightView v{format, rows, cols, bytes.data(),
-                 row_scales.empty() ? nullptr : row_scales.data()};
+    WeightView v{
+        format,     rows, cols, bytes.data(), row_scales.empty() ? nullptr : row_scales.data(),
+        input_scale};
     if (format == WeightFormat::kW4) {
       v.w4_group_size = w4.group_size;
       v.w4_scales = w4.scales.data();

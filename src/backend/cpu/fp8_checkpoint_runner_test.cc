@@ -67,6 +67,9 @@ struct Fp8Write {
   Scales scales = Scales::kPerChannel;
   json quantization_config;
   float k_scale = 0, v_scale = 0;  // > 0: ModelOpt-style k_proj.k_scale / v_proj.v_scale
+  // > 0: every linear weight's static `input_scale` (k_proj's twice it: the fused q|k|v takes
+  // the largest of its parts').
+  float input_scale = 0;
 };
 
 // An FP8 copy of the checkpoint at `src`: each layer linear weight quantized from its f32 values
@@ -107,9 +110,12 @@ std::string WriteFp8(const std::string& src, const Fp8Write& o) {
     add(w.name, DType::kF8E4M3, w.shape, codes);
     if (o.scales == Scales::kPerTensor) {
       add(prefix + ".weight_scale", DType::kF32, Shape{}, f32({scales[0]}));
-      add(prefix + ".input_scale", DType::kF32, Shape{}, f32({1.0f}));
     } else {
       add(prefix + ".weight_scale", DType::kF32, Shape{rows, 1}, f32(scales));
+    }
+    if (o.input_scale > 0) {
+      const float s = o.input_scale * (w.name.find(".k_proj.") != std::string::npos ? 2 : 1);
+      add(prefix + ".input_scale", DType::kF32, Shape{}, f32({s}));
     }
   }
   if (o.k_scale > 0) {
@@ -247,8 +253,9 @@ TEST_F(Fp8CheckpointRunner, PerChannelCheckpointRunsBitwiseLikeQuantizingAtLoad)
 TEST_F(Fp8CheckpointRunner, PerTensorScaleActsAsTheSameScaleOnEveryRow) {
   const std::string bf16 = Keep(Bf16Checkpoint());
   const json modelopt = {{"quant_method", "modelopt"}, {"quant_algo", "FP8"}};
-  const std::string per_tensor = Keep(WriteFp8(bf16, {Scales::kPerTensor, modelopt}));
-  const std::string repeated = Keep(WriteFp8(bf16, {Scales::kPerTensorRepeated, modelopt}));
+  const std::string per_tensor = Keep(WriteFp8(bf16, {Scales::kPerTensor, modelopt, 0, 0, 0.01f}));
+  const std::string repeated =
+      Keep(WriteFp8(bf16, {Scales::kPerTensorRepeated, modelopt, 0, 0, 0.01f}));
   auto ckpt = Checkpoint::Open(per_tensor);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
   EXPECT_FALSE(ckpt->quantization().per_channel);
@@ -287,6 +294,35 @@ TEST_F(Fp8CheckpointRunner, CalibratedKvScalesReachTheFp8Cache) {
   EXPECT_LT(scaled_diff, 0.5);
   // Without --kv-cache-dtype fp8 the scales are unused: the f32 cache of both is the same.
   EXPECT_EQ(MaxDiff(RunSteps(unit, {}), f32_cache), 0.0);
+}
+
+// A static checkpoint's input_scale tensors reach the CPU's weights (the fused q|k|v takes the
+// largest of its parts') and change the result: W8A8 with the one calibrated scale.
+TEST_F(Fp8CheckpointRunner, StaticInputScalesRunInTheLinearLayers) {
+  const std::string bf16 = Keep(Bf16Checkpoint());
+  const std::string dynamic =
+      Keep(WriteFp8(bf16, {Scales::kPerChannel, CompressedTensorsChannel()}));
+  const json static_config = {{"quant_method", "fp8"}, {"activation_scheme", "static"}};
+  const std::string fixed = Keep(WriteFp8(bf16, {Scales::kPerChannel, static_config, 0, 0, 0.01f}));
+  auto ckpt = Checkpoint::Open(fixed);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  EXPECT_TRUE(ckpt->quantization().static_activations);
+  EXPECT_EQ(ckpt->Find("model.layers.1.self_attn.k_proj.weight")->input_scale, 0.02f);
+  auto weights = cpu::LoadCpuWeights(*ckpt, false, QuantMethod::kFp8);
+  ASSERT_TRUE(weights.ok()) << weights.status().ToString();
+  EXPECT_EQ(weights->layers[1].qkv.input_scale, 0.02f);
+  EXPECT_EQ(weights->layers[1].qkv.view().input_scale, 0.02f);
+  for (const cpu::OwnedWeight* w :
+       {&weights->layers[0].o, &weights->layers[0].gate_up, &weights->layers[1].down}) {
+    EXPECT_EQ(w->input_scale, 0.01f);
+  }
+  const std::vector<ScoredToken> got = RunSteps(fixed, {});
+  const double vs_dynamic = MaxDiff(got, RunSteps(dynamic, {}), 12);
+  const double vs_bf16 = MaxDiff(got, RunSteps(bf16, {}), 12);
+  std::printf("static fp8 checkpoint: max |dlogprob| %.3g vs dynamic, %.3g vs bf16\n", vs_dynamic,
+              vs_bf16);
+  EXPECT_GT(vs_dynamic, 1e-4) << "the static scales changed nothing";
+  EXPECT_LT(vs_bf16, 0.5);
 }
 
 #ifdef KILN_HAS_CUDA
