@@ -59,8 +59,15 @@ __device__ float BlockReduce(float v, Op op) {
 __device__ float BlockSum(float v) { return BlockReduce(v, SumOp{}); }
 
 // The per-row e4m3 quantization of kernels::QuantizeRowsFp8 for a row this block holds: the
-// scale from the block's amax (thread 0 stores it), then each thread's codes of y / scale.
-__device__ __forceinline__ float Fp8RowScale(float thread_amax, float* scale_out) {
+// scale from the block's amax (or the static scale, when given: QuantizeRowsFp8Static; thread 0
+// stores it), then each thread's codes of y / scale (saturating, for the static scale).
+__device__ __forceinline__ float Fp8RowScale(float thread_amax, const float* static_scale,
+                                             float* scale_out) {
+  if (static_scale != nullptr) {  // uniform over the block
+    const float scale = *static_scale;
+    if (threadIdx.x == 0) *scale_out = scale;
+    return scale;
+  }
   const float amax = BlockReduce(thread_amax, MaxOp{});
   const float scale = fmaxf(amax / kFp8Max, kFp8MinScale);
   if (threadIdx.x == 0) *scale_out = scale;
@@ -183,7 +190,8 @@ __global__ void RmsNormKernel(const T* x, int64_t ldx, R* residual, NormResidual
 template <int kVecs, typename T, typename R, typename O>
 __global__ void RmsNormVecKernel(const T* x, int64_t ldx, R* residual, NormResidual mode,
                                  const int32_t* row_ids, int32_t dim, const T* weight, float eps,
-                                 O* out, int64_t ldo, float* out_scales) {
+                                 O* out, int64_t ldo, float* out_scales,
+                                 const float* static_scale) {
   PdlWait();
   PdlLaunchDependents();
   const int64_t row = row_ids != nullptr ? row_ids[blockIdx.x] : blockIdx.x;
@@ -240,7 +248,7 @@ __global__ void RmsNormVecKernel(const T* x, int64_t ldx, R* residual, NormResid
     }
   }
   if constexpr (!std::is_same_v<O, T>) {
-    const float scale = Fp8RowScale(amax, out_scales + blockIdx.x);
+    const float scale = Fp8RowScale(amax, static_scale, out_scales + blockIdx.x);
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) {
       const int i = threadIdx.x + j * blockDim.x;
@@ -256,7 +264,7 @@ template <typename T, typename R, typename O = T>
 cudaError_t LaunchRmsNorm(const T* x, int64_t ldx, R* residual, NormResidual mode,
                           const int32_t* row_ids, int32_t num_rows, int32_t dim, const T* weight,
                           float eps, O* out, int64_t ldo, cudaStream_t stream,
-                          float* out_scales = nullptr) {
+                          float* out_scales = nullptr, const float* static_scale = nullptr) {
   constexpr bool kFp8Out = !std::is_same_v<O, T>;
   if (num_rows == 0) return cudaSuccess;
   if (dim <= 0 || dim > kNormMaxDim) return cudaErrorInvalidValue;
@@ -275,7 +283,7 @@ cudaError_t LaunchRmsNorm(const T* x, int64_t ldx, R* residual, NormResidual mod
   const int vecs = (nvec + threads - 1) / threads;  // <= 6 for dim <= kNormMaxDim
   auto launch = [&](auto kernel) {
     return LaunchChained(kernel, num_rows, threads, 0, stream, x, ldx, residual, mode, row_ids, dim,
-                         weight, eps, out, ldo, out_scales);
+                         weight, eps, out, ldo, out_scales, static_scale);
   };
   switch (vecs) {
     case 1:
@@ -396,7 +404,7 @@ __global__ void SiluMulVec8Kernel(const T* gate_up, int64_t ld, int32_t dim, T* 
 // REQUIRES: dim / 8 <= kVecs * blockDim.x.
 template <int kVecs, typename T>
 __global__ void SiluMulFp8Kernel(const T* gate_up, int64_t ld, int32_t dim, __nv_fp8_e4m3* out,
-                                 int64_t ldo, float* out_scales) {
+                                 int64_t ldo, float* out_scales, const float* static_scale) {
   PdlWait();
   PdlLaunchDependents();
   const auto* g = reinterpret_cast<const uint4*>(gate_up + int64_t{blockIdx.x} * ld);
@@ -425,7 +433,7 @@ __global__ void SiluMulFp8Kernel(const T* gate_up, int64_t ld, int32_t dim, __nv
       amax = fmaxf(amax, fabsf(y[j][k]));
     }
   }
-  const float scale = Fp8RowScale(amax, out_scales + blockIdx.x);
+  const float scale = Fp8RowScale(amax, static_scale, out_scales + blockIdx.x);
 #pragma unroll
   for (int j = 0; j < kVecs; ++j) {
     const int i = threadIdx.x + j * blockDim.x;
@@ -455,10 +463,11 @@ template <typename T, typename O>
 cudaError_t LaunchRmsNormF32Residual(const T* x, int64_t ldx, float* residual, bool init,
                                      const int32_t* row_ids, int32_t num_rows, int32_t dim,
                                      const T* weight, float eps, O* out, int64_t ldo,
-                                     cudaStream_t stream, float* out_scales = nullptr) {
+                                     cudaStream_t stream, float* out_scales = nullptr,
+                                     const float* static_scale = nullptr) {
   if (residual == nullptr || (init && row_ids != nullptr)) return cudaErrorInvalidValue;
   return LaunchRmsNorm(x, ldx, residual, NormResidual{true, init}, row_ids, num_rows, dim, weight,
-                       eps, out, ldo, stream, out_scales);
+                       eps, out, ldo, stream, out_scales, static_scale);
 }
 
 template <typename T, typename C>
@@ -491,7 +500,7 @@ cudaError_t LaunchSiluMul(const T* gate_up, int64_t ld, int32_t num_rows, int32_
 template <typename T>
 cudaError_t LaunchSiluMulFp8(const T* gate_up, int64_t ld, int32_t num_rows, int32_t dim,
                              __nv_fp8_e4m3* out, int64_t ldo, float* out_scales,
-                             cudaStream_t stream) {
+                             const float* static_scale, cudaStream_t stream) {
   if (num_rows == 0) return cudaSuccess;
   if (dim % 8 != 0 || ld % 8 != 0 || ldo % 8 != 0 || !Aligned16(gate_up) ||
       reinterpret_cast<uintptr_t>(out) % 8 != 0 || out_scales == nullptr) {
@@ -504,7 +513,7 @@ cudaError_t LaunchSiluMulFp8(const T* gate_up, int64_t ld, int32_t num_rows, int
   if (vecs > 8) return cudaErrorInvalidValue;
   auto launch = [&](auto kernel) {
     return LaunchChained(kernel, num_rows, threads, 0, stream, gate_up, ld, dim, out, ldo,
-                         out_scales);
+                         out_scales, static_scale);
   };
   if (vecs <= 1) return launch(SiluMulFp8Kernel<1, T>);
   if (vecs <= 2) return launch(SiluMulFp8Kernel<2, T>);
@@ -563,16 +572,18 @@ cudaError_t RmsNormF32Residual(const __half* x, int64_t ldx, float* residual, bo
 cudaError_t RmsNormF32ResidualFp8(const bf16* x, int64_t ldx, float* residual, bool init,
                                   const int32_t* row_ids, int32_t num_rows, int32_t dim,
                                   const bf16* weight, float eps, __nv_fp8_e4m3* out, int64_t ldo,
-                                  float* out_scales, cudaStream_t stream) {
+                                  float* out_scales, const float* static_scale,
+                                  cudaStream_t stream) {
   return LaunchRmsNormF32Residual(x, ldx, residual, init, row_ids, num_rows, dim, weight, eps, out,
-                                  ldo, stream, out_scales);
+                                  ldo, stream, out_scales, static_scale);
 }
 cudaError_t RmsNormF32ResidualFp8(const __half* x, int64_t ldx, float* residual, bool init,
                                   const int32_t* row_ids, int32_t num_rows, int32_t dim,
                                   const __half* weight, float eps, __nv_fp8_e4m3* out, int64_t ldo,
-                                  float* out_scales, cudaStream_t stream) {
+                                  float* out_scales, const float* static_scale,
+                                  cudaStream_t stream) {
   return LaunchRmsNormF32Residual(x, ldx, residual, init, row_ids, num_rows, dim, weight, eps, out,
-                                  ldo, stream, out_scales);
+                                  ldo, stream, out_scales, static_scale);
 }
 
 cudaError_t RopeStoreKv(const RopeKvArgs& args, cudaStream_t stream) {
@@ -598,12 +609,14 @@ cudaError_t SiluMul(const __half* gate_up, int64_t ld, int32_t num_rows, int32_t
 }
 
 cudaError_t SiluMulFp8(const bf16* gate_up, int64_t ld, int32_t num_rows, int32_t dim,
-                       __nv_fp8_e4m3* out, int64_t ldo, float* out_scales, cudaStream_t stream) {
-  return LaunchSiluMulFp8(gate_up, ld, num_rows, dim, out, ldo, out_scales, stream);
+                       __nv_fp8_e4m3* out, int64_t ldo, float* out_scales,
+                       const float* static_scale, cudaStream_t stream) {
+  return LaunchSiluMulFp8(gate_up, ld, num_rows, dim, out, ldo, out_scales, static_scale, stream);
 }
 cudaError_t SiluMulFp8(const __half* gate_up, int64_t ld, int32_t num_rows, int32_t dim,
-                       __nv_fp8_e4m3* out, int64_t ldo, float* out_scales, cudaStream_t stream) {
-  return LaunchSiluMulFp8(gate_up, ld, num_rows, dim, out, ldo, out_scales, stream);
+                       __nv_fp8_e4m3* out, int64_t ldo, float* out_scales,
+                       const float* static_scale, cudaStream_t stream) {
+  return LaunchSiluMulFp8(gate_up, ld, num_rows, dim, out, ldo, out_scales, static_scale, stream);
 }
 
 cudaError_t FloatToBf16(const float* in, int64_t n, bf16* out, cudaStream_t stream) {

@@ -54,16 +54,20 @@ cudaError_t RmsNormF32Residual(const __half* x, int64_t ldx, float* residual, bo
 // the op before them: the same output row (rounded to T), quantized per row to e4m3 exactly as
 // QuantizeRowsFp8 quantizes it (scale = max(amax / 448, 1 / (448 * 512)), codes e4m3(v / scale)
 // rounded to nearest even), written as out [num_rows, dim] e4m3 (row stride ldo) and
-// out_scales [num_rows]; the row in T is not stored. cudaErrorInvalidValue unless dim, ldx and
-// ldo are multiples of 8 and x, weight, residual are 16-byte and out 8-byte aligned.
+// out_scales [num_rows]; the row in T is not stored. static_scale: null, or a device scalar, the
+// layer's static activation scale (QuantizeRowsFp8Static's quantization instead).
+// cudaErrorInvalidValue unless dim, ldx and ldo are multiples of 8 and x, weight, residual are
+// 16-byte and out 8-byte aligned.
 cudaError_t RmsNormF32ResidualFp8(const __nv_bfloat16* x, int64_t ldx, float* residual, bool init,
                                   const int32_t* row_ids, int32_t num_rows, int32_t dim,
                                   const __nv_bfloat16* weight, float eps, __nv_fp8_e4m3* out,
-                                  int64_t ldo, float* out_scales, cudaStream_t stream);
+                                  int64_t ldo, float* out_scales, const float* static_scale,
+                                  cudaStream_t stream);
 cudaError_t RmsNormF32ResidualFp8(const __half* x, int64_t ldx, float* residual, bool init,
                                   const int32_t* row_ids, int32_t num_rows, int32_t dim,
                                   const __half* weight, float eps, __nv_fp8_e4m3* out, int64_t ldo,
-                                  float* out_scales, cudaStream_t stream);
+                                  float* out_scales, const float* static_scale,
+                                  cudaStream_t stream);
 
 // Rotary embedding fused with the KV-cache write. qkv: [num_tokens, (num_heads + 2 *
 // num_kv_heads) * head_dim] rows (q heads, then k heads, then v heads), row stride ld. Rotates the
@@ -117,9 +121,11 @@ cudaError_t SiluMul(const __half* gate_up, int64_t ld, int32_t num_rows, int32_t
 // input). The same alignment requirements (gate_up 16-byte aligned, ld a multiple of 8), and
 // dim <= 65,536.
 cudaError_t SiluMulFp8(const __nv_bfloat16* gate_up, int64_t ld, int32_t num_rows, int32_t dim,
-                       __nv_fp8_e4m3* out, int64_t ldo, float* out_scales, cudaStream_t stream);
+                       __nv_fp8_e4m3* out, int64_t ldo, float* out_scales,
+                       const float* static_scale, cudaStream_t stream);
 cudaError_t SiluMulFp8(const __half* gate_up, int64_t ld, int32_t num_rows, int32_t dim,
-                       __nv_fp8_e4m3* out, int64_t ldo, float* out_scales, cudaStream_t stream);
+                       __nv_fp8_e4m3* out, int64_t ldo, float* out_scales,
+                       const float* static_scale, cudaStream_t stream);
 
 // Converts n floats to bf16, resp. fp16 (round to nearest even; fp16 overflows to infinity past
 // 65504), for weight upload.

@@ -59,16 +59,37 @@ __device__ __forceinline__ float WarpMax(float v) {
 
 constexpr int kQuantThreads = 256;
 
+// The block's row of codes: dst[c] = Encode(row[c] / scale), 8 values per thread per pass.
+template <typename T, typename Code>
+__device__ __forceinline__ void EncodeRow(const T* row, int64_t cols, float scale, Code* dst) {
+  for (int64_t c = threadIdx.x * 8; c < cols; c += kQuantThreads * 8) {
+    float v[8];
+    Load8(row + c, v);
+    float q[2][4];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) q[e / 4][e % 4] = __fdiv_rn(v[e], scale);  // the CPU's IEEE x / s
+    *reinterpret_cast<uint2*>(dst + c) = make_uint2(Encode4<Code>(q[0]), Encode4<Code>(q[1]));
+  }
+}
+
 // One block per row: the row's amax (8 values per thread per pass), then the quantized row. The
-// second pass re-reads the row from L1/L2 (a row is at most a few tens of KiB).
+// second pass re-reads the row from L1/L2 (a row is at most a few tens of KiB). static_scale
+// (e4m3 only): that scale for every row instead, no amax pass; quotients saturate at +-448.
 template <typename T, typename Code>
 __global__ void __launch_bounds__(kQuantThreads)
     QuantizeRowsKernel(const T* __restrict__ x, int64_t ldx, int64_t cols, Code* __restrict__ out,
-                       int64_t ldo, float* __restrict__ scales) {
+                       int64_t ldo, float* __restrict__ scales,
+                       const float* __restrict__ static_scale) {
   __shared__ float partial[kQuantThreads / 32];
   PdlWait();
   PdlLaunchDependents();
   const T* row = x + blockIdx.x * ldx;
+  if (static_scale != nullptr) {
+    const float scale = *static_scale;
+    if (threadIdx.x == 0) scales[blockIdx.x] = scale;
+    EncodeRow<T, Code>(row, cols, scale, out + blockIdx.x * ldo);
+    return;
+  }
   float amax = 0.0f;
   for (int64_t c = threadIdx.x * 8; c < cols; c += kQuantThreads * 8) {
     float v[8];
@@ -85,24 +106,17 @@ __global__ void __launch_bounds__(kQuantThreads)
   const float scale =
       kIsInt8<Code> ? fmaxf(amax / kInt8Max, kInt8MinScale) : fmaxf(amax / kFp8Max, kFp8MinScale);
   if (threadIdx.x == 0) scales[blockIdx.x] = scale;
-  Code* dst = out + blockIdx.x * ldo;
-  for (int64_t c = threadIdx.x * 8; c < cols; c += kQuantThreads * 8) {
-    float v[8];
-    Load8(row + c, v);
-    float q[2][4];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) q[e / 4][e % 4] = __fdiv_rn(v[e], scale);  // the CPU's IEEE x / s
-    *reinterpret_cast<uint2*>(dst + c) = make_uint2(Encode4<Code>(q[0]), Encode4<Code>(q[1]));
-  }
+  EncodeRow<T, Code>(row, cols, scale, out + blockIdx.x * ldo);
 }
 
 template <typename T, typename Code>
 cudaError_t LaunchQuantize(const T* x, int64_t ldx, int64_t rows, int64_t cols, Code* out,
-                           int64_t ldo, float* scales, cudaStream_t stream) {
+                           int64_t ldo, float* scales, cudaStream_t stream,
+                           const float* static_scale = nullptr) {
   if (rows == 0) return cudaSuccess;
   if (cols % 8 != 0 || ldx % 8 != 0 || ldo % 8 != 0) return cudaErrorInvalidValue;
   return LaunchChained(QuantizeRowsKernel<T, Code>, static_cast<unsigned>(rows), kQuantThreads, 0,
-                       stream, x, ldx, cols, out, ldo, scales);
+                       stream, x, ldx, cols, out, ldo, scales, static_scale);
 }
 
 // ---- FP8 GEMM epilogue ----------------------------------------------------------------------
@@ -272,6 +286,19 @@ cudaError_t QuantizeRowsFp8(const __nv_bfloat16* x, int64_t ldx, int64_t rows, i
 cudaError_t QuantizeRowsFp8(const __half* x, int64_t ldx, int64_t rows, int64_t cols,
                             __nv_fp8_e4m3* out, int64_t ldo, float* scales, cudaStream_t stream) {
   return LaunchQuantize(x, ldx, rows, cols, out, ldo, scales, stream);
+}
+
+cudaError_t QuantizeRowsFp8Static(const __nv_bfloat16* x, int64_t ldx, int64_t rows, int64_t cols,
+                                  const float* scale, __nv_fp8_e4m3* out, int64_t ldo,
+                                  float* scales, cudaStream_t stream) {
+  if (scale == nullptr) return cudaErrorInvalidValue;
+  return LaunchQuantize(x, ldx, rows, cols, out, ldo, scales, stream, scale);
+}
+cudaError_t QuantizeRowsFp8Static(const __half* x, int64_t ldx, int64_t rows, int64_t cols,
+                                  const float* scale, __nv_fp8_e4m3* out, int64_t ldo,
+                                  float* scales, cudaStream_t stream) {
+  if (scale == nullptr) return cudaErrorInvalidValue;
+  return LaunchQuantize(x, ldx, rows, cols, out, ldo, scales, stream, scale);
 }
 
 cudaError_t ApplyFp8Scales(const __nv_bfloat16* y, int64_t ld, int64_t rows, int64_t cols,

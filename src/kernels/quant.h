@@ -25,6 +25,17 @@ cudaError_t QuantizeRowsFp8(const __nv_bfloat16* x, int64_t ldx, int64_t rows, i
 cudaError_t QuantizeRowsFp8(const __half* x, int64_t ldx, int64_t rows, int64_t cols,
                             __nv_fp8_e4m3* out, int64_t ldo, float* scales, cudaStream_t stream);
 
+// Static per-tensor activation quantization (model/quantization.h, QuantizeRowFp8Static): one
+// calibrated scale for every row, read from the device scalar `scale`; scales[r] = *scale and
+// out[r, c] = e4m3(clamp(x[r, c] / *scale, -448, 448)) (past the calibrated range a value
+// saturates). The same shapes and alignment as QuantizeRowsFp8.
+cudaError_t QuantizeRowsFp8Static(const __nv_bfloat16* x, int64_t ldx, int64_t rows, int64_t cols,
+                                  const float* scale, __nv_fp8_e4m3* out, int64_t ldo,
+                                  float* scales, cudaStream_t stream);
+cudaError_t QuantizeRowsFp8Static(const __half* x, int64_t ldx, int64_t rows, int64_t cols,
+                                  const float* scale, __nv_fp8_e4m3* out, int64_t ldo,
+                                  float* scales, cudaStream_t stream);
+
 // The epilogue of an FP8 GEMM that wrote unscaled sums y[m, n] = sum_k xq[m, k] * wq[n, k] in
 // bf16: out[m, n] = y[m, n] * row_scale[m] * col_scale[n] (+ bias[n]) in T (fp32 arithmetic, one
 // rounding). out may be y itself (in place: each element is read, then written, by one thread).

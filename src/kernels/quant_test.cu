@@ -16,6 +16,7 @@
 #include "kernels/fp8_test_util.cuh"
 #include "kernels/gemv.h"
 #include "kernels/test_util.cuh"
+#include "model/quantization.h"
 
 namespace kiln::kernels {
 namespace {
@@ -71,6 +72,45 @@ TYPED_TEST(QuantizeRowsFp8Gpu, MatchesTheHostBitForBit) {
     }
     EXPECT_EQ(bad, 0);
   }
+}
+
+TYPED_TEST(QuantizeRowsFp8Gpu, StaticScaleMatchesTheHostBitForBit) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  const int64_t rows = 9, cols = 4096;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<uint16_t> x(rows * cols);
+  std::vector<float> xf(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    // Rows 0..8 grow by 4x each: past the calibrated range the later rows saturate.
+    x[i] = Format<T>::FromF32(dist(rng) * std::ldexp(1.0f, 2 * static_cast<int>(i / cols) - 8));
+    xf[i] = Format<T>::ToF32(x[i]);
+  }
+  const float scale = 0.01f;  // |x| up to 4.48 fits
+  std::vector<uint8_t> want(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    QuantizeRowFp8Static(xf.data() + r * cols, cols, scale, want.data() + r * cols);
+  }
+  Dev<uint16_t> dx(x.size());
+  Dev<uint8_t> dq(x.size());
+  Dev<float> ds(rows), dscale(1);
+  dx.Upload(x);
+  dscale.Upload({scale});
+  CUDA_OK(QuantizeRowsFp8Static(As<T>(dx.ptr), cols, rows, cols, dscale.ptr,
+                                reinterpret_cast<__nv_fp8_e4m3*>(dq.ptr), cols, ds.ptr, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<uint8_t> got = dq.Download(x.size());
+  int bad = 0, saturated = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    saturated += (want[i] & 0x7f) == 0x7e;
+    if (got[i] != want[i] && bad++ < 5) {
+      ADD_FAILURE() << "q[" << i << "] = " << int{got[i]} << ", host " << int{want[i]};
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_GT(saturated, 100);  // the case reaches the clamp
+  for (float s : ds.Download(rows)) EXPECT_EQ(s, scale);
 }
 
 TYPED_TEST(QuantizeRowsFp8Gpu, RejectsWidthsThatAreNotMultiplesOf8) {
@@ -156,40 +196,51 @@ TYPED_TEST(FusedFp8QuantGpu, RmsNormFp8EqualsRmsNormThenQuantize) {
   // with a zero input, an init (layer 0) step and a row pick.
   for (const auto [rows, dim, init, pick] : std::vector<std::tuple<int32_t, int32_t, bool, bool>>{
            {5, 576, true, false}, {37, 4096, false, false}, {3, 8200, false, true}}) {
-    SCOPED_TRACE(testing::Message() << "rows=" << rows << " dim=" << dim);
-    std::mt19937 rng(static_cast<uint32_t>(rows * dim));
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    std::vector<uint16_t> x(int64_t{rows} * dim), w(dim);
-    std::vector<float> residual(x.size());
-    for (size_t i = 0; i < x.size(); ++i) {
-      x[i] = Format<T>::FromF32(i / dim == 1 ? 0.0f : dist(rng) * 3.0f);
-      residual[i] = dist(rng) * 20.0f;
+    for (const bool static_scale : {false, true}) {
+      SCOPED_TRACE(testing::Message()
+                   << "rows=" << rows << " dim=" << dim << " static=" << static_scale);
+      std::mt19937 rng(static_cast<uint32_t>(rows * dim));
+      std::normal_distribution<float> dist(0.0f, 1.0f);
+      std::vector<uint16_t> x(int64_t{rows} * dim), w(dim);
+      std::vector<float> residual(x.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        x[i] = Format<T>::FromF32(i / dim == 1 ? 0.0f : dist(rng) * 3.0f);
+        residual[i] = dist(rng) * 20.0f;
+      }
+      for (auto& v : w) v = Format<T>::FromF32(1.0f + 0.1f * dist(rng));
+      const int32_t out_rows = pick ? 2 : rows;
+      std::vector<int32_t> ids = {2, 0};
+      Dev<uint16_t> dx(x.size()), dw(dim), dout(int64_t{out_rows} * dim);
+      Dev<float> dres_a(residual.size()), dres_b(residual.size()), ds_a(out_rows), ds_b(out_rows);
+      Dev<uint8_t> dq_a(int64_t{out_rows} * dim), dq_b(int64_t{out_rows} * dim);
+      Dev<int32_t> dids(ids.size());
+      // A static scale small enough that the largest values saturate.
+      Dev<float> dstatic(1);
+      dstatic.Upload({0.004f});
+      const float* sscale = static_scale ? dstatic.ptr : nullptr;
+      dx.Upload(x);
+      dw.Upload(w);
+      dres_a.Upload(residual);
+      dres_b.Upload(residual);
+      dids.Upload(ids);
+      const int32_t* row_ids = pick ? dids.ptr : nullptr;
+      auto* q_a = reinterpret_cast<__nv_fp8_e4m3*>(dq_a.ptr);
+      auto* q_b = reinterpret_cast<__nv_fp8_e4m3*>(dq_b.ptr);
+      CUDA_OK(RmsNormF32Residual(As<T>(dx.ptr), dim, dres_a.ptr, init, row_ids, out_rows, dim,
+                                 As<T>(dw.ptr), 1e-5f, As<T>(dout.ptr), dim, nullptr));
+      CUDA_OK(static_scale ? QuantizeRowsFp8Static(As<T>(dout.ptr), dim, out_rows, dim, sscale, q_a,
+                                                   dim, ds_a.ptr, nullptr)
+                           : QuantizeRowsFp8(As<T>(dout.ptr), dim, out_rows, dim, q_a, dim,
+                                             ds_a.ptr, nullptr));
+      CUDA_OK(RmsNormF32ResidualFp8(As<T>(dx.ptr), dim, dres_b.ptr, init, row_ids, out_rows, dim,
+                                    As<T>(dw.ptr), 1e-5f, q_b, dim, ds_b.ptr, sscale, nullptr));
+      CUDA_OK(cudaDeviceSynchronize());
+      const int64_t n = int64_t{out_rows} * dim;
+      ExpectSameBytes(dq_b.Download(n), dq_a.Download(n), "codes");
+      ExpectSameBytes(ds_b.Download(out_rows), ds_a.Download(out_rows), "scales");
+      ExpectSameBytes(dres_b.Download(residual.size()), dres_a.Download(residual.size()),
+                      "residual");
     }
-    for (auto& v : w) v = Format<T>::FromF32(1.0f + 0.1f * dist(rng));
-    const int32_t out_rows = pick ? 2 : rows;
-    std::vector<int32_t> ids = {2, 0};
-    Dev<uint16_t> dx(x.size()), dw(dim), dout(int64_t{out_rows} * dim);
-    Dev<float> dres_a(residual.size()), dres_b(residual.size()), ds_a(out_rows), ds_b(out_rows);
-    Dev<uint8_t> dq_a(int64_t{out_rows} * dim), dq_b(int64_t{out_rows} * dim);
-    Dev<int32_t> dids(ids.size());
-    dx.Upload(x);
-    dw.Upload(w);
-    dres_a.Upload(residual);
-    dres_b.Upload(residual);
-    dids.Upload(ids);
-    const int32_t* row_ids = pick ? dids.ptr : nullptr;
-    auto* q_a = reinterpret_cast<__nv_fp8_e4m3*>(dq_a.ptr);
-    auto* q_b = reinterpret_cast<__nv_fp8_e4m3*>(dq_b.ptr);
-    CUDA_OK(RmsNormF32Residual(As<T>(dx.ptr), dim, dres_a.ptr, init, row_ids, out_rows, dim,
-                               As<T>(dw.ptr), 1e-5f, As<T>(dout.ptr), dim, nullptr));
-    CUDA_OK(QuantizeRowsFp8(As<T>(dout.ptr), dim, out_rows, dim, q_a, dim, ds_a.ptr, nullptr));
-    CUDA_OK(RmsNormF32ResidualFp8(As<T>(dx.ptr), dim, dres_b.ptr, init, row_ids, out_rows, dim,
-                                  As<T>(dw.ptr), 1e-5f, q_b, dim, ds_b.ptr, nullptr));
-    CUDA_OK(cudaDeviceSynchronize());
-    const int64_t n = int64_t{out_rows} * dim;
-    ExpectSameBytes(dq_b.Download(n), dq_a.Download(n), "codes");
-    ExpectSameBytes(ds_b.Download(out_rows), ds_a.Download(out_rows), "scales");
-    ExpectSameBytes(dres_b.Download(residual.size()), dres_a.Download(residual.size()), "residual");
   }
 }
 
@@ -198,35 +249,47 @@ TYPED_TEST(FusedFp8QuantGpu, SiluMulFp8EqualsSiluMulThenQuantize) {
   using T = TypeParam;
   for (const auto [rows, dim] :
        std::vector<std::pair<int32_t, int32_t>>{{1, 1536}, {9, 14336}, {4, 2056}, {2, 20480}}) {
-    SCOPED_TRACE(testing::Message() << "rows=" << rows << " dim=" << dim);
-    std::mt19937 rng(static_cast<uint32_t>(rows + dim));
-    std::normal_distribution<float> dist(0.0f, 2.0f);
-    std::vector<uint16_t> gate_up(int64_t{rows} * 2 * dim);
-    for (auto& v : gate_up) v = Format<T>::FromF32(dist(rng));
-    Dev<uint16_t> dgu(gate_up.size()), dact(int64_t{rows} * dim);
-    Dev<uint8_t> dq_a(int64_t{rows} * dim), dq_b(int64_t{rows} * dim);
-    Dev<float> ds_a(rows), ds_b(rows);
-    dgu.Upload(gate_up);
-    auto* q_a = reinterpret_cast<__nv_fp8_e4m3*>(dq_a.ptr);
-    auto* q_b = reinterpret_cast<__nv_fp8_e4m3*>(dq_b.ptr);
-    CUDA_OK(SiluMul(As<T>(dgu.ptr), 2 * dim, rows, dim, As<T>(dact.ptr), dim, nullptr));
-    CUDA_OK(QuantizeRowsFp8(As<T>(dact.ptr), dim, rows, dim, q_a, dim, ds_a.ptr, nullptr));
-    CUDA_OK(SiluMulFp8(As<T>(dgu.ptr), 2 * dim, rows, dim, q_b, dim, ds_b.ptr, nullptr));
-    CUDA_OK(cudaDeviceSynchronize());
-    ExpectSameBytes(dq_b.Download(int64_t{rows} * dim), dq_a.Download(int64_t{rows} * dim),
-                    "codes");
-    ExpectSameBytes(ds_b.Download(rows), ds_a.Download(rows), "scales");
+    for (const bool static_scale : {false, true}) {
+      SCOPED_TRACE(testing::Message()
+                   << "rows=" << rows << " dim=" << dim << " static=" << static_scale);
+      std::mt19937 rng(static_cast<uint32_t>(rows + dim));
+      std::normal_distribution<float> dist(0.0f, 2.0f);
+      std::vector<uint16_t> gate_up(int64_t{rows} * 2 * dim);
+      for (auto& v : gate_up) v = Format<T>::FromF32(dist(rng));
+      Dev<uint16_t> dgu(gate_up.size()), dact(int64_t{rows} * dim);
+      Dev<uint8_t> dq_a(int64_t{rows} * dim), dq_b(int64_t{rows} * dim);
+      Dev<float> ds_a(rows), ds_b(rows), dstatic(1);
+      dstatic.Upload({0.01f});
+      const float* sscale = static_scale ? dstatic.ptr : nullptr;
+      dgu.Upload(gate_up);
+      auto* q_a = reinterpret_cast<__nv_fp8_e4m3*>(dq_a.ptr);
+      auto* q_b = reinterpret_cast<__nv_fp8_e4m3*>(dq_b.ptr);
+      CUDA_OK(SiluMul(As<T>(dgu.ptr), 2 * dim, rows, dim, As<T>(dact.ptr), dim, nullptr));
+      CUDA_OK(static_scale
+                  ? QuantizeRowsFp8Static(As<T>(dact.ptr), dim, rows, dim, sscale, q_a, dim,
+                                          ds_a.ptr, nullptr)
+                  : QuantizeRowsFp8(As<T>(dact.ptr), dim, rows, dim, q_a, dim, ds_a.ptr, nullptr));
+      CUDA_OK(SiluMulFp8(As<T>(dgu.ptr), 2 * dim, rows, dim, q_b, dim, ds_b.ptr, sscale, nullptr));
+      CUDA_OK(cudaDeviceSynchronize());
+      ExpectSameBytes(dq_b.Download(int64_t{rows} * dim), dq_a.Download(int64_t{rows} * dim),
+                      "codes");
+      ExpectSameBytes(ds_b.Download(rows), ds_a.Download(rows), "scales");
+    }
   }
 }
 
 TYPED_TEST(FusedFp8QuantGpu, RejectUnalignedShapes) {
   REQUIRE_GPU();
   using T = TypeParam;
-  EXPECT_EQ(SiluMulFp8(static_cast<const T*>(nullptr), 24, 1, 12, nullptr, 12, nullptr, nullptr),
-            cudaErrorInvalidValue);
+  EXPECT_EQ(
+      SiluMulFp8(static_cast<const T*>(nullptr), 24, 1, 12, nullptr, 12, nullptr, nullptr, nullptr),
+      cudaErrorInvalidValue);
+  EXPECT_EQ(QuantizeRowsFp8Static(static_cast<const T*>(nullptr), 8, 1, 8, nullptr, nullptr, 8,
+                                  nullptr, nullptr),
+            cudaErrorInvalidValue);  // no scale
   Dev<float> dres(16);
   EXPECT_EQ(RmsNormF32ResidualFp8(static_cast<const T*>(nullptr), 12, dres.ptr, false, nullptr, 1,
-                                  12, nullptr, 1e-5f, nullptr, 12, nullptr, nullptr),
+                                  12, nullptr, 1e-5f, nullptr, 12, nullptr, nullptr, nullptr),
             cudaErrorInvalidValue);
 }
 

@@ -637,6 +637,7 @@ Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
     if (fp8) {
       lw.fp8.w = a.Take<__nv_fp8_e4m3>(rows * cols);
       lw.fp8.scale = a.Take<float>(rows);
+      lw.fp8.input_scale = a.Take<float>(1);  // kept only if the weight brings one (below)
     } else if (int8) {
       lw.int8.w = a.Take<int8_t>(rows * cols);
       lw.int8.scale = a.Take<float>(rows);
@@ -705,6 +706,9 @@ Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
   // `staging` and quantized per output channel (a row of the fused matrix is a row of its part,
   // so per-part and per-fused-matrix quantization are the same).
   std::map<const int32_t*, std::vector<int32_t>> perms;  // W4A16 act-order, per fused matrix
+  // FP8: the static activation scale of each fused matrix, the largest of its parts' (they read
+  // one input), or 0 once a part has none (the matrix then quantizes per token), as the CPU's.
+  std::map<LinearWeight<T>*, float> input_scales;
   DeviceBuffer staging;
   if (fp8 || w4) {
     const int64_t largest = std::max({qkv_rows * h, h * q, 2 * inter * h, h * inter});
@@ -726,9 +730,13 @@ Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
                                std::to_string(w->nbytes) + " bytes for " + std::to_string(rows) +
                                " x " + std::to_string(cols) + " e4m3 values");
       }
+      auto [it, first] = input_scales.try_emplace(&lw, w->input_scale);
+      if (!first) it->second = it->second > 0 ? std::max(it->second, w->input_scale) : 0.0f;
+      if (w->input_scale <= 0) it->second = 0;
       KILN_RETURN_IF_ERROR(uploader.Upload(w->data, w->nbytes, w8));
       return uploader.Upload(w->row_scales.data(), rows * sizeof(float), scale);
     }
+    input_scales[&lw] = 0;  // quantized here: per token
     KILN_RETURN_IF_ERROR(upload(name, static_cast<T*>(staging.data())));
     KILN_CUDA_RETURN_IF_ERROR(kernels::QuantizeRowsFp8(static_cast<const T*>(staging.data()), cols,
                                                        rows, cols, w8, cols, scale, stream_));
@@ -757,6 +765,16 @@ Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
       KILN_RETURN_IF_ERROR(upload(p + "mlp.gate_proj.bias", l.gate_up_bias));
       KILN_RETURN_IF_ERROR(upload(p + "mlp.up_proj.bias", l.gate_up_bias + inter));
       KILN_RETURN_IF_ERROR(upload(p + "mlp.down_proj.bias", l.down_bias));
+    }
+  }
+  if (fp8) {
+    for (auto& [lw, scale] : input_scales) {
+      if (scale > 0) {
+        KILN_RETURN_IF_ERROR(
+            uploader.Upload(&scale, sizeof(float), const_cast<float*>(lw->fp8.input_scale)));
+      } else {
+        lw->fp8.input_scale = nullptr;
+      }
     }
   }
   KILN_RETURN_IF_ERROR(upload("model.norm.weight", final_norm_));
@@ -1009,11 +1027,12 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
   // LinearFp8 would quantize in a pass of its own (the same codes: kernels/elementwise.h).
   const bool fused_fp8 = fp8_fused_inputs_ && num_tokens > gemm_->fp8_gemv_max_rows();
   // x_ = rms_norm(h += delta_) (layer 0: h = delta_), or its e4m3 codes when fused_fp8.
-  auto norm = [&](bool init, const T* weight) -> cudaError_t {
+  // `next`: the linear layer the norm feeds (its static activation scale, if any).
+  auto norm = [&](bool init, const T* weight, const LinearWeight<T>& next) -> cudaError_t {
     if (fused_fp8) {
       return kernels::RmsNormF32ResidualFp8(delta_, h, h_, init, nullptr, num_tokens, c.hidden_size,
                                             weight, eps, fp8_scratch_.x, h, fp8_scratch_.scale,
-                                            stream_);
+                                            next.fp8.input_scale, stream_);
     }
     return kernels::RmsNormF32Residual(delta_, h, h_, init, nullptr, num_tokens, c.hidden_size,
                                        weight, eps, x_, h, stream_);
@@ -1031,7 +1050,7 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
     const LayerWeights<T>& l = layers_[i];
     // Layer 0 starts the residual stream with the embeddings; later layers first add the
     // previous MLP output.
-    KILN_LAUNCH(norm(/*init=*/i == 0, l.input_norm));
+    KILN_LAUNCH(norm(/*init=*/i == 0, l.input_norm, l.qkv));
     Mark("rms_norm");
     KILN_RETURN_IF_ERROR(linear(x_, l.qkv, qkv_rows, h, l.qkv_bias, qkv_));
     Mark("qkv");
@@ -1040,15 +1059,15 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
                  : EnqueueAttention<T>(i, num_tokens, num_seqs, num_decode, max_q_len));
     KILN_RETURN_IF_ERROR(Linear(attn_, num_tokens, l.o, h, q, l.o_bias, delta_));
     Mark("o");
-    KILN_LAUNCH(norm(/*init=*/false, l.post_norm));
+    KILN_LAUNCH(norm(/*init=*/false, l.post_norm, l.gate_up));
     Mark("rms_norm");
     KILN_RETURN_IF_ERROR(linear(x_, l.gate_up, 2 * inter, h, l.gate_up_bias, gate_up_));
     Mark("gate_up");
-    KILN_LAUNCH(fused_fp8
-                    ? kernels::SiluMulFp8(gate_up_, 2 * inter, num_tokens, c.intermediate_size,
-                                          fp8_scratch_.x, inter, fp8_scratch_.scale, stream_)
-                    : kernels::SiluMul(gate_up_, 2 * inter, num_tokens, c.intermediate_size, act_,
-                                       inter, stream_));
+    KILN_LAUNCH(fused_fp8 ? kernels::SiluMulFp8(gate_up_, 2 * inter, num_tokens,
+                                                c.intermediate_size, fp8_scratch_.x, inter,
+                                                fp8_scratch_.scale, l.down.fp8.input_scale, stream_)
+                          : kernels::SiluMul(gate_up_, 2 * inter, num_tokens, c.intermediate_size,
+                                             act_, inter, stream_));
     Mark("silu_mul");
     KILN_RETURN_IF_ERROR(linear(act_, l.down, h, inter, l.down_bias, delta_));
     Mark("down");

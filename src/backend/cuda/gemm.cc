@@ -248,7 +248,10 @@ Status Gemm::LinearFp8Of(const T* x, int64_t ldx, int64_t m, Fp8Weight w, int64_
   }
   KILN_RETURN_IF_ERROR(CheckFp8GemmShape(n, k, ldo));
   KILN_CUDA_RETURN_IF_ERROR(
-      kernels::QuantizeRowsFp8(x, ldx, m, k, scratch.x, k, scratch.scale, stream));
+      w.input_scale != nullptr
+          ? kernels::QuantizeRowsFp8Static(x, ldx, m, k, w.input_scale, scratch.x, k, scratch.scale,
+                                           stream)
+          : kernels::QuantizeRowsFp8(x, ldx, m, k, scratch.x, k, scratch.scale, stream));
   return LinearFp8QuantizedOf(scratch.x, scratch.scale, m, w, n, k, bias, static_cast<T*>(out), ldo,
                               stream);
 }

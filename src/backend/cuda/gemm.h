@@ -51,6 +51,9 @@ struct GemmShape {
 struct Fp8Weight {
   const __nv_fp8_e4m3* w = nullptr;
   const float* scale = nullptr;
+  // A device scalar, the layer's static (calibrated) activation scale: the GEMM rows quantize
+  // x with it (kernels::QuantizeRowsFp8Static) instead of per token. Null: per token.
+  const float* input_scale = nullptr;
 };
 
 // Where LinearFp8 quantizes its input: room for m rows of k e4m3 values and m scales.
