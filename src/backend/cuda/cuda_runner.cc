@@ -630,11 +630,19 @@ Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
                          "dividing every input width");
     }
   }
+  // A pre-quantized FP8 checkpoint (an engine, or an HF FP8 checkpoint) may leave layers in 16
+  // bits (`ignore` lists, kiln build --unquantized-layers): those run in T as on the CPU, not
+  // quantized here. `first` is the fused matrix's first part.
+  const bool fp8_prequantized = ckpt.quantization().method == QuantMethod::kFp8;
+  auto stays_16bit = [&](const std::string& first) {
+    const Weight* w = ckpt.Find(first);
+    return fp8 && fp8_prequantized && w != nullptr && w->dtype != DType::kF8E4M3;
+  };
   // Sizing pass, then the real one.
-  auto take_linear = [&](Arena& a, int64_t rows, int64_t cols) {
+  auto take_linear = [&](Arena& a, int64_t rows, int64_t cols, const std::string& first) {
     LinearWeight<T> lw;
     lw.rows = rows;
-    if (fp8) {
+    if (fp8 && !stays_16bit(first)) {
       lw.fp8.w = a.Take<__nv_fp8_e4m3>(rows * cols);
       lw.fp8.scale = a.Take<float>(rows);
       lw.fp8.input_scale = a.Take<float>(1);  // kept only if the weight brings one (below)
@@ -654,16 +662,18 @@ Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
   auto place = [&](Arena& a) {
     embedding_ = a.Take<T>(int64_t{c.vocab_size} * h);
     layers_.assign(c.num_layers, {});
-    for (LayerWeights<T>& l : layers_) {
+    for (int i = 0; i < c.num_layers; ++i) {
+      LayerWeights<T>& l = layers_[i];
+      const std::string p = "model.layers." + std::to_string(i) + ".";
       l.input_norm = a.Take<T>(h);
-      l.qkv = take_linear(a, qkv_rows, h);
+      l.qkv = take_linear(a, qkv_rows, h, p + "self_attn.q_proj.weight");
       if (c.qkv_bias) l.qkv_bias = a.Take<T>(qkv_rows);
-      l.o = take_linear(a, h, q);
+      l.o = take_linear(a, h, q, p + "self_attn.o_proj.weight");
       if (c.o_bias) l.o_bias = a.Take<T>(h);
       l.post_norm = a.Take<T>(h);
-      l.gate_up = take_linear(a, 2 * inter, h);
+      l.gate_up = take_linear(a, 2 * inter, h, p + "mlp.gate_proj.weight");
       if (c.mlp_bias) l.gate_up_bias = a.Take<T>(2 * inter);
-      l.down = take_linear(a, h, inter);
+      l.down = take_linear(a, h, inter, p + "mlp.down_proj.weight");
       if (c.mlp_bias) l.down_bias = a.Take<T>(h);
     }
     final_norm_ = a.Take<T>(h);
@@ -719,7 +729,15 @@ Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
     if (int8) return UploadInt8Linear(ckpt, uploader, name, lw, row, rows, cols);
     if (w4)
       return UploadW4Linear(ckpt, uploader, name, lw, row, rows, cols, staging, perms, stream_);
-    if (!fp8) return upload(name, lw.w + row * cols);
+    if (lw.w != nullptr) {  // T: not FP8, or a layer an FP8 checkpoint left in 16 bits
+      const Weight* w = ckpt.Find(name);
+      if (w != nullptr && w->dtype == DType::kF8E4M3) {
+        return InvalidArgument(w->file + ": tensor " + w->source_name +
+                               " is e4m3 but the first part of its fused matrix is not; the "
+                               "parts of q|k|v and of gate|up must be quantized alike");
+      }
+      return upload(name, lw.w + row * cols);
+    }
     auto* w8 = const_cast<__nv_fp8_e4m3*>(lw.fp8.w) + row * cols;
     auto* scale = const_cast<float*>(lw.fp8.scale) + row;
     const Weight* w = ckpt.Find(name);
@@ -1270,27 +1288,25 @@ Status CudaRunner<T>::TuneDecodeGemms(int32_t batch) {
   if (options_.quantization != QuantMethod::kNone) {
     if (options_.quantization == QuantMethod::kFp8 && batch > gemm_->fp8_gemv_max_rows()) {
       // The FP8 shapes LinearFp8 runs: x quantized into a contiguous [batch, k] scratch, no bias
-      // in the GEMM.
-      using Fp8Weights = std::span<const __nv_fp8_e4m3* const>;
+      // in the GEMM. Layers a pre-quantized checkpoint left in 16 bits keep the heuristic's pick.
       std::vector<const __nv_fp8_e4m3*> qkv, o, gate_up, down;
       for (const LayerWeights<T>& l : layers_) {
-        qkv.push_back(l.qkv.fp8.w);
-        o.push_back(l.o.fp8.w);
-        gate_up.push_back(l.gate_up.fp8.w);
-        down.push_back(l.down.fp8.w);
+        for (auto [list, w] :
+             {std::pair{&qkv, l.qkv.fp8.w}, std::pair{&o, l.o.fp8.w},
+              std::pair{&gate_up, l.gate_up.fp8.w}, std::pair{&down, l.down.fp8.w}}) {
+          if (w != nullptr) list->push_back(w);
+        }
       }
-      auto fp8_shape = [&](int64_t n, int64_t k) {
+      auto tune_fp8 = [&](int64_t n, int64_t k, const std::vector<const __nv_fp8_e4m3*>& weights) {
+        if (weights.empty()) return Status::Ok();
         Shape s{batch, n, k, k, n, false, false, kType};
         s.fp8 = true;
-        return s;
+        return gemm_->Tune(s, kCandidates, stream_, std::span<const __nv_fp8_e4m3* const>(weights));
       };
-      KILN_RETURN_IF_ERROR(
-          gemm_->Tune(fp8_shape(qkv_rows, h), kCandidates, stream_, Fp8Weights(qkv)));
-      KILN_RETURN_IF_ERROR(gemm_->Tune(fp8_shape(h, q), kCandidates, stream_, Fp8Weights(o)));
-      KILN_RETURN_IF_ERROR(
-          gemm_->Tune(fp8_shape(2 * inter, h), kCandidates, stream_, Fp8Weights(gate_up)));
-      KILN_RETURN_IF_ERROR(
-          gemm_->Tune(fp8_shape(h, inter), kCandidates, stream_, Fp8Weights(down)));
+      KILN_RETURN_IF_ERROR(tune_fp8(qkv_rows, h, qkv));
+      KILN_RETURN_IF_ERROR(tune_fp8(h, q, o));
+      KILN_RETURN_IF_ERROR(tune_fp8(2 * inter, h, gate_up));
+      KILN_RETURN_IF_ERROR(tune_fp8(h, inter, down));
     }
     if (batch <= gemm_->gemv_max_rows()) return Status::Ok();
     const T* lm_head[] = {lm_head_};
