@@ -39,6 +39,7 @@ struct BuildFlags {
   float smoothquant_alpha = 0.5f;
   bool smoothquant_alpha_given = false;  // fp8 smooths only when asked
   std::string activation_scales;         // fp8: "static" or "dynamic" (the default, "")
+  std::string weight_rounding;           // fp8: "nearest" (the default, "") or "gptq"
   int group_size = 128;
   bool no_act_order = false;
   int calib_samples = CalibrationOptions().num_samples;
@@ -82,6 +83,20 @@ Status CheckQuantFlags(const Recipe& recipe, const BuildFlags& f) {
     if (f.activation_scales != "static" && f.activation_scales != "dynamic") {
       return InvalidArgument("--activation-scales: expected static or dynamic, got '" +
                              f.activation_scales + "'");
+    }
+  }
+  if (!f.weight_rounding.empty()) {
+    if (recipe.method != QuantMethod::kFp8) {
+      return InvalidArgument("--weight-rounding: only --quant fp8 has a choice (use --quant " +
+                             std::string("w4a16-gptq for 4-bit GPTQ)"));
+    }
+    if (f.weight_rounding != "nearest" && f.weight_rounding != "gptq") {
+      return InvalidArgument("--weight-rounding: expected nearest or gptq, got '" +
+                             f.weight_rounding + "'");
+    }
+    if (f.weight_rounding == "gptq" && f.smoothquant_alpha_given) {
+      return InvalidArgument(
+          "--weight-rounding gptq: not combined with --smoothquant-alpha (choose one)");
     }
   }
   if (f.smoothquant_alpha_given) {
@@ -128,17 +143,56 @@ Result<std::optional<QuantizedModel>> RunSmoothQuant(const Checkpoint& ckpt, con
   return std::optional<QuantizedModel>(std::move(q));
 }
 
+// The calibration samples of --calib (or the default text), cut as --calib-samples x
+// --calib-seq-len, and the file they came from.
+Result<std::pair<std::vector<std::vector<int32_t>>, std::string>> CalibrationSamplesForBuild(
+    const Checkpoint& ckpt, const BuildFlags& f) {
+  std::string source = f.calib.empty() ? std::string(kDefaultCalibrationFile) : f.calib;
+  KILN_ASSIGN_OR_RETURN(std::vector<std::string> texts, ReadCalibrationTexts(source));
+  KILN_ASSIGN_OR_RETURN(LoadedTokenizer tok, LoadTokenizer(ckpt.path()));
+  KILN_ASSIGN_OR_RETURN(
+      std::vector<std::vector<int32_t>> samples,
+      MakeCalibrationSamples(*tok.tokenizer, texts, f.calib_samples, f.calib_seq_len));
+  return std::make_pair(std::move(samples), std::move(source));
+}
+
+// fp8 --weight-rounding gptq (builder/quantize_w4.h QuantizeFp8Gptq).
+Result<std::optional<QuantizedModel>> RunFp8Gptq(const Checkpoint& ckpt, const BuildFlags& f) {
+  KILN_ASSIGN_OR_RETURN(auto calibration, CalibrationSamplesForBuild(ckpt, f));
+  Fp8GptqOptions o;
+  o.static_activations = f.activation_scales == "static";
+  o.num_threads = f.threads;
+  std::printf("  calibrating fp8 gptq on %zu samples of %d tokens from %s\n",
+              calibration.first.size(), f.calib_seq_len, calibration.second.c_str());
+  std::fflush(stdout);
+  const auto start = std::chrono::steady_clock::now();
+  KILN_ASSIGN_OR_RETURN(QuantizedModel q, QuantizeFp8Gptq(ckpt, o, calibration.first));
+  std::printf("  quantized (fp8, gptq%s) in %.1f s\n", o.act_order ? ", act-order" : "",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  nlohmann::ordered_json details = {
+      {"algorithm", "gptq-fp8"},
+      {"activation_scales", o.static_activations ? "static" : "dynamic"},
+      {"act_order", o.act_order},
+      {"calibration",
+       {{"source", calibration.second},
+        {"samples", calibration.first.size()},
+        {"seq_len", f.calib_seq_len}}}};
+  q.details_json = details.dump();
+  return std::optional<QuantizedModel>(std::move(q));
+}
+
 // fp8 with static activation scales and / or smoothing: calibration, then
 // QuantizeFp8Calibrated; plain fp8 (dynamic, unsmoothed) is WriteEngine's own, nullopt here.
 Result<std::optional<QuantizedModel>> RunFp8(const Checkpoint& ckpt, const BuildFlags& f) {
+  if (f.weight_rounding == "gptq") return RunFp8Gptq(ckpt, f);
   Fp8CalibratedOptions o;
   o.static_activations = f.activation_scales == "static";
   o.smoothquant_alpha = f.smoothquant_alpha_given ? f.smoothquant_alpha : 0.0f;
   if (!o.static_activations && o.smoothquant_alpha == 0.0f) {
     if (!f.calib.empty()) {
       return InvalidArgument(
-          "--calib: --quant fp8 calibrates only with --activation-scales static or "
-          "--smoothquant-alpha");
+          "--calib: --quant fp8 calibrates only with --activation-scales static, "
+          "--smoothquant-alpha or --weight-rounding gptq");
     }
     return std::optional<QuantizedModel>();
   }
@@ -163,11 +217,9 @@ Result<std::optional<QuantizedModel>> RunW4(const Checkpoint& ckpt, const Recipe
   if (o.algorithm == W4Algorithm::kRtn) {
     if (!f.calib.empty()) return InvalidArgument("--calib: w4a16-rtn does not calibrate");
   } else {
-    calib_source = f.calib.empty() ? std::string(kDefaultCalibrationFile) : f.calib;
-    KILN_ASSIGN_OR_RETURN(std::vector<std::string> texts, ReadCalibrationTexts(calib_source));
-    KILN_ASSIGN_OR_RETURN(LoadedTokenizer tok, LoadTokenizer(ckpt.path()));
-    KILN_ASSIGN_OR_RETURN(
-        samples, MakeCalibrationSamples(*tok.tokenizer, texts, f.calib_samples, f.calib_seq_len));
+    KILN_ASSIGN_OR_RETURN(auto calibration, CalibrationSamplesForBuild(ckpt, f));
+    samples = std::move(calibration.first);
+    calib_source = std::move(calibration.second);
     std::printf("  calibrating %s on %zu samples of %d tokens from %s\n",
                 std::string(W4AlgorithmName(o.algorithm)).c_str(), samples.size(), f.calib_seq_len,
                 calib_source.c_str());
@@ -328,6 +380,9 @@ void AddBuildCommand(CLI::App& app) {
       "--smoothquant-alpha", flags->smoothquant_alpha,
       "int8-sq: migration strength in [0, 1] (default 0.5; 0 = no smoothing); fp8: smooth "
       "with this strength before quantizing (default: no smoothing)");
+  cmd->add_option("--weight-rounding", flags->weight_rounding,
+                  "fp8: nearest (default) or gptq (error feedback through the calibration "
+                  "inputs' Hessian, from --calib)");
   cmd->add_option("--activation-scales", flags->activation_scales,
                   "fp8: dynamic (per token, the default) or static (one calibrated scale per "
                   "linear layer, from --calib)");
