@@ -99,27 +99,40 @@ TEST(QuantizeW4Test, RtnRoundsEachValueWithinHalfAStep) {
   }
 }
 
-// GPTQ minimizes the layer's output error on its calibration inputs: with correlated, unevenly
-// scaled inputs it must beat RTN clearly, with and without act-order.
-TEST(QuantizeW4Test, GptqBeatsRtnOnTheCalibrationOutputs) {
-  const int64_t n = 24, k = 128, m = 512;
-  std::vector<float> x = Normal(m * k, 3);
+// m rows of k correlated, unevenly scaled inputs: shared factors, and every 16th channel an
+// outlier.
+std::vector<float> CorrelatedInputs(int64_t m, int64_t k) {
+  const std::vector<float> x = Normal(m * k, 3);
   const std::vector<float> mix = Normal(k * k, 4, 0.2f);
   std::vector<float> xc(m * k, 0.0f);
   for (int64_t t = 0; t < m; ++t) {
     for (int64_t c = 0; c < k; ++c) {
       float s = x[t * k + c];
-      for (int64_t p = 0; p < 8; ++p) s += mix[c * k + p] * x[t * k + p];  // shared factors
-      xc[t * k + c] = s * (c % 16 == 0 ? 8.0f : 1.0f);                     // outlier channels
+      for (int64_t p = 0; p < 8; ++p) s += mix[c * k + p] * x[t * k + p];
+      xc[t * k + c] = s * (c % 16 == 0 ? 8.0f : 1.0f);
     }
   }
-  const std::vector<float> w = Normal(n * k, 5, 0.05f);
+  return xc;
+}
+
+// GPTQ's H = 2 X^T X of x [m, k].
+std::vector<double> Hessian(const std::vector<float>& x, int64_t m, int64_t k) {
   std::vector<double> h(k * k, 0.0);
   for (int64_t t = 0; t < m; ++t) {
     for (int64_t i = 0; i < k; ++i) {
-      for (int64_t j = 0; j < k; ++j) h[i * k + j] += 2.0 * xc[t * k + i] * xc[t * k + j];
+      for (int64_t j = 0; j < k; ++j) h[i * k + j] += 2.0 * x[t * k + i] * x[t * k + j];
     }
   }
+  return h;
+}
+
+// GPTQ minimizes the layer's output error on its calibration inputs: with correlated, unevenly
+// scaled inputs it must beat RTN clearly, with and without act-order.
+TEST(QuantizeW4Test, GptqBeatsRtnOnTheCalibrationOutputs) {
+  const int64_t n = 24, k = 128, m = 512;
+  const std::vector<float> xc = CorrelatedInputs(m, k);
+  const std::vector<float> w = Normal(n * k, 5, 0.05f);
+  const std::vector<double> h = Hessian(xc, m, k);
   const double rtn = OutputError(xc, m, w, Dequant(internal::Rtn(w.data(), n, k, 32), n, k), n, k);
   for (bool act_order : {false, true}) {
     std::vector<float> wg = w;
@@ -156,22 +169,8 @@ TEST(QuantizeW4Test, GptqFp8IsNearestWithADiagonalHessianAndBeatsItOtherwise) {
     EXPECT_EQ(q.codes, nearest) << "act_order " << act_order;
   }
 
-  std::vector<float> x = Normal(m * k, 3);
-  const std::vector<float> mix = Normal(k * k, 4, 0.2f);
-  std::vector<float> xc(m * k, 0.0f);
-  for (int64_t t = 0; t < m; ++t) {
-    for (int64_t c = 0; c < k; ++c) {
-      float s = x[t * k + c];
-      for (int64_t p = 0; p < 8; ++p) s += mix[c * k + p] * x[t * k + p];
-      xc[t * k + c] = s * (c % 16 == 0 ? 8.0f : 1.0f);
-    }
-  }
-  std::vector<double> h(k * k, 0.0);
-  for (int64_t t = 0; t < m; ++t) {
-    for (int64_t i = 0; i < k; ++i) {
-      for (int64_t j = 0; j < k; ++j) h[i * k + j] += 2.0 * xc[t * k + i] * xc[t * k + j];
-    }
-  }
+  const std::vector<float> xc = CorrelatedInputs(m, k);
+  const std::vector<double> h = Hessian(xc, m, k);
   const double rtn = OutputError(xc, m, w, dequant(nearest, nearest_scales), n, k);
   for (bool act_order : {false, true}) {
     std::vector<float> wg = w;
