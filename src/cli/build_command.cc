@@ -5,8 +5,10 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -40,6 +42,7 @@ struct BuildFlags {
   bool smoothquant_alpha_given = false;  // fp8 smooths only when asked
   std::string activation_scales;         // fp8: "static" or "dynamic" (the default, "")
   std::string weight_rounding;           // fp8: "nearest" (the default, "") or "gptq"
+  std::string unquantized_layers;        // comma-separated layer indices, negative from the end
   int group_size = 128;
   bool no_act_order = false;
   int calib_samples = CalibrationOptions().num_samples;
@@ -70,6 +73,32 @@ Result<Recipe> ParseRecipe(const std::string& name) {
       name + "'");
 }
 
+// --unquantized-layers: comma-separated indices, -1 the last layer. Errors: InvalidArgument
+// naming the item that is not an integer, or the layer outside the model.
+Result<std::vector<int>> ParseLayerList(const std::string& text, int num_layers) {
+  std::vector<int> out;
+  size_t begin = 0;
+  while (begin <= text.size() && !text.empty()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    const std::string item = text.substr(begin, end - begin);
+    char* stop = nullptr;
+    const long v = std::strtol(item.c_str(), &stop, 10);
+    if (item.empty() || *stop != '\0') {
+      return InvalidArgument("--unquantized-layers: '" + item +
+                             "' is not a layer index (e.g. 29 or -1 for the last)");
+    }
+    const long layer = v < 0 ? num_layers + v : v;
+    if (layer < 0 || layer >= num_layers) {
+      return InvalidArgument("--unquantized-layers: layer " + item + " is outside the model's " +
+                             std::to_string(num_layers) + " layers");
+    }
+    if (std::find(out.begin(), out.end(), layer) == out.end())
+      out.push_back(static_cast<int>(layer));
+    begin = end + 1;
+  }
+  return out;
+}
+
 // Flag combinations, checked before the model is opened.
 Status CheckQuantFlags(const Recipe& recipe, const BuildFlags& f) {
   if (!f.activation_scales.empty()) {
@@ -98,6 +127,13 @@ Status CheckQuantFlags(const Recipe& recipe, const BuildFlags& f) {
       return InvalidArgument(
           "--weight-rounding gptq: not combined with --smoothquant-alpha (choose one)");
     }
+  }
+  if (!f.unquantized_layers.empty()) {
+    if (recipe.method == QuantMethod::kNone) {
+      return InvalidArgument("--unquantized-layers: --quant none quantizes no layer");
+    }
+    // The syntax now (any count of layers); the range once the model is open.
+    KILN_RETURN_IF_ERROR(ParseLayerList(f.unquantized_layers, 1 << 20).status());
   }
   if (f.smoothquant_alpha_given) {
     if (recipe.name != "int8-sq" && recipe.name != "fp8") {
@@ -315,6 +351,8 @@ Status RunBuild(const BuildFlags& f) {
               std::string(CheckpointFormatName(ckpt.format())).c_str(),
               ckpt.config().NumParameters() / 1e9, f.out.c_str(), recipe.name.c_str());
   std::fflush(stdout);
+  KILN_ASSIGN_OR_RETURN(o.unquantized_layers,
+                        ParseLayerList(f.unquantized_layers, ckpt.config().num_layers));
   KILN_ASSIGN_OR_RETURN(std::optional<QuantizedModel> quantized, RunQuantizer(ckpt, recipe, f));
   auto bar = ByteProgressBar("  weights");
   o.progress = [&](std::string_view stage, int64_t done, int64_t total) {
@@ -383,6 +421,9 @@ void AddBuildCommand(CLI::App& app) {
   cmd->add_option("--weight-rounding", flags->weight_rounding,
                   "fp8: nearest (default) or gptq (error feedback through the calibration "
                   "inputs' Hessian, from --calib)");
+  cmd->add_option("--unquantized-layers", flags->unquantized_layers,
+                  "decoder layers kept in --dtype, comma-separated (-1 = the last; e.g. "
+                  "--quant fp8 --unquantized-layers -1)");
   cmd->add_option("--activation-scales", flags->activation_scales,
                   "fp8: dynamic (per token, the default) or static (one calibrated scale per "
                   "linear layer, from --calib)");
