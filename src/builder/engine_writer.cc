@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -10,6 +11,10 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "backend/cpu/cpu_weights.h"
 #include "backend/cpu/thread_pool.h"
@@ -76,6 +81,13 @@ bool IsLayerLinear(const std::string& name) {
   return false;
 }
 
+// The decoder layer a tensor belongs to ("model.layers.N...."), or -1.
+int LayerOf(const std::string& name) {
+  constexpr std::string_view kPrefix = "model.layers.";
+  if (!name.starts_with(kPrefix)) return -1;
+  return std::atoi(name.c_str() + kPrefix.size());
+}
+
 // The tensor as the engine stores it.
 struct Encoded {
   DType dtype;
@@ -88,6 +100,11 @@ struct Encoded {
 
 Result<Encoded> Encode(const Weight& w, const QuantizedTensor* q, const EngineBuildOptions& o,
                        DType dtype, int threads) {
+  const int layer = LayerOf(w.name);
+  const bool unquantized =
+      layer >= 0 && std::find(o.unquantized_layers.begin(), o.unquantized_layers.end(), layer) !=
+                        o.unquantized_layers.end();
+  if (unquantized) q = nullptr;
   if (q != nullptr) {
     if (!(q->shape == w.shape)) {
       return InvalidArgument("quantizer: tensor " + w.name + " has shape " + q->shape.ToString() +
@@ -99,7 +116,7 @@ Result<Encoded> Encode(const Weight& w, const QuantizedTensor* q, const EngineBu
     return Encoded{w.dtype,      w.shape,      std::vector<uint8_t>(w.data, w.data + w.nbytes),
                    w.row_scales, std::nullopt, w.input_scale};
   }
-  const bool fp8 = o.quantization == QuantMethod::kFp8 && IsLayerLinear(w.name);
+  const bool fp8 = o.quantization == QuantMethod::kFp8 && IsLayerLinear(w.name) && !unquantized;
   const DType target = w.shape.ndim() == 1 ? DType::kF32 : dtype;
   if (!fp8 && w.dtype == target) {  // already as the engine stores it: no decoding
     return Encoded{target, w.shape, std::vector<uint8_t>(w.data, w.data + w.nbytes)};
@@ -301,6 +318,17 @@ Status WriteEngine(const Checkpoint& source, const QuantizedModel* quantized,
     return InvalidArgument("quantization " + std::string(QuantMethodName(method)) +
                            " needs the quantizer's tensors (calibration runs in kiln build)");
   }
+  for (int layer : o.unquantized_layers) {
+    if (layer < 0 || layer >= source.config().num_layers) {
+      return InvalidArgument("unquantized layers: layer " + std::to_string(layer) +
+                             " is not one of the model's " +
+                             std::to_string(source.config().num_layers));
+    }
+  }
+  if (!o.unquantized_layers.empty() && pre != QuantMethod::kNone) {
+    return InvalidArgument(source.path() + " is already quantized; its layers cannot be " +
+                           "written unquantized");
+  }
   KILN_RETURN_IF_ERROR(PrepareDirectory(o));
   const int threads = o.threads > 0 ? o.threads : cpu::DefaultNumThreads();
   const fs::path dir(o.out_dir);
@@ -424,6 +452,12 @@ Status WriteEngine(const Checkpoint& source, const QuantizedModel* quantized,
   m.quant_recipe = o.quant_recipe;
   m.kv_cache_dtype = o.kv_cache_dtype;
   if (quantized != nullptr) m.build_details = quantized->details_json;
+  if (!o.unquantized_layers.empty()) {
+    nlohmann::json details = nlohmann::json::parse(m.build_details, nullptr, false);
+    if (!details.is_object()) details = nlohmann::json::object();
+    details["unquantized_layers"] = o.unquantized_layers;
+    m.build_details = details.dump();
+  }
   if (quantized != nullptr && !quantized->kv_scales.empty()) {
     m.kv_cache_scales = quantized->kv_scales;
   } else {

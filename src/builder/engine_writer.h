@@ -13,7 +13,8 @@
 // quantizer's QuantizedTensor::input_scale, or an FP8 checkpoint's Weight::input_scale) goes
 // into its tensor table entry. A GGUF `llama` file's q / k rows are put back
 // in HF order (the engine's RoPE layout is always half-split). q|k|v and gate|up are written back
-// to back as one fused matrix; each fused group or tensor starts on a 4096-byte boundary.
+// to back as one fused matrix; each fused group or tensor starts on a 4096-byte boundary. The
+// layers of EngineBuildOptions::unquantized_layers are written as the source has them.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "builder/quantize.h"
 #include "core/status.h"
@@ -38,6 +40,11 @@ struct EngineBuildOptions {
   // kFp8 quantizes the layers' linear weights here; kInt8 and kW4A16 need `quantized`.
   QuantMethod quantization = QuantMethod::kNone;
   std::string quant_recipe = "none";  // recorded: "fp8", "int8-sq", "w4a16-gptq", ...
+  // Decoder layers (0-based) written from the source as if unquantized: their linear weights in
+  // the engine dtype, whatever `quantized` holds for them (the layer's every tensor: a smoothed
+  // layer's norms too) and whatever `quantization` says. Mixed precision's usual choice, e.g.
+  // the last layer. Recorded in the manifest's build.details ("unquantized_layers").
+  std::vector<int> unquantized_layers;
   KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;  // recorded as the runtime default
   int threads = 0;                                    // conversion and digests; 0 = every core
   std::string kiln_version;                           // recorded in the manifest

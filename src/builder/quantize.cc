@@ -272,14 +272,21 @@ Result<QuantizedModel> QuantizeFp8Calibrated(const Checkpoint& ckpt, const Calib
                           options.static_activations, "FP8");
 }
 
+namespace {
+
+nlohmann::json CalibrationJson(const CalibrationStats& stats) {
+  return {{"source", stats.source},
+          {"num_samples", stats.num_samples},
+          {"num_tokens", stats.num_tokens}};
+}
+
+}  // namespace
+
 std::string SmoothQuantDetailsJson(const CalibrationStats& stats,
                                    const SmoothQuantOptions& options) {
   nlohmann::json j = {{"algorithm", "smoothquant"},
                       {"alpha", options.alpha},
-                      {"calibration",
-                       {{"source", stats.source},
-                        {"num_samples", stats.num_samples},
-                        {"num_tokens", stats.num_tokens}}},
+                      {"calibration", CalibrationJson(stats)},
                       {"o_proj_smoothed", false}};
   return j.dump();
 }
@@ -289,10 +296,7 @@ std::string Fp8CalibratedDetailsJson(const CalibrationStats& stats,
   nlohmann::json j = {{"algorithm", options.smoothquant_alpha > 0 ? "smoothquant-fp8" : "fp8"},
                       {"activation_scales", options.static_activations ? "static" : "dynamic"},
                       {"smoothquant_alpha", options.smoothquant_alpha},
-                      {"calibration",
-                       {{"source", stats.source},
-                        {"num_samples", stats.num_samples},
-                        {"num_tokens", stats.num_tokens}}},
+                      {"calibration", CalibrationJson(stats)},
                       {"o_proj_smoothed", false}};
   return j.dump();
 }

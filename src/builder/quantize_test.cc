@@ -322,9 +322,11 @@ std::vector<float> F32Of(const Checkpoint& ckpt, const std::string& name) {
 
 // Writes `q` (or, null, the source alone) as an engine with f32 unquantized matrices.
 std::string WriteEngineOf(const Checkpoint& src, const QuantizedModel* q, QuantMethod method,
-                          const std::string& stem, DType dtype = DType::kF32) {
+                          const std::string& stem, DType dtype = DType::kF32,
+                          std::vector<int> unquantized_layers = {}) {
   const std::string dir = testing::MakeTempDir(stem);
   EngineBuildOptions o;
+  o.unquantized_layers = std::move(unquantized_layers);
   o.out_dir = dir;
   o.overwrite = true;
   o.dtype = dtype;
@@ -504,6 +506,59 @@ TEST(Fp8CalibratedTest, SmoothedEngineIsTheSameModelQuantized) {
   auto engine = Checkpoint::Open(smoothed_dir);
   ASSERT_TRUE(engine.ok());
   EXPECT_EQ(QuantizeFp8Calibrated(*engine, stats, {}).status().code(), StatusCode::kUnsupported);
+}
+
+// EngineBuildOptions::unquantized_layers: the layer is the source's, every tensor of it (a
+// smoothed layer's norms too, no static scales), whether WriteEngine quantizes (plain fp8) or a
+// quantizer did; the manifest says which layers; the engine runs, and its other layers are
+// those of the fully quantized engine. A layer outside the model is refused.
+TEST(Fp8CalibratedTest, UnquantizedLayersAreWrittenAsTheSource) {
+  const std::string dir = SynthModel("fp8_keep", 30.0f);
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok());
+  const CalibrationStats stats = CalibrateOn(*ckpt);
+  auto q = QuantizeFp8Calibrated(*ckpt, stats, {0.5f, true});
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  const std::string full = WriteEngineOf(*ckpt, &*q, QuantMethod::kFp8, "fp8_keep_full");
+  const std::string plain =
+      WriteEngineOf(*ckpt, nullptr, QuantMethod::kFp8, "fp8_keep_plain", DType::kF32, {1});
+  const std::string smoothed =
+      WriteEngineOf(*ckpt, &*q, QuantMethod::kFp8, "fp8_keep_sq", DType::kF32, {1});
+  auto full_engine = Checkpoint::Open(full);
+  ASSERT_TRUE(full_engine.ok());
+  for (const std::string& engine_dir : {plain, smoothed}) {
+    auto engine = Checkpoint::Open(engine_dir);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    for (const Weight& w : engine->weights()) {
+      if (!w.name.starts_with("model.layers.1.")) continue;
+      EXPECT_EQ(w.dtype, DType::kF32) << w.name;
+      EXPECT_EQ(w.input_scale, 0.0f) << w.name;
+      EXPECT_EQ(std::vector<float>(reinterpret_cast<const float*>(w.data),
+                                   reinterpret_cast<const float*>(w.data) + w.shape.numel()),
+                F32Of(*ckpt, w.name))
+          << w.name;
+    }
+    const Weight* down0 = engine->Find("model.layers.0.mlp.down_proj.weight");
+    EXPECT_EQ(down0->dtype, DType::kF8E4M3);
+    std::ifstream in(engine_dir + "/kiln-engine.json");
+    EXPECT_EQ(json::parse(in)["build"]["details"]["unquantized_layers"], json::array({1}));
+    EXPECT_EQ(PromptLogprobs(engine_dir, testing::RandomTokenIds(20, 3, 299)).size(), 19u);
+  }
+  auto smoothed_engine = Checkpoint::Open(smoothed);
+  ASSERT_TRUE(smoothed_engine.ok());
+  const Weight* a = smoothed_engine->Find("model.layers.0.self_attn.q_proj.weight");
+  const Weight* b = full_engine->Find("model.layers.0.self_attn.q_proj.weight");
+  EXPECT_EQ(a->input_scale, b->input_scale);
+  EXPECT_EQ(std::memcmp(a->data, b->data, a->nbytes), 0);
+
+  EngineBuildOptions bad;
+  bad.out_dir = testing::MakeTempDir("fp8_keep_bad");
+  bad.quantization = QuantMethod::kFp8;
+  bad.unquantized_layers = {2};
+  const Status s = WriteEngine(*ckpt, nullptr, bad);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("layer 2 is not one of the model's 2"), std::string::npos)
+      << s.ToString();
 }
 
 // The default model (a GGUF file, q/k rows permuted by llama.cpp): a static FP8 engine from a

@@ -327,7 +327,10 @@ void W4Calibrator::ObserveLinearInput(int layer, Site site, const float* x, int6
   CHECK_EQ(s.cols, cols);
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * ld;
-    for (int64_t c = 0; c < cols; ++c) s.abs_sum[c] += std::abs(xr[c]);
+    for (int64_t c = 0; c < cols; ++c) {
+      s.abs_sum[c] += std::abs(xr[c]);
+      s.absmax = std::max(s.absmax, std::abs(xr[c]));
+    }
     if ((s.rows_seen + r) % sample_stride_ == 0 && s.num_samples < max_samples_) {
       s.samples.insert(s.samples.end(), xr, xr + cols);
       ++s.num_samples;
@@ -407,8 +410,19 @@ bool UpperCholeskyOfInverse(std::vector<double>& a, int64_t k) {
   return true;
 }
 
-W4Codes Gptq(std::vector<float>& w, int64_t n, int64_t k, std::vector<double> h, int32_t group,
-             bool act_order, double damp, int num_threads) {
+namespace {
+
+// GPTQ's column loop over w [n, k] (modified: ends as the dequantized weight) with Hessian h
+// [k, k], whatever the number format: row r calls start(r, col, values, group) when it reaches
+// the first column of each group of `group` columns (values: the group's current weights, the
+// earlier columns' errors fed back) and round(r, col, x), which returns the value x rounds to
+// and records its code. Rows run on several threads (each row on one). With act_order the
+// columns are processed, and passed on, in the order of decreasing diag(h): the returned
+// permutation (stored column j = input channel perm[j]), else empty.
+template <typename Start, typename Round>
+std::vector<int32_t> GptqColumns(std::vector<float>& w, int64_t n, int64_t k, std::vector<double> h,
+                                 int32_t group, bool act_order, double damp, int num_threads,
+                                 const Start& start, const Round& round) {
   for (int64_t i = 0; i < k; ++i) {
     if (h[i * k + i] == 0) {  // a channel never active: its weights do not matter
       h[i * k + i] = 1;
@@ -444,12 +458,6 @@ W4Codes Gptq(std::vector<float>& w, int64_t n, int64_t k, std::vector<double> h,
   }
   std::vector<float> hinv(u.begin(), u.end());
 
-  W4Codes out;
-  out.codes.resize(n * k);
-  const int64_t groups = k / group;
-  out.params.group_size = group;
-  out.params.scales.resize(n * groups);
-  out.params.zeros.resize(n * groups);
   // Blocks of whole groups, about 128 columns: a group's parameters come from its columns as
   // updated by the blocks before (the block's own columns are current when it starts).
   const int64_t block = group >= 128 ? group : group * (128 / group);
@@ -460,18 +468,11 @@ W4Codes Gptq(std::vector<float>& w, int64_t n, int64_t k, std::vector<double> h,
     cpu::ParallelFor(n, num_threads, [&](int64_t r_begin, int64_t r_end) {
       for (int64_t r = r_begin; r < r_end; ++r) {
         float* wr = w.data() + r * k;
-        GroupParams p{};
         for (int64_t i = 0; i < cnt; ++i) {
           const int64_t col = i1 + i;
-          if (col % group == 0 || i == 0) {
-            p = FindParams(wr + (col / group) * group, group);
-            out.params.scales[r * groups + col / group] = p.scale_bits;
-            out.params.zeros[r * groups + col / group] = static_cast<int8_t>(p.zero - 8);
-          }
+          if (col % group == 0 || i == 0) start(r, col, wr + (col / group) * group, group);
           const float x = wr[col];
-          const int q = QuantizeValue(x, p);
-          out.codes[r * k + col] = static_cast<int8_t>(q - 8);
-          const float e = (x - Dequantize(q, p)) / hinv[col * k + col];
+          const float e = (x - round(r, col, x)) / hinv[col * k + col];
           const float* hrow = hinv.data() + col * k;
           for (int64_t j = col + 1; j < i2; ++j) wr[j] -= e * hrow[j];
           err[r * cnt + i] = e;
@@ -492,7 +493,63 @@ W4Codes Gptq(std::vector<float>& w, int64_t n, int64_t k, std::vector<double> h,
       }
     }
   }
-  out.params.perm = std::move(perm);
+  return perm;
+}
+
+}  // namespace
+
+W4Codes Gptq(std::vector<float>& w, int64_t n, int64_t k, std::vector<double> h, int32_t group,
+             bool act_order, double damp, int num_threads) {
+  W4Codes out;
+  out.codes.resize(n * k);
+  const int64_t groups = k / group;
+  out.params.group_size = group;
+  out.params.scales.resize(n * groups);
+  out.params.zeros.resize(n * groups);
+  std::vector<GroupParams> current(n);  // each row's group being quantized
+  out.params.perm = GptqColumns(
+      w, n, k, std::move(h), group, act_order, damp, num_threads,
+      [&](int64_t r, int64_t col, const float* values, int64_t size) {
+        const GroupParams p = FindParams(values, size);
+        current[r] = p;
+        out.params.scales[r * groups + col / group] = p.scale_bits;
+        out.params.zeros[r * groups + col / group] = static_cast<int8_t>(p.zero - 8);
+      },
+      [&](int64_t r, int64_t col, float x) {
+        const int q = QuantizeValue(x, current[r]);
+        out.codes[r * k + col] = static_cast<int8_t>(q - 8);
+        return Dequantize(q, current[r]);
+      });
+  return out;
+}
+
+Fp8Codes GptqFp8(std::vector<float>& w, int64_t n, int64_t k, std::vector<double> h, bool act_order,
+                 double damp, int num_threads) {
+  Fp8Codes out;
+  std::vector<uint8_t> codes(n * k);
+  out.row_scales.resize(n);
+  // One group of the whole row: its scale is the original row's (no error fed back yet), and an
+  // error pushed past it saturates.
+  const std::vector<int32_t> perm = GptqColumns(
+      w, n, k, std::move(h), static_cast<int32_t>(k), act_order, damp, num_threads,
+      [&](int64_t r, int64_t, const float* values, int64_t size) {
+        float amax = 0;
+        for (int64_t i = 0; i < size; ++i) amax = std::max(amax, std::abs(values[i]));
+        out.row_scales[r] = Fp8RowScale(amax);
+      },
+      [&](int64_t r, int64_t col, float x) {
+        const uint8_t code = Fp8KvEncode(x, out.row_scales[r]);
+        codes[r * k + col] = code;
+        return F8E4M3ToF32(code) * out.row_scales[r];
+      });
+  if (perm.empty()) {
+    out.codes = std::move(codes);
+  } else {  // FP8 rows have no permutation: the codes go back to input-channel order
+    out.codes.resize(n * k);
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t j = 0; j < k; ++j) out.codes[r * k + perm[j]] = codes[r * k + j];
+    }
+  }
   return out;
 }
 
@@ -607,6 +664,61 @@ Result<QuantizedModel> QuantizeW4(const Checkpoint& ckpt, const W4Options& optio
         LOG(INFO) << names[0] << ": AWQ alpha " << alpha;
       }
       EmitParts(q, w.cols, names, rows, &out);
+    }
+  }
+  return out;
+}
+
+Result<QuantizedModel> QuantizeFp8Gptq(const Checkpoint& ckpt, const Fp8GptqOptions& options,
+                                       const std::vector<std::vector<int32_t>>& calibration) {
+  if (ckpt.quantization().method != QuantMethod::kNone) {
+    return Unsupported(ckpt.path() + ": is already quantized (" +
+                       std::string(QuantMethodName(ckpt.quantization().method)) +
+                       "); build FP8 GPTQ from the unquantized model");
+  }
+  int64_t total = 0;
+  for (const auto& s : calibration) total += static_cast<int64_t>(s.size());
+  if (total == 0) return InvalidArgument("fp8 gptq needs calibration tokens (--calib)");
+  const ModelConfig& c = ckpt.config();
+  W4Calibrator calib(c.num_layers, /*gram=*/true, total, /*max_samples=*/0, options.num_threads);
+  KILN_RETURN_IF_ERROR(RunCalibrationPass(ckpt, calibration, &calib, options.num_threads));
+  QuantizedModel out;
+  out.method = QuantMethod::kFp8;
+  for (int i = 0; i < c.num_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    const std::pair<Site, std::vector<std::string>> sites[] = {
+        {Site::kQkv, {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}},
+        {Site::kO, {"self_attn.o_proj"}},
+        {Site::kGateUp, {"mlp.gate_proj", "mlp.up_proj"}},
+        {Site::kDown, {"mlp.down_proj"}},
+    };
+    for (const auto& [site, parts] : sites) {
+      std::vector<Matrix> loaded;
+      for (const std::string& part : parts) {
+        KILN_ASSIGN_OR_RETURN(Matrix m, LoadF32(ckpt, p + part + ".weight"));
+        loaded.push_back(std::move(m));
+      }
+      Matrix w = StackRows(loaded);
+      const W4SiteStats& st = calib.stats(i, site);
+      if (st.cols != w.cols) return Internal("calibration did not observe " + p + parts[0]);
+      std::vector<double> h(st.gram.size());
+      for (size_t j = 0; j < h.size(); ++j) h[j] = 2 * st.gram[j] / st.rows_seen;
+      const internal::Fp8Codes q =
+          internal::GptqFp8(w.data, w.rows, w.cols, std::move(h), options.act_order, options.damp,
+                            options.num_threads);
+      int64_t r0 = 0;
+      for (size_t j = 0; j < parts.size(); ++j) {
+        const int64_t n = loaded[j].rows;
+        QuantizedTensor t;
+        t.name = p + parts[j] + ".weight";
+        t.dtype = DType::kF8E4M3;
+        t.shape = Shape({n, w.cols});
+        t.bytes.assign(q.codes.begin() + r0 * w.cols, q.codes.begin() + (r0 + n) * w.cols);
+        t.row_scales.assign(q.row_scales.begin() + r0, q.row_scales.begin() + r0 + n);
+        if (options.static_activations) t.input_scale = Fp8RowScale(st.absmax);
+        out.tensors.push_back(std::move(t));
+        r0 += n;
+      }
     }
   }
   return out;

@@ -62,6 +62,7 @@ struct W4SiteStats {
   std::vector<float> samples;   // [num_samples, cols] every stride-th row
   int64_t num_samples = 0;
   std::vector<double> gram;  // [cols, cols] sum x^T x (GPTQ), or empty
+  float absmax = 0;          // max |x| over every row
 };
 
 // Collects what the W4 quantizers need from the calibration pass.
@@ -93,6 +94,23 @@ class W4Calibrator : public ActivationObserver {
 Result<QuantizedModel> QuantizeW4(const Checkpoint& ckpt, const W4Options& options,
                                   const std::vector<std::vector<int32_t>>& calibration);
 
+// FP8 W8A8 weights by GPTQ (kiln build --quant fp8 --weight-rounding gptq): per output channel
+// e4m3 as model/quantization.h defines it (row scale Fp8RowScale of the row's amax), the codes
+// chosen column by column with the rounding error fed back through the inverse Hessian of each
+// input site (as for W4A16, q/k/v and gate/up sharing theirs), so that the layer's output on
+// the calibration inputs moves less than round-to-nearest's. The format is plain FP8: nothing
+// changes at run time.
+struct Fp8GptqOptions {
+  bool act_order = true;  // columns in order of decreasing diag(H) (codes stored unpermuted)
+  double damp = 0.01;     // of mean(diag(H))
+  bool static_activations = false;  // + input_scale = Fp8RowScale(calibrated max |x|)
+  int num_threads = 0;              // 0 = every core
+};
+// Errors: InvalidArgument without calibration tokens; Unsupported for a quantized source;
+// those of the weights and of the calibration pass.
+Result<QuantizedModel> QuantizeFp8Gptq(const Checkpoint& ckpt, const Fp8GptqOptions& options,
+                                       const std::vector<std::vector<int32_t>>& calibration);
+
 namespace internal {
 
 // RTN of one row's group of `size` values: writes codes [-8, 7] and returns (fp16 scale bits,
@@ -108,6 +126,17 @@ struct W4Codes {
 W4Codes Gptq(std::vector<float>& w, int64_t n, int64_t k, std::vector<double> h, int32_t group,
              bool act_order, double damp, int num_threads);
 W4Codes Rtn(const float* w, int64_t n, int64_t k, int32_t group);
+
+// GPTQ with e4m3 rounding (FP8 W8A8 weights, model/quantization.h): per output channel, the
+// row scale Fp8RowScale of the original row, each column rounded by Fp8KvEncode (an error fed
+// back past 448 * scale saturates). w [n, k] ends as the dequantized weight (act-order:
+// permuted). Returns codes [n, k] in input-channel order and the row scales [n].
+struct Fp8Codes {
+  std::vector<uint8_t> codes;
+  std::vector<float> row_scales;
+};
+Fp8Codes GptqFp8(std::vector<float>& w, int64_t n, int64_t k, std::vector<double> h, bool act_order,
+                 double damp, int num_threads);
 
 // The upper Cholesky factor U of a^-1 (a^-1 = U^T U) for a symmetric positive definite a [k, k];
 // false if a is not positive definite.

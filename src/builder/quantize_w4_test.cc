@@ -99,27 +99,40 @@ TEST(QuantizeW4Test, RtnRoundsEachValueWithinHalfAStep) {
   }
 }
 
-// GPTQ minimizes the layer's output error on its calibration inputs: with correlated, unevenly
-// scaled inputs it must beat RTN clearly, with and without act-order.
-TEST(QuantizeW4Test, GptqBeatsRtnOnTheCalibrationOutputs) {
-  const int64_t n = 24, k = 128, m = 512;
-  std::vector<float> x = Normal(m * k, 3);
+// m rows of k correlated, unevenly scaled inputs: shared factors, and every 16th channel an
+// outlier.
+std::vector<float> CorrelatedInputs(int64_t m, int64_t k) {
+  const std::vector<float> x = Normal(m * k, 3);
   const std::vector<float> mix = Normal(k * k, 4, 0.2f);
   std::vector<float> xc(m * k, 0.0f);
   for (int64_t t = 0; t < m; ++t) {
     for (int64_t c = 0; c < k; ++c) {
       float s = x[t * k + c];
-      for (int64_t p = 0; p < 8; ++p) s += mix[c * k + p] * x[t * k + p];  // shared factors
-      xc[t * k + c] = s * (c % 16 == 0 ? 8.0f : 1.0f);                     // outlier channels
+      for (int64_t p = 0; p < 8; ++p) s += mix[c * k + p] * x[t * k + p];
+      xc[t * k + c] = s * (c % 16 == 0 ? 8.0f : 1.0f);
     }
   }
-  const std::vector<float> w = Normal(n * k, 5, 0.05f);
+  return xc;
+}
+
+// GPTQ's H = 2 X^T X of x [m, k].
+std::vector<double> Hessian(const std::vector<float>& x, int64_t m, int64_t k) {
   std::vector<double> h(k * k, 0.0);
   for (int64_t t = 0; t < m; ++t) {
     for (int64_t i = 0; i < k; ++i) {
-      for (int64_t j = 0; j < k; ++j) h[i * k + j] += 2.0 * xc[t * k + i] * xc[t * k + j];
+      for (int64_t j = 0; j < k; ++j) h[i * k + j] += 2.0 * x[t * k + i] * x[t * k + j];
     }
   }
+  return h;
+}
+
+// GPTQ minimizes the layer's output error on its calibration inputs: with correlated, unevenly
+// scaled inputs it must beat RTN clearly, with and without act-order.
+TEST(QuantizeW4Test, GptqBeatsRtnOnTheCalibrationOutputs) {
+  const int64_t n = 24, k = 128, m = 512;
+  const std::vector<float> xc = CorrelatedInputs(m, k);
+  const std::vector<float> w = Normal(n * k, 5, 0.05f);
+  const std::vector<double> h = Hessian(xc, m, k);
   const double rtn = OutputError(xc, m, w, Dequant(internal::Rtn(w.data(), n, k, 32), n, k), n, k);
   for (bool act_order : {false, true}) {
     std::vector<float> wg = w;
@@ -127,6 +140,46 @@ TEST(QuantizeW4Test, GptqBeatsRtnOnTheCalibrationOutputs) {
     ASSERT_EQ(q.params.perm.size(), act_order ? static_cast<size_t>(k) : 0u);
     const double gptq = OutputError(xc, m, w, Dequant(q, n, k), n, k);
     EXPECT_LT(gptq, 0.8 * rtn) << "act_order " << act_order << ": gptq " << gptq << " rtn " << rtn;
+  }
+}
+
+// The FP8 variant (GptqFp8): codes in input-channel order, row scales of the original rows,
+// every value within e4m3's range; with a diagonal Hessian no error feeds into other columns,
+// so it is round to nearest exactly (act-order's permutation undone); with correlated inputs
+// it beats round to nearest on the calibration outputs.
+TEST(QuantizeW4Test, GptqFp8IsNearestWithADiagonalHessianAndBeatsItOtherwise) {
+  const int64_t n = 24, k = 128, m = 512;
+  const std::vector<float> w = Normal(n * k, 5, 0.05f);
+  std::vector<uint8_t> nearest(n * k);
+  std::vector<float> nearest_scales(n);
+  for (int64_t r = 0; r < n; ++r) {
+    nearest_scales[r] = QuantizeRowFp8(w.data() + r * k, k, nearest.data() + r * k);
+  }
+  auto dequant = [&](const std::vector<uint8_t>& codes, const std::vector<float>& scales) {
+    std::vector<double> d(n * k);
+    for (int64_t i = 0; i < n * k; ++i) d[i] = double{F8E4M3ToF32(codes[i])} * scales[i / k];
+    return d;
+  };
+  std::vector<double> diagonal(k * k, 0.0);
+  for (int64_t i = 0; i < k; ++i) diagonal[i * k + i] = 1.0 + (i * 37 % 11);
+  for (bool act_order : {false, true}) {
+    std::vector<float> wg = w;
+    const internal::Fp8Codes q = internal::GptqFp8(wg, n, k, diagonal, act_order, 0.01, 2);
+    EXPECT_EQ(q.row_scales, nearest_scales);
+    EXPECT_EQ(q.codes, nearest) << "act_order " << act_order;
+  }
+
+  const std::vector<float> xc = CorrelatedInputs(m, k);
+  const std::vector<double> h = Hessian(xc, m, k);
+  const double rtn = OutputError(xc, m, w, dequant(nearest, nearest_scales), n, k);
+  for (bool act_order : {false, true}) {
+    std::vector<float> wg = w;
+    const internal::Fp8Codes q = internal::GptqFp8(wg, n, k, h, act_order, 0.01, 2);
+    EXPECT_EQ(q.row_scales, nearest_scales);
+    for (uint8_t c : q.codes) ASSERT_LE(c & 0x7f, 0x7e) << "NaN code";
+    const double gptq = OutputError(xc, m, w, dequant(q.codes, q.row_scales), n, k);
+    std::printf("fp8 output error, act_order %d: gptq %.4g, nearest %.4g\n", act_order, gptq, rtn);
+    EXPECT_LT(gptq, 0.8 * rtn) << "act_order " << act_order;
   }
 }
 
@@ -179,6 +232,26 @@ TEST_F(QuantizeW4ModelTest, EveryAlgorithmQuantizesEveryLinearWeight) {
     EXPECT_EQ(linear, 7 * 2) << W4AlgorithmName(a);
     EXPECT_EQ(norms, a == W4Algorithm::kAwq ? 4 : 0) << W4AlgorithmName(a);
   }
+}
+
+// FP8 GPTQ of a whole model: every linear weight e4m3 with row scales, static input scales
+// when asked (the calibrated maximum of the site's input), no calibration refused.
+TEST_F(QuantizeW4ModelTest, Fp8GptqQuantizesEveryLinearWeight) {
+  Fp8GptqOptions o;
+  o.static_activations = true;
+  auto q = QuantizeFp8Gptq(*ckpt_, o, calib_);
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  EXPECT_EQ(q->method, QuantMethod::kFp8);
+  ASSERT_EQ(q->tensors.size(), 7u * 2u);
+  for (const QuantizedTensor& t : q->tensors) {
+    EXPECT_EQ(t.dtype, DType::kF8E4M3) << t.name;
+    EXPECT_EQ(t.shape, ckpt_->Find(t.name)->shape) << t.name;
+    EXPECT_EQ(t.row_scales.size(), static_cast<size_t>(t.shape[0])) << t.name;
+    EXPECT_GT(t.input_scale, kFp8MinScale) << t.name;
+  }
+  EXPECT_EQ(q->Find("model.layers.1.self_attn.q_proj.weight")->input_scale,
+            q->Find("model.layers.1.self_attn.v_proj.weight")->input_scale);
+  EXPECT_EQ(QuantizeFp8Gptq(*ckpt_, o, {}).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(QuantizeW4ModelTest, RejectsAGroupSizeThatDoesNotDivideTheInput) {

@@ -5,8 +5,10 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -39,6 +41,8 @@ struct BuildFlags {
   float smoothquant_alpha = 0.5f;
   bool smoothquant_alpha_given = false;  // fp8 smooths only when asked
   std::string activation_scales;         // fp8: "static" or "dynamic" (the default, "")
+  std::string weight_rounding;           // fp8: "nearest" (the default, "") or "gptq"
+  std::string unquantized_layers;        // comma-separated layer indices, negative from the end
   int group_size = 128;
   bool no_act_order = false;
   int calib_samples = CalibrationOptions().num_samples;
@@ -69,6 +73,32 @@ Result<Recipe> ParseRecipe(const std::string& name) {
       name + "'");
 }
 
+// --unquantized-layers: comma-separated indices, -1 the last layer. Errors: InvalidArgument
+// naming the item that is not an integer, or the layer outside the model.
+Result<std::vector<int>> ParseLayerList(const std::string& text, int num_layers) {
+  std::vector<int> out;
+  size_t begin = 0;
+  while (begin <= text.size() && !text.empty()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    const std::string item = text.substr(begin, end - begin);
+    char* stop = nullptr;
+    const long v = std::strtol(item.c_str(), &stop, 10);
+    if (item.empty() || *stop != '\0') {
+      return InvalidArgument("--unquantized-layers: '" + item +
+                             "' is not a layer index (e.g. 29 or -1 for the last)");
+    }
+    const long layer = v < 0 ? num_layers + v : v;
+    if (layer < 0 || layer >= num_layers) {
+      return InvalidArgument("--unquantized-layers: layer " + item + " is outside the model's " +
+                             std::to_string(num_layers) + " layers");
+    }
+    if (std::find(out.begin(), out.end(), layer) == out.end())
+      out.push_back(static_cast<int>(layer));
+    begin = end + 1;
+  }
+  return out;
+}
+
 // Flag combinations, checked before the model is opened.
 Status CheckQuantFlags(const Recipe& recipe, const BuildFlags& f) {
   if (!f.activation_scales.empty()) {
@@ -83,6 +113,27 @@ Status CheckQuantFlags(const Recipe& recipe, const BuildFlags& f) {
       return InvalidArgument("--activation-scales: expected static or dynamic, got '" +
                              f.activation_scales + "'");
     }
+  }
+  if (!f.weight_rounding.empty()) {
+    if (recipe.method != QuantMethod::kFp8) {
+      return InvalidArgument("--weight-rounding: only --quant fp8 has a choice (use --quant " +
+                             std::string("w4a16-gptq for 4-bit GPTQ)"));
+    }
+    if (f.weight_rounding != "nearest" && f.weight_rounding != "gptq") {
+      return InvalidArgument("--weight-rounding: expected nearest or gptq, got '" +
+                             f.weight_rounding + "'");
+    }
+    if (f.weight_rounding == "gptq" && f.smoothquant_alpha_given) {
+      return InvalidArgument(
+          "--weight-rounding gptq: not combined with --smoothquant-alpha (choose one)");
+    }
+  }
+  if (!f.unquantized_layers.empty()) {
+    if (recipe.method == QuantMethod::kNone) {
+      return InvalidArgument("--unquantized-layers: --quant none quantizes no layer");
+    }
+    // The syntax now (any count of layers); the range once the model is open.
+    KILN_RETURN_IF_ERROR(ParseLayerList(f.unquantized_layers, 1 << 20).status());
   }
   if (f.smoothquant_alpha_given) {
     if (recipe.name != "int8-sq" && recipe.name != "fp8") {
@@ -128,17 +179,56 @@ Result<std::optional<QuantizedModel>> RunSmoothQuant(const Checkpoint& ckpt, con
   return std::optional<QuantizedModel>(std::move(q));
 }
 
+// The calibration samples of --calib (or the default text), cut as --calib-samples x
+// --calib-seq-len, and the file they came from.
+Result<std::pair<std::vector<std::vector<int32_t>>, std::string>> CalibrationSamplesForBuild(
+    const Checkpoint& ckpt, const BuildFlags& f) {
+  std::string source = f.calib.empty() ? std::string(kDefaultCalibrationFile) : f.calib;
+  KILN_ASSIGN_OR_RETURN(std::vector<std::string> texts, ReadCalibrationTexts(source));
+  KILN_ASSIGN_OR_RETURN(LoadedTokenizer tok, LoadTokenizer(ckpt.path()));
+  KILN_ASSIGN_OR_RETURN(
+      std::vector<std::vector<int32_t>> samples,
+      MakeCalibrationSamples(*tok.tokenizer, texts, f.calib_samples, f.calib_seq_len));
+  return std::make_pair(std::move(samples), std::move(source));
+}
+
+// fp8 --weight-rounding gptq (builder/quantize_w4.h QuantizeFp8Gptq).
+Result<std::optional<QuantizedModel>> RunFp8Gptq(const Checkpoint& ckpt, const BuildFlags& f) {
+  KILN_ASSIGN_OR_RETURN(auto calibration, CalibrationSamplesForBuild(ckpt, f));
+  Fp8GptqOptions o;
+  o.static_activations = f.activation_scales == "static";
+  o.num_threads = f.threads;
+  std::printf("  calibrating fp8 gptq on %zu samples of %d tokens from %s\n",
+              calibration.first.size(), f.calib_seq_len, calibration.second.c_str());
+  std::fflush(stdout);
+  const auto start = std::chrono::steady_clock::now();
+  KILN_ASSIGN_OR_RETURN(QuantizedModel q, QuantizeFp8Gptq(ckpt, o, calibration.first));
+  std::printf("  quantized (fp8, gptq%s) in %.1f s\n", o.act_order ? ", act-order" : "",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  nlohmann::ordered_json details = {
+      {"algorithm", "gptq-fp8"},
+      {"activation_scales", o.static_activations ? "static" : "dynamic"},
+      {"act_order", o.act_order},
+      {"calibration",
+       {{"source", calibration.second},
+        {"samples", calibration.first.size()},
+        {"seq_len", f.calib_seq_len}}}};
+  q.details_json = details.dump();
+  return std::optional<QuantizedModel>(std::move(q));
+}
+
 // fp8 with static activation scales and / or smoothing: calibration, then
 // QuantizeFp8Calibrated; plain fp8 (dynamic, unsmoothed) is WriteEngine's own, nullopt here.
 Result<std::optional<QuantizedModel>> RunFp8(const Checkpoint& ckpt, const BuildFlags& f) {
+  if (f.weight_rounding == "gptq") return RunFp8Gptq(ckpt, f);
   Fp8CalibratedOptions o;
   o.static_activations = f.activation_scales == "static";
   o.smoothquant_alpha = f.smoothquant_alpha_given ? f.smoothquant_alpha : 0.0f;
   if (!o.static_activations && o.smoothquant_alpha == 0.0f) {
     if (!f.calib.empty()) {
       return InvalidArgument(
-          "--calib: --quant fp8 calibrates only with --activation-scales static or "
-          "--smoothquant-alpha");
+          "--calib: --quant fp8 calibrates only with --activation-scales static, "
+          "--smoothquant-alpha or --weight-rounding gptq");
     }
     return std::optional<QuantizedModel>();
   }
@@ -163,11 +253,9 @@ Result<std::optional<QuantizedModel>> RunW4(const Checkpoint& ckpt, const Recipe
   if (o.algorithm == W4Algorithm::kRtn) {
     if (!f.calib.empty()) return InvalidArgument("--calib: w4a16-rtn does not calibrate");
   } else {
-    calib_source = f.calib.empty() ? std::string(kDefaultCalibrationFile) : f.calib;
-    KILN_ASSIGN_OR_RETURN(std::vector<std::string> texts, ReadCalibrationTexts(calib_source));
-    KILN_ASSIGN_OR_RETURN(LoadedTokenizer tok, LoadTokenizer(ckpt.path()));
-    KILN_ASSIGN_OR_RETURN(
-        samples, MakeCalibrationSamples(*tok.tokenizer, texts, f.calib_samples, f.calib_seq_len));
+    KILN_ASSIGN_OR_RETURN(auto calibration, CalibrationSamplesForBuild(ckpt, f));
+    samples = std::move(calibration.first);
+    calib_source = std::move(calibration.second);
     std::printf("  calibrating %s on %zu samples of %d tokens from %s\n",
                 std::string(W4AlgorithmName(o.algorithm)).c_str(), samples.size(), f.calib_seq_len,
                 calib_source.c_str());
@@ -263,6 +351,8 @@ Status RunBuild(const BuildFlags& f) {
               std::string(CheckpointFormatName(ckpt.format())).c_str(),
               ckpt.config().NumParameters() / 1e9, f.out.c_str(), recipe.name.c_str());
   std::fflush(stdout);
+  KILN_ASSIGN_OR_RETURN(o.unquantized_layers,
+                        ParseLayerList(f.unquantized_layers, ckpt.config().num_layers));
   KILN_ASSIGN_OR_RETURN(std::optional<QuantizedModel> quantized, RunQuantizer(ckpt, recipe, f));
   auto bar = ByteProgressBar("  weights");
   o.progress = [&](std::string_view stage, int64_t done, int64_t total) {
@@ -328,6 +418,12 @@ void AddBuildCommand(CLI::App& app) {
       "--smoothquant-alpha", flags->smoothquant_alpha,
       "int8-sq: migration strength in [0, 1] (default 0.5; 0 = no smoothing); fp8: smooth "
       "with this strength before quantizing (default: no smoothing)");
+  cmd->add_option("--weight-rounding", flags->weight_rounding,
+                  "fp8: nearest (default) or gptq (error feedback through the calibration "
+                  "inputs' Hessian, from --calib)");
+  cmd->add_option("--unquantized-layers", flags->unquantized_layers,
+                  "decoder layers kept in --dtype, comma-separated (-1 = the last; e.g. "
+                  "--quant fp8 --unquantized-layers -1)");
   cmd->add_option("--activation-scales", flags->activation_scales,
                   "fp8: dynamic (per token, the default) or static (one calibrated scale per "
                   "linear layer, from --calib)");

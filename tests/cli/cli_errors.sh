@@ -211,6 +211,20 @@ expect_exit 1 "--activation-scales: expected static or dynamic, got 'per-token'"
 expect_exit 1 "smoothquant-alpha: must be in [0, 1]" build "$work/tiny" --out "$work/f8" --quant fp8 --smoothquant-alpha -1
 expect_exit 1 "--smoothquant-alpha: only --quant int8-sq and fp8" build "$work/tiny" --out "$work/f8" --quant w4a16-rtn --smoothquant-alpha 0.5
 expect_exit 1 "calibration file not found" build "$work/tiny" --out "$work/f8" --quant fp8 --activation-scales static --calib "$work/missing.txt"
+expect_exit 1 "--unquantized-layers: 'x' is not a layer index" build "$work/tiny" --out "$work/f8" --quant fp8 --unquantized-layers 0,x
+expect_exit 1 "--unquantized-layers: --quant none" build "$work/tiny" --out "$work/f8" --unquantized-layers 0
+expect_exit 1 "layer -2 is outside the model's 1 layers" build "$work/tiny" --out "$work/f8" --quant fp8 --unquantized-layers -2 --tune off
+"$kiln" build "$work/tiny" --out "$work/f8k" --quant fp8 --unquantized-layers -1 --tune off >/dev/null 2>&1 \
+  && grep -q '"unquantized_layers"' "$work/f8k/kiln-engine.json" && ! grep -q '"fp8_e4m3"' "$work/f8k/kiln-engine.json" \
+  && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: kiln build --quant fp8 --unquantized-layers -1"; }
+expect_exit 1 "--weight-rounding: only --quant fp8" build "$work/tiny" --out "$work/f8" --quant w4a16-gptq --weight-rounding gptq
+expect_exit 1 "--weight-rounding: expected nearest or gptq, got 'awq'" build "$work/tiny" --out "$work/f8" --quant fp8 --weight-rounding awq
+expect_exit 1 "not combined with --smoothquant-alpha" build "$work/tiny" --out "$work/f8" --quant fp8 --weight-rounding gptq --smoothquant-alpha 0.5
+"$kiln" build "$work/tiny" --out "$work/f8g" --quant fp8 --weight-rounding gptq --calib "$work/calib.txt" \
+  --calib-samples 2 --calib-seq-len 16 --tune off >/dev/null 2>&1 \
+  && grep -q '"gptq-fp8"' "$work/f8g/kiln-engine.json" \
+  && "$kiln" eval perplexity "$work/f8g" --text "$work/calib.txt" --device cpu >/dev/null 2>&1 \
+  && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: kiln build --quant fp8 --weight-rounding gptq, then eval"; }
 "$kiln" build "$work/tiny" --out "$work/f8" --quant fp8 --activation-scales static --smoothquant-alpha 0.5 \
   --calib "$work/calib.txt" --calib-samples 2 --calib-seq-len 16 --tune off >/dev/null 2>&1 \
   && grep -q '"input_scale"' "$work/f8/kiln-engine.json" \
