@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "kernels/attention_mma.cuh"
@@ -111,22 +112,23 @@ __device__ __forceinline__ void DecodeSz(uint32_t word, float& scale, uint32_t& 
   sub = __byte_perm(word, 0, 0x3232);
 }
 
-// n / d for 0 <= n < 2^31 by a multiply and a shift (d >= 1 fixed per launch; the
-// round-up method: p = 31 + ceil(log2 d), mul = ceil(2^p / d)). A 64-bit division per tile
-// measured as a large share of the kernel's instructions.
+// v / d for 0 <= v < 2^31 in three 32-bit instructions (d >= 1 fixed per launch; Granlund and
+// Montgomery's round-up method: l = ceil(log2 d), mul = floor(2^32 (2^l - d) / d) + 1,
+// v / d = (umulhi(v, mul) + v) >> l). A 64-bit division per tile, and then a 64-bit
+// multiply, measured as a large share of the kernel's instructions.
 struct FastDiv {
-  uint64_t mul = 1;
+  uint32_t mul = 0;
   int shift = 0;
   static FastDiv For(uint32_t d) {
     int l = 0;
     while ((uint64_t{1} << l) < d) ++l;
     FastDiv f;
-    f.shift = 31 + l;
-    f.mul = ((uint64_t{1} << f.shift) + d - 1) / d;
+    f.shift = l;
+    f.mul = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << l) - d)) / d + 1);
     return f;
   }
   __device__ __forceinline__ uint32_t Div(uint32_t v) const {
-    return static_cast<uint32_t>((v * mul) >> shift);
+    return (__umulhi(v, mul) + v) >> shift;
   }
 };
 
@@ -149,16 +151,21 @@ __device__ __forceinline__ void Store(float v, T* out) {
 template <int kTT, int kRB, int kKPG, int kU, typename T, typename Out>
 __global__ void __launch_bounds__(kWarps * 32)
     W4GemmKernel(const T* __restrict__ x, int64_t ldx, int m, const uint4* __restrict__ w,
-                 const uint32_t* __restrict__ sz, FastDiv group16, int64_t n, int64_t k,
-                 const T* __restrict__ bias, Out* __restrict__ out, int64_t ldo) {
+                 const uint32_t* __restrict__ sz, FastDiv group_of_tile, int64_t n, int64_t k,
+                 const T* __restrict__ bias, Out* __restrict__ out, int64_t ldo,
+                 const void* prefetch, int64_t prefetch_bytes) {
   constexpr int kGroups = 4 / kKPG;  // scale groups per 64-column tile
   extern __shared__ float red[];     // [kWarps][kRB * kTT * 4][32]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t rb0 = int64_t{blockIdx.x} * kRB;
-  const int chunks = static_cast<int>(k / kW4TileCols);
+  // Offsets from the block's bases in 32 bits (one wide multiply-add per address): a weight
+  // has fewer than 2^32 16-byte words and scale words (W4GemmSupported), x fewer than 2^31
+  // elements.
+  const uint32_t chunks = static_cast<uint32_t>(k / kW4TileCols);
+  const uint32_t n32 = static_cast<uint32_t>(n), ldx32 = static_cast<uint32_t>(ldx);
   const uint4* wb = w + rb0 * chunks * 32 + lane;
   const uint32_t* szb = sz + rb0 * kW4TileRows + g;
-  const T* xb = x + static_cast<int64_t>(g) * ldx + 4 * t;  // token g of each 8-token tile
+  const T* xb = x + g * ldx32 + 4 * t;  // token g of each 8-token tile
   float acc[kRB][kTT][4];
 #pragma unroll
   for (int r = 0; r < kRB; ++r)
@@ -170,21 +177,24 @@ __global__ void __launch_bounds__(kWarps * 32)
   uint4 wv[kU][kRB];
   uint32_t szv[kU][kRB][kGroups][2];
   // Every load is issued before any is used: the weight stream is the whole cost. A tile past
-  // the end gets scale 0 (and zero 0), so it adds nothing, with no branch.
-  auto load = [&](int c0) {
+  // the end reads tile 0 again (in bounds) with scale 0, so it adds nothing, with no branch.
+  auto load = [&](uint32_t c0) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
-      const int c = c0 + u * kWarps;
+      const uint32_t c = c0 + u * kWarps;
       const bool valid = c < chunks;
+      const uint32_t cs = valid ? c : 0;
 #pragma unroll
       for (int r = 0; r < kRB; ++r) {
-        wv[u][r] = valid ? __ldcs(wb + (r * chunks + c) * 32) : make_uint4(0, 0, 0, 0);
+        wv[u][r] = __ldcs(wb + (r * chunks + cs) * 32);
 #pragma unroll
         for (int gi = 0; gi < kGroups; ++gi) {
-          const uint32_t grp = group16.Div(static_cast<uint32_t>(c * 4 + gi * kKPG));
-          const uint32_t* p = szb + grp * n + r * kW4TileRows;
-          szv[u][r][gi][0] = valid ? __ldg(p) : 0u;
-          szv[u][r][gi][1] = valid ? __ldg(p + 8) : 0u;
+          // Groups of 16 / 32 columns: several per tile, no division.
+          const uint32_t grp = kKPG == 4 ? group_of_tile.Div(cs) : cs * kGroups + gi;
+          const uint32_t* p = szb + (grp * n32 + r * kW4TileRows);
+          const uint32_t lo = __ldg(p), hi = __ldg(p + 8);
+          szv[u][r][gi][0] = valid ? lo : 0u;
+          szv[u][r][gi][1] = valid ? hi : 0u;
         }
       }
     }
@@ -193,12 +203,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   load(warp);
   PdlWait();
   PdlLaunchDependents();
-  for (int c0 = warp; c0 < chunks; c0 += kWarps * kU) {
-    if (c0 != warp) load(c0);
+  for (uint32_t c0 = warp; c0 < chunks; c0 += kWarps * kU) {
+    if (c0 != static_cast<uint32_t>(warp)) load(c0);
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       // Past the end: x read at tile 0 (in bounds), weighed by scale 0.
-      const int c = c0 + u * kWarps < chunks ? c0 + u * kWarps : 0;
+      const uint32_t c = c0 + u * kWarps < chunks ? c0 + u * kWarps : 0;
 #pragma unroll
       for (int gi = 0; gi < kGroups; ++gi) {
         float scale[kRB][2];
@@ -222,7 +232,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
         for (int tt = 0; tt < kTT; ++tt) {
           const bool live = tt * 8 + g < m;
-          const T* xr = xb + tt * 8 * ldx + c * kW4TileCols + gi * kKPG * 16;
+          const T* xr = xb + (tt * 8 * ldx32 + c * kW4TileCols + gi * kKPG * 16);
           float part[kRB][4];
 #pragma unroll
           for (int r = 0; r < kRB; ++r)
@@ -247,6 +257,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
 
+  dtype_internal::PrefetchL2(prefetch, prefetch_bytes);
   constexpr int kE = kRB * kTT * 4;  // accumulators per lane
 #pragma unroll
   for (int r = 0; r < kRB; ++r)
@@ -276,15 +287,17 @@ cudaError_t LaunchW4(const W4GemmArgsT<T>& a, cudaStream_t stream) {
   const size_t smem = size_t{kWarps} * kRB * kTT * 4 * 32 * sizeof(float);
   const dim3 grid(static_cast<unsigned>(a.n / kW4TileRows / kRB));
   const auto* w = reinterpret_cast<const uint4*>(a.w);
-  const FastDiv group16 = FastDiv::For(static_cast<uint32_t>(a.group_size / 16));
+  // kKPG == 4 (groups of 64 columns or more): a tile's group is its index / (group / 64).
+  const FastDiv group_of_tile =
+      FastDiv::For(static_cast<uint32_t>(std::max<int64_t>(a.group_size / 64, 1)));
   auto launch = [&](auto kernel, auto* out) {
     if (smem > 48 * 1024) {
       const cudaError_t e = cudaFuncSetAttribute(
           kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
       if (e != cudaSuccess) return e;
     }
-    return LaunchChained(kernel, grid, kWarps * 32, smem, stream, a.x, a.ldx, a.m, w, a.sz, group16,
-                         a.n, a.k, a.bias, out, a.ldo);
+    return LaunchChained(kernel, grid, kWarps * 32, smem, stream, a.x, a.ldx, a.m, w, a.sz,
+                         group_of_tile, a.n, a.k, a.bias, out, a.ldo, a.prefetch, a.prefetch_bytes);
   };
   if (a.out_f32) {
     return launch(W4GemmKernel<kTT, kRB, kKPG, kU, T, float>, static_cast<float*>(a.out));
@@ -318,9 +331,12 @@ bool Aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t
 
 template <typename T>
 bool Supported(const W4GemmArgsT<T>& a) {
+  // The kernel's 32-bit offsets: weight words, scale words, x elements.
+  constexpr int64_t kU32 = int64_t{1} << 32;
   return W4ShapeSupported(a.n, a.k, a.group_size) && a.m >= 1 && a.m <= kW4GemmMaxRows &&
          a.ldx % 4 == 0 && Aligned(a.x, 8) && Aligned(a.w, 16) && a.sz != nullptr &&
-         a.out != nullptr;
+         a.out != nullptr && a.n / kW4TileRows * (a.k / kW4TileCols) * 32 < kU32 &&
+         a.k / a.group_size * a.n < kU32 && int64_t{a.m} * a.ldx < kU32 / 2;
 }
 
 template <typename T>

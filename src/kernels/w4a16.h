@@ -64,13 +64,19 @@ struct W4GemmArgsT {
   void* out = nullptr;      // [m, n], row stride ldo
   int64_t ldo = 0;
   bool out_f32 = false;
+  // A hint (dtype_internal::PrefetchL2 in kernels/dtype_traits.cuh): bytes the stream reads
+  // next, e.g. the next linear layer's weights, for L2 to fetch while this kernel runs. Null:
+  // none. REQUIRES: 16-byte aligned, prefetch_bytes a multiple of 16.
+  const void* prefetch = nullptr;
+  int64_t prefetch_bytes = 0;
   // For benchmarks (gemv_bench --w4 times the alternatives); 0: the default for m.
   int32_t row_tiles = 0;        // 16-row weight tiles per block, 1 or 2 (2: n a multiple of 32)
   int32_t tiles_in_flight = 0;  // 64-column tiles each warp loads at once (8: m <= 8, 1 row tile)
 };
 
 // W4ShapeSupported, 1 <= m <= kW4GemmMaxRows, ldx a multiple of 4, x 8-byte and w 16-byte
-// aligned.
+// aligned, and offsets that fit the kernel's 32-bit arithmetic (fewer than 2^32 16-byte code
+// words and scale words, m * ldx < 2^31).
 bool W4GemmSupported(const W4GemmArgsT<__nv_bfloat16>& args);
 bool W4GemmSupported(const W4GemmArgsT<__half>& args);
 
