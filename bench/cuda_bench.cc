@@ -20,7 +20,8 @@
 //                          [--block-size N (16)] [--swap-space SIZE (4GiB; 0 = recompute)]
 //                          [--offline-requests N] [--offline-in N] [--offline-out N]
 //                          [--no-async-scheduling]  (schedule after each step's result)
-//                          [--dtype auto|bfloat16|float16]
+//                          [--dtype auto|bfloat16|float16] [-q|--quantization fp8|...]
+//                          [--kv-cache-dtype auto|fp8]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -202,7 +203,8 @@ int main(int argc, char** argv) {
   std::string swap_space;  // "" = the engine's default
   int offline_requests = 1000, offline_in = 1000, offline_out = 1000;
   std::optional<bool> async_scheduling;
-  std::string dtype = "auto";  // unset: the engine's default (on for CUDA)
+  std::string dtype = "auto";                // unset: the engine's default (on for CUDA)
+  std::string quantization, kv_cache_dtype;  // "": the engine's defaults
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -234,6 +236,10 @@ int main(int argc, char** argv) {
       sections = next();
     } else if (a == "--dtype") {
       dtype = next();
+    } else if (a == "-q" || a == "--quantization") {
+      quantization = next();
+    } else if (a == "--kv-cache-dtype") {
+      kv_cache_dtype = next();
     } else if (a == "--no-async-scheduling") {
       async_scheduling = false;
     } else if (a == "--skip-offline") {
@@ -272,6 +278,8 @@ int main(int argc, char** argv) {
   options.engine.scheduler.max_num_batched_tokens = max_num_batched_tokens;
   options.engine.async_scheduling = async_scheduling;
   options.dtype = dtype;
+  if (!quantization.empty()) options.quantization = quantization;
+  if (!kv_cache_dtype.empty()) options.kv_cache_dtype = kv_cache_dtype;
   auto policy = ParseCapacityPolicy(capacity_policy);
   if (!policy.ok()) {
     std::fprintf(stderr, "cuda_bench: %s\n", policy.status().ToString().c_str());

@@ -42,6 +42,9 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
   cmd->add_flag("--no-pdl", f->no_pdl,
                 "CUDA: launch the decode kernels without programmatic dependent launch "
                 "(Hopper and later overlap each kernel's start with the previous one's end)");
+  cmd->add_option("--l2-prefetch", f->l2_prefetch,
+                  "CUDA: bytes of the next linear layer's weights each decode linear layer asks L2 "
+                  "to fetch as it ends (default 4MiB); 0 = none");
   cmd->add_option("--block-size", f->block_size, "tokens per KV block");
   cmd->add_option("--max-num-seqs", f->max_num_seqs, "requests running at once");
   cmd->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "tokens per step");
@@ -86,6 +89,11 @@ Result<LlmOptions> ToLlmOptions(const EngineFlags& f) {
   options.enable_cuda_graphs = !f.no_cuda_graphs;
   options.programmatic_launch = !f.no_pdl;
   options.fuse_activation_quant = !f.no_fused_quant;
+  if (!f.l2_prefetch.empty()) {
+    auto bytes = f.l2_prefetch == "0" ? Result<int64_t>(int64_t{0}) : ParseByteSize(f.l2_prefetch);
+    if (!bytes.ok()) return bytes.status().WithContext("--l2-prefetch");
+    options.l2_prefetch_bytes = *bytes;
+  }
   e.block_size = f.block_size;
   e.max_model_len = f.max_model_len;
   e.enable_prefix_caching = !f.no_prefix_caching;

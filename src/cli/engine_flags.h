@@ -20,6 +20,7 @@ struct EngineFlags {
   float gpu_memory_utilization = 0.9f;
   bool no_cuda_graphs = false;
   bool no_pdl = false;
+  std::string l2_prefetch;  // --l2-prefetch: a byte size, empty = the runner's default
   bool no_fused_quant = false;
   int32_t block_size = 16;
   int32_t max_num_seqs = 256;

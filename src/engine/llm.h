@@ -63,6 +63,9 @@ struct LlmOptions {
   bool programmatic_launch = true;
   // CUDA FP8: quantize activations inside the norms / SiluMul (CudaRunnerOptions).
   bool fuse_activation_quant = true;
+  // CUDA: bytes of the next linear layer's weights each decode linear layer asks L2 for
+  // (CudaRunnerOptions::l2_prefetch_bytes); unset: the runner's default.
+  std::optional<int64_t> l2_prefetch_bytes;
   // CUDA: device time per op for benchmarks (CudaMemoryReport::op_seconds); no graphs.
   bool profile_cuda_ops = false;
   TokenizerLoadOptions tokenizer;

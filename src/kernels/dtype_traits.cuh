@@ -95,6 +95,36 @@ __device__ __forceinline__ void Load8(const T* p, float (&v)[8]) {
   }
 }
 
+// Asks L2 for this block's share of [p, p + bytes): the next linear layer's weights, fetched
+// as this block's own stream ends, while the other blocks finish and the small kernels between
+// the two layers run, so that DRAM keeps streaming where it would idle (the norms, RoPE, attention
+// and SiluMul of a batch-1 decode step move almost no bytes). The blocks of the (1-D) grid split
+// the range into 16-byte-aligned slices; on sm_90+ thread 0 issues one bulk prefetch of its block's
+// slice, before that every thread prefetches 128-byte lines. A hint: results never depend on it.
+// REQUIRES: p 16-byte aligned, bytes a multiple of 16 (or <= 0: nothing).
+__device__ __forceinline__ void PrefetchL2(const void* p, int64_t bytes) {
+  if (bytes <= 0) return;
+  const int64_t slice = ((bytes + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
+  const int64_t begin = int64_t{blockIdx.x} * slice;
+  if (begin >= bytes) return;
+  const int64_t len = slice < bytes - begin ? slice : bytes - begin;
+  const char* base = static_cast<const char*>(p) + begin;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (threadIdx.x == 0) {
+    // evict_last: the lines must outlive the streaming (evict-first) loads around them.
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+    asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(base),
+                 "r"(static_cast<uint32_t>(len)), "l"(policy)
+                 : "memory");
+  }
+#else
+  for (int64_t off = int64_t{threadIdx.x} * 128; off < len; off += int64_t{blockDim.x} * 128) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(base + off));
+  }
+#endif
+}
+
 // The weight stream of the skinny linear layers (one warp per weight row): wv[u] =
 // row[base + 32 u] as 16-byte evict-first loads, zero past `chunks` 16-byte chunks.
 template <int kU>

@@ -44,7 +44,8 @@ __device__ __forceinline__ void Store(float v, T* out) {
 template <int M, typename T, typename Out>
 __global__ void __launch_bounds__(kWarps * 32)
     GemvKernel(const T* __restrict__ x, int64_t ldx, const T* __restrict__ w, int64_t n, int64_t k,
-               const T* __restrict__ bias, Out* __restrict__ out, int64_t ldo) {
+               const T* __restrict__ bias, Out* __restrict__ out, int64_t ldo, const void* prefetch,
+               int64_t prefetch_bytes) {
   const int lane = threadIdx.x % 32;
   const int64_t col = int64_t{blockIdx.x} * kWarps + threadIdx.x / 32;
   if (col >= n) return;
@@ -73,6 +74,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
   }
+  dtype_internal::PrefetchL2(prefetch, prefetch_bytes);  // warp 0 of every block gets here
 #pragma unroll
   for (int m = 0; m < M; ++m) {
     for (int offset = 16; offset > 0; offset >>= 1) {
@@ -91,10 +93,11 @@ cudaError_t Launch(const GemvArgsT<T>& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((a.n + kWarps - 1) / kWarps));
   if (a.out_f32) {
     return LaunchChained(GemvKernel<M, T, float>, grid, kWarps * 32, 0, stream, a.x, a.ldx, a.w,
-                         a.n, a.k, a.bias, static_cast<float*>(a.out), a.ldo);
+                         a.n, a.k, a.bias, static_cast<float*>(a.out), a.ldo, a.prefetch,
+                         a.prefetch_bytes);
   }
   return LaunchChained(GemvKernel<M, T, T>, grid, kWarps * 32, 0, stream, a.x, a.ldx, a.w, a.n, a.k,
-                       a.bias, static_cast<T*>(a.out), a.ldo);
+                       a.bias, static_cast<T*>(a.out), a.ldo, a.prefetch, a.prefetch_bytes);
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }

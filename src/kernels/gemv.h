@@ -34,6 +34,11 @@ struct GemvArgsT {
   void* out = nullptr;      // [m, n], row stride ldo; T, or fp32 when out_f32
   int64_t ldo = 0;
   bool out_f32 = false;
+  // A hint (dtype_internal::PrefetchL2 in kernels/dtype_traits.cuh): bytes the stream reads
+  // next, e.g. the next linear layer's weights, for L2 to fetch while this kernel runs. Null:
+  // none. REQUIRES: 16-byte aligned, prefetch_bytes a multiple of 16.
+  const void* prefetch = nullptr;
+  int64_t prefetch_bytes = 0;
 };
 using GemvArgs = GemvArgsT<__nv_bfloat16>;
 

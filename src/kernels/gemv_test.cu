@@ -47,6 +47,24 @@ TYPED_TEST(GemvGpu, StridesBiasAndFp32Output) {
   }
 }
 
+// The L2 hint (GemvArgsT::prefetch) changes no result, whatever its size against the grid's
+// slices: less than one slice per block, uneven slices, more than the grid covers at once.
+TYPED_TEST(GemvGpu, L2PrefetchHintChangesNoResult) {
+  REQUIRE_GPU();
+  Dev<uint8_t> next(size_t{3} << 20);
+  uint32_t seed = 200;
+  for (int64_t bytes : {int64_t{16}, int64_t{4096 + 16}, int64_t{3} << 20}) {
+    SCOPED_TRACE(testing::Message() << "prefetch_bytes=" << bytes);
+    CheckLinear<TypeParam>({1, 769, 584}, seed++, [&](const GemvArgsT<TypeParam>& a) {
+      GemvArgsT<TypeParam> hinted = a;
+      hinted.prefetch = next.ptr;
+      hinted.prefetch_bytes = bytes;
+      ASSERT_TRUE(GemvSupported(hinted));
+      CUDA_OK(Gemv(hinted, nullptr));
+    });
+  }
+}
+
 TYPED_TEST(GemvGpu, RejectsOperandsItCannotLoad) {
   GemvArgsT<TypeParam> a;
   a.m = 1;

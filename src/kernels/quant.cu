@@ -209,7 +209,8 @@ template <int M, typename T, typename Code, typename Out>
 __global__ void __launch_bounds__(kWarps * 32)
     GemvW8Kernel(const T* __restrict__ x, int64_t ldx, const Code* __restrict__ w,
                  const float* __restrict__ w_scale, int64_t n, int64_t k,
-                 const T* __restrict__ bias, Out* __restrict__ out, int64_t ldo) {
+                 const T* __restrict__ bias, Out* __restrict__ out, int64_t ldo,
+                 const void* prefetch, int64_t prefetch_bytes) {
   const int lane = threadIdx.x % 32;
   const int64_t col = int64_t{blockIdx.x} * kWarps + threadIdx.x / 32;
   if (col >= n) return;
@@ -236,6 +237,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
   }
+  dtype_internal::PrefetchL2(prefetch, prefetch_bytes);  // warp 0 of every block gets here
 #pragma unroll
   for (int m = 0; m < M; ++m) {
     for (int offset = 16; offset > 0; offset >>= 1) {
@@ -257,10 +259,12 @@ cudaError_t LaunchGemvW8M(const Args& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((a.n + kWarps - 1) / kWarps));
   if (a.out_f32) {
     return LaunchChained(GemvW8Kernel<M, T, Code, float>, grid, kWarps * 32, 0, stream, a.x, a.ldx,
-                         a.w, a.w_scale, a.n, a.k, a.bias, static_cast<float*>(a.out), a.ldo);
+                         a.w, a.w_scale, a.n, a.k, a.bias, static_cast<float*>(a.out), a.ldo,
+                         a.prefetch, a.prefetch_bytes);
   }
   return LaunchChained(GemvW8Kernel<M, T, Code, T>, grid, kWarps * 32, 0, stream, a.x, a.ldx, a.w,
-                       a.w_scale, a.n, a.k, a.bias, static_cast<T*>(a.out), a.ldo);
+                       a.w_scale, a.n, a.k, a.bias, static_cast<T*>(a.out), a.ldo, a.prefetch,
+                       a.prefetch_bytes);
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }

@@ -98,6 +98,10 @@ expect_error "--swap-space" "${g[@]}" --prompt hi --swap-space 4XB
 expect_error "swap space" "${g[@]}" --prompt hi --swap-space 1000TiB
 "$kiln" "${g[@]}" --prompt hi --max-tokens 2 --swap-space 8MiB >/dev/null 2>&1 \
   && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: kiln generate with --swap-space 8MiB"; }
+expect_error "--l2-prefetch" "${g[@]}" --prompt hi --l2-prefetch 4MB/s
+# a CUDA-only hint: the CPU backend ignores it
+"$kiln" "${g[@]}" --prompt hi --max-tokens 2 --l2-prefetch 0 >/dev/null 2>&1 \
+  && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: kiln generate with --l2-prefetch 0"; }
 expect_error "no such file or directory" generate "$work/missing" --prompt hi
 # kiln serve: flags are checked before anything listens; a model that fails to load exits 1
 s=(serve "$work/tiny" --kv-cache-memory 64MiB --host 127.0.0.1 --port 0)

@@ -213,7 +213,10 @@ class CudaRunner final : public CudaRunnerBase {
   int64_t KvElementBytes() const { return fp8_kv() ? 1 : static_cast<int64_t>(sizeof(T)); }
   // out[m, n] = x[m, k] . w^T (+ bias) in the layer's format (Gemm::Linear or LinearFp8).
   Status Linear(const T* x, int64_t m, const LinearWeight<T>& w, int64_t n, int64_t k,
-                const T* bias, T* out);
+                const T* bias, T* out, cuda::L2Prefetch prefetch = {});
+  // The L2 hint for the linear layer the step runs before `next` ([n, k]): the first
+  // options_.l2_prefetch_bytes of next's weights (CudaRunnerOptions::l2_prefetch_bytes).
+  cuda::L2Prefetch PrefetchOf(const LinearWeight<T>& next, int64_t n, int64_t k) const;
   Status CaptureGraphs();
   // With options_.profile_ops: an event after the op that just ended (`op`), or the step's
   // first mark (op == nullptr). CollectMarks adds the device time between marks to op_seconds_
@@ -243,7 +246,9 @@ class CudaRunner final : public CudaRunnerBase {
   std::vector<LayerWeights<T>> layers_;
   T* embedding_ = nullptr;
   T* final_norm_ = nullptr;
-  T* lm_head_ = nullptr;  // == embedding_ when tied
+  // T (.w == embedding_ when tied), or W4A16 (.w4) when a w4a16 engine was built with
+  // --quantize-lm-head.
+  LinearWeight<T> lm_head_;
   float* inv_freq_ = nullptr;
 
   // Activations, [max_num_tokens, width] each.
@@ -607,6 +612,19 @@ Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
                        std::to_string(kv) + " and intermediate_size " + std::to_string(inter) +
                        "; the INT8 GEMMs need multiples of 16 (kv size: of 8)");
   }
+  // A w4a16 engine built with --quantize-lm-head has a 4-bit lm_head.weight of its own (its
+  // own group size, no act-order).
+  const Weight* head = ckpt.Find("lm_head.weight");
+  const bool w4_head = w4 && head != nullptr && head->dtype == DType::kI4 && head->w4.has_value();
+  if (w4_head && (!head->w4->perm.empty() ||
+                  !kernels::W4ShapeSupported(c.vocab_size, h, head->w4->group_size))) {
+    return Unsupported(head->file + ": the 4-bit lm_head.weight [" + std::to_string(c.vocab_size) +
+                       ", " + std::to_string(h) + "] with group size " +
+                       std::to_string(head->w4->group_size) +
+                       (head->w4->perm.empty() ? "" : " and act-order") +
+                       " does not fit the W4A16 kernels (vocab a multiple of 16, hidden size of "
+                       "64, a group size of 16, 32 or a multiple of 64 dividing it, no act-order)");
+  }
   if (w4) {
     // One group size and one act-order choice for the whole model, read off its first weight.
     const std::string first = "model.layers.0.self_attn.q_proj.weight";
@@ -677,7 +695,15 @@ Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
       if (c.mlp_bias) l.down_bias = a.Take<T>(h);
     }
     final_norm_ = a.Take<T>(h);
-    lm_head_ = c.tie_word_embeddings ? embedding_ : a.Take<T>(int64_t{c.vocab_size} * h);
+    lm_head_ = {};
+    lm_head_.rows = c.vocab_size;
+    if (w4_head) {
+      lm_head_.w4.tiled = a.Take<uint8_t>(int64_t{c.vocab_size} * h / 2);
+      lm_head_.w4.sz = a.Take<uint32_t>(int64_t{c.vocab_size} * (h / head->w4->group_size));
+      lm_head_.w4.group_size = head->w4->group_size;
+    } else {
+      lm_head_.w = c.tie_word_embeddings ? embedding_ : a.Take<T>(int64_t{c.vocab_size} * h);
+    }
     inv_freq_ = a.Take<float>(c.head_dim / 2);
   };
   Arena sizing(nullptr);
@@ -721,7 +747,8 @@ Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
   std::map<LinearWeight<T>*, float> input_scales;
   DeviceBuffer staging;
   if (fp8 || w4) {
-    const int64_t largest = std::max({qkv_rows * h, h * q, 2 * inter * h, h * inter});
+    const int64_t largest = std::max(
+        {qkv_rows * h, h * q, 2 * inter * h, h * inter, w4_head ? int64_t{c.vocab_size} * h : 0});
     KILN_ASSIGN_OR_RETURN(staging, DeviceBuffer::Allocate(largest * sizeof(T)));
   }
   auto upload_linear = [&](const std::string& name, LinearWeight<T>& lw, int64_t row, int64_t rows,
@@ -796,7 +823,12 @@ Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
     }
   }
   KILN_RETURN_IF_ERROR(upload("model.norm.weight", final_norm_));
-  if (!c.tie_word_embeddings) KILN_RETURN_IF_ERROR(upload("lm_head.weight", lm_head_));
+  if (w4_head) {
+    KILN_RETURN_IF_ERROR(UploadW4Linear(ckpt, uploader, "lm_head.weight", lm_head_, 0, c.vocab_size,
+                                        h, staging, perms, stream_));
+  } else if (!c.tie_word_embeddings) {
+    KILN_RETURN_IF_ERROR(upload("lm_head.weight", lm_head_.w));
+  }
   KILN_ASSIGN_OR_RETURN(std::vector<float> inv_freq,
                         cpu::RopeInvFreq(c.head_dim, c.rope_theta, c.rope_scaling));
   KILN_RETURN_IF_ERROR(
@@ -1057,29 +1089,34 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
   };
   // A linear layer whose input the norm (or SiluMul) before it wrote: x, or fp8_scratch_.
   auto linear = [&](const T* x, const LinearWeight<T>& w, int64_t n, int64_t k, const T* bias,
-                    T* out) {
+                    T* out, cuda::L2Prefetch prefetch) {
     if (fused_fp8) {
       return gemm_->LinearFp8Quantized(fp8_scratch_.x, fp8_scratch_.scale, num_tokens, w.fp8, n, k,
                                        bias, out, n, stream_);
     }
-    return Linear(x, num_tokens, w, n, k, bias, out);
+    return Linear(x, num_tokens, w, n, k, bias, out, prefetch);
   };
+  // Each linear layer's L2 hint names the one after it (kernels between them move few bytes).
+  // After the last layer's down comes lm_head ([vocab, hidden]).
   for (int i = 0; i < c.num_layers; ++i) {
     const LayerWeights<T>& l = layers_[i];
     // Layer 0 starts the residual stream with the embeddings; later layers first add the
     // previous MLP output.
     KILN_LAUNCH(norm(/*init=*/i == 0, l.input_norm, l.qkv));
     Mark("rms_norm");
-    KILN_RETURN_IF_ERROR(linear(x_, l.qkv, qkv_rows, h, l.qkv_bias, qkv_));
+    const bool last = i + 1 == c.num_layers;
+    KILN_RETURN_IF_ERROR(linear(x_, l.qkv, qkv_rows, h, l.qkv_bias, qkv_, PrefetchOf(l.o, h, q)));
     Mark("qkv");
     KILN_RETURN_IF_ERROR(
         fp8_kv() ? EnqueueAttention<__nv_fp8_e4m3>(i, num_tokens, num_seqs, num_decode, max_q_len)
                  : EnqueueAttention<T>(i, num_tokens, num_seqs, num_decode, max_q_len));
-    KILN_RETURN_IF_ERROR(Linear(attn_, num_tokens, l.o, h, q, l.o_bias, delta_));
+    KILN_RETURN_IF_ERROR(Linear(attn_, num_tokens, l.o, h, q, l.o_bias, delta_,
+                                PrefetchOf(l.gate_up, 2 * inter, h)));
     Mark("o");
     KILN_LAUNCH(norm(/*init=*/false, l.post_norm, l.gate_up));
     Mark("rms_norm");
-    KILN_RETURN_IF_ERROR(linear(x_, l.gate_up, 2 * inter, h, l.gate_up_bias, gate_up_));
+    KILN_RETURN_IF_ERROR(linear(x_, l.gate_up, 2 * inter, h, l.gate_up_bias, gate_up_,
+                                PrefetchOf(l.down, h, inter)));
     Mark("gate_up");
     KILN_LAUNCH(fused_fp8 ? kernels::SiluMulFp8(gate_up_, 2 * inter, num_tokens,
                                                 c.intermediate_size, fp8_scratch_.x, inter,
@@ -1087,7 +1124,9 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
                           : kernels::SiluMul(gate_up_, 2 * inter, num_tokens, c.intermediate_size,
                                              act_, inter, stream_));
     Mark("silu_mul");
-    KILN_RETURN_IF_ERROR(linear(act_, l.down, h, inter, l.down_bias, delta_));
+    KILN_RETURN_IF_ERROR(linear(act_, l.down, h, inter, l.down_bias, delta_,
+                                last ? PrefetchOf(lm_head_, c.vocab_size, h)
+                                     : PrefetchOf(layers_[i + 1].qkv, qkv_rows, h)));
     Mark("down");
   }
   KILN_RETURN_IF_ERROR(EnqueueLogits(std::min(num_rows, logit_chunk_), 0));
@@ -1154,15 +1193,37 @@ Status CudaRunner<T>::EnqueueAttention(int i, int32_t num_tokens, int32_t num_se
 // Every activation a linear layer reads or writes is contiguous: its row stride is its width.
 template <typename T>
 Status CudaRunner<T>::Linear(const T* x, int64_t m, const LinearWeight<T>& w, int64_t n, int64_t k,
-                             const T* bias, T* out) {
-  if (w.w != nullptr) return gemm_->Linear(x, k, m, w.w, n, k, bias, out, n, false, stream_);
+                             const T* bias, T* out, cuda::L2Prefetch prefetch) {
+  if (w.w != nullptr) {
+    return gemm_->Linear(x, k, m, w.w, n, k, bias, out, n, false, stream_, prefetch);
+  }
   if (w.int8.w != nullptr) {
-    return gemm_->LinearInt8(x, k, m, w.int8, n, k, bias, out, n, false, int8_scratch_, stream_);
+    return gemm_->LinearInt8(x, k, m, w.int8, n, k, bias, out, n, false, int8_scratch_, stream_,
+                             prefetch);
   }
   if (w.w4.tiled != nullptr) {
-    return gemm_->LinearW4(x, k, m, w.w4, n, k, bias, out, n, false, w4_scratch_, stream_);
+    return gemm_->LinearW4(x, k, m, w.w4, n, k, bias, out, n, false, w4_scratch_, stream_,
+                           prefetch);
   }
-  return gemm_->LinearFp8(x, k, m, w.fp8, n, k, bias, out, n, false, fp8_scratch_, stream_);
+  return gemm_->LinearFp8(x, k, m, w.fp8, n, k, bias, out, n, false, fp8_scratch_, stream_,
+                          prefetch);
+}
+
+template <typename T>
+cuda::L2Prefetch CudaRunner<T>::PrefetchOf(const LinearWeight<T>& next, int64_t n,
+                                           int64_t k) const {
+  cuda::L2Prefetch p;
+  if (next.w != nullptr) {
+    p = {next.w, n * k * static_cast<int64_t>(sizeof(T))};
+  } else if (next.int8.w != nullptr) {
+    p = {next.int8.w, n * k};
+  } else if (next.w4.tiled != nullptr) {
+    p = {next.w4.tiled, n * k / 2};
+  } else if (next.fp8.w != nullptr) {
+    p = {next.fp8.w, n * k};
+  }
+  p.bytes = std::min(p.bytes, options_.l2_prefetch_bytes);
+  return p;
 }
 
 // Logits of rows [row_offset, row_offset + num_rows) of the step's logit_rows into logits_.
@@ -1173,8 +1234,14 @@ Status CudaRunner<T>::EnqueueLogits(int32_t num_rows, int32_t row_offset) {
   KILN_LAUNCH(kernels::RmsNormF32Residual(delta_, h, h_, false, dev_.logit_rows + row_offset,
                                           num_rows, c.hidden_size, final_norm_, c.rms_norm_eps,
                                           rows_, h, stream_));
-  return gemm_->Linear(rows_, h, num_rows, lm_head_, c.vocab_size, h, nullptr, logits_,
-                       c.vocab_size, true, stream_);
+  // The next step starts with layer 0's qkv.
+  const cuda::L2Prefetch next = PrefetchOf(layers_[0].qkv, c.q_size() + 2 * c.kv_size(), h);
+  if (lm_head_.w4.tiled != nullptr) {
+    return gemm_->LinearW4(rows_, h, num_rows, lm_head_.w4, c.vocab_size, h, nullptr, logits_,
+                           c.vocab_size, true, nullptr, stream_, next);
+  }
+  return gemm_->Linear(rows_, h, num_rows, lm_head_.w, c.vocab_size, h, nullptr, logits_,
+                       c.vocab_size, true, stream_, next);
 }
 
 template <typename T>
@@ -1308,8 +1375,8 @@ Status CudaRunner<T>::TuneDecodeGemms(int32_t batch) {
       KILN_RETURN_IF_ERROR(tune_fp8(2 * inter, h, gate_up));
       KILN_RETURN_IF_ERROR(tune_fp8(h, inter, down));
     }
-    if (batch <= gemm_->gemv_max_rows()) return Status::Ok();
-    const T* lm_head[] = {lm_head_};
+    if (batch <= gemm_->gemv_max_rows() || lm_head_.w == nullptr) return Status::Ok();
+    const T* lm_head[] = {lm_head_.w};
     return gemm_->Tune(Shape{batch, c.vocab_size, h, h, c.vocab_size, true, false, kType},
                        kCandidates, stream_, Weights(lm_head));
   }
@@ -1331,7 +1398,7 @@ Status CudaRunner<T>::TuneDecodeGemms(int32_t batch) {
                   stream_, Weights(gate_up)));
   KILN_RETURN_IF_ERROR(gemm_->Tune(Shape{batch, h, inter, inter, h, false, c.mlp_bias, kType},
                                    kCandidates, stream_, Weights(down)));
-  const T* lm_head[] = {lm_head_};
+  const T* lm_head[] = {lm_head_.w};
   return gemm_->Tune(Shape{batch, c.vocab_size, h, h, c.vocab_size, true, false, kType},
                      kCandidates, stream_, Weights(lm_head));
 }

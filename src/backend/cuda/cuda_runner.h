@@ -41,6 +41,11 @@
 
 namespace kiln {
 
+// CudaRunnerOptions::l2_prefetch_bytes's default, the best of 0 / 2 / 4 / 8 / 16 / 32 MiB at
+// batch 1 on the H100 (bf16, FP8 and W4A16 8B models; docs/benchmarks.md, session 12): larger
+// hints are evicted before their layer runs and cost bandwidth.
+inline constexpr int64_t kDefaultL2PrefetchBytes = int64_t{4} << 20;
+
 struct CudaRunnerOptions {
   int device = 0;
   // Weights, activations and KV cache: DType::kBF16 or kF16. Unset: DefaultGpuDType
@@ -68,6 +73,10 @@ struct CudaRunnerOptions {
   // SiluMulFp8) instead of a T row that Gemm::LinearFp8 quantizes in a pass of its own. The
   // codes are the same either way.
   bool fuse_activation_quant = true;
+  // Skinny linear layers (decode steps of a few rows) ask L2 for up to this many bytes of the
+  // next linear layer's weights as each block's stream ends (cuda::L2Prefetch), so that DRAM
+  // streams through the tail and the norms, RoPE, attention and SiluMul between them. 0: none.
+  int64_t l2_prefetch_bytes = kDefaultL2PrefetchBytes;
   int32_t max_graph_batch = 256;  // decode steps of up to this many sequences replay graphs
   // Time cuBLASLt's candidate algorithms for the decode graphs' linear layers at start-up (on
   // the model's own weights) instead of taking the heuristic's first pick. An engine

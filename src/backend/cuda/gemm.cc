@@ -38,7 +38,8 @@ Result<std::vector<const void*>> TuneWeights(const GemmShape& s, std::span<const
 template <typename Code, typename T>
 kernels::GemvW8ArgsT<T, Code> W8GemvArgs(const T* x, int64_t ldx, int64_t m, const Code* w,
                                          const float* w_scale, int64_t n, int64_t k, const T* bias,
-                                         void* out, int64_t ldo, bool out_f32) {
+                                         void* out, int64_t ldo, bool out_f32,
+                                         L2Prefetch prefetch) {
   kernels::GemvW8ArgsT<T, Code> g;
   g.x = x;
   g.ldx = ldx;
@@ -51,6 +52,8 @@ kernels::GemvW8ArgsT<T, Code> W8GemvArgs(const T* x, int64_t ldx, int64_t m, con
   g.out = out;
   g.ldo = ldo;
   g.out_f32 = out_f32;
+  g.prefetch = prefetch.p;
+  g.prefetch_bytes = prefetch.bytes / 16 * 16;
   return g;
 }
 
@@ -160,18 +163,20 @@ Result<Gemm::Plan*> Gemm::GetPlan(const GemmShape& s, int num_candidates) {
 
 Status Gemm::Linear(const __nv_bfloat16* x, int64_t ldx, int64_t m, const __nv_bfloat16* w,
                     int64_t n, int64_t k, const __nv_bfloat16* bias, void* out, int64_t ldo,
-                    bool out_f32, cudaStream_t stream) {
-  return LinearOf(x, ldx, m, w, n, k, bias, out, ldo, out_f32, stream);
+                    bool out_f32, cudaStream_t stream, L2Prefetch prefetch) {
+  return LinearOf(x, ldx, m, w, n, k, bias, out, ldo, out_f32, stream, prefetch);
 }
 
 Status Gemm::Linear(const __half* x, int64_t ldx, int64_t m, const __half* w, int64_t n, int64_t k,
-                    const __half* bias, void* out, int64_t ldo, bool out_f32, cudaStream_t stream) {
-  return LinearOf(x, ldx, m, w, n, k, bias, out, ldo, out_f32, stream);
+                    const __half* bias, void* out, int64_t ldo, bool out_f32, cudaStream_t stream,
+                    L2Prefetch prefetch) {
+  return LinearOf(x, ldx, m, w, n, k, bias, out, ldo, out_f32, stream, prefetch);
 }
 
 template <typename T>
 Status Gemm::LinearOf(const T* x, int64_t ldx, int64_t m, const T* w, int64_t n, int64_t k,
-                      const T* bias, void* out, int64_t ldo, bool out_f32, cudaStream_t stream) {
+                      const T* bias, void* out, int64_t ldo, bool out_f32, cudaStream_t stream,
+                      L2Prefetch prefetch) {
   if (m == 0) return Status::Ok();
   if (m <= gemv_max_rows_) {
     kernels::GemvArgsT<T> g;
@@ -185,6 +190,8 @@ Status Gemm::LinearOf(const T* x, int64_t ldx, int64_t m, const T* w, int64_t n,
     g.out = out;
     g.ldo = ldo;
     g.out_f32 = out_f32;
+    g.prefetch = prefetch.p;
+    g.prefetch_bytes = prefetch.bytes / 16 * 16;
     if (kernels::GemvSupported(g)) {
       KILN_CUDA_RETURN_IF_ERROR(kernels::Gemv(g, stream));
       return Status::Ok();
@@ -219,23 +226,23 @@ Status CheckFp8GemmShape(int64_t n, int64_t k, int64_t ldo) {
 
 Status Gemm::LinearFp8(const __nv_bfloat16* x, int64_t ldx, int64_t m, Fp8Weight w, int64_t n,
                        int64_t k, const __nv_bfloat16* bias, void* out, int64_t ldo, bool out_f32,
-                       Fp8Scratch scratch, cudaStream_t stream) {
-  return LinearFp8Of(x, ldx, m, w, n, k, bias, out, ldo, out_f32, scratch, stream);
+                       Fp8Scratch scratch, cudaStream_t stream, L2Prefetch prefetch) {
+  return LinearFp8Of(x, ldx, m, w, n, k, bias, out, ldo, out_f32, scratch, stream, prefetch);
 }
 
 Status Gemm::LinearFp8(const __half* x, int64_t ldx, int64_t m, Fp8Weight w, int64_t n, int64_t k,
                        const __half* bias, void* out, int64_t ldo, bool out_f32, Fp8Scratch scratch,
-                       cudaStream_t stream) {
-  return LinearFp8Of(x, ldx, m, w, n, k, bias, out, ldo, out_f32, scratch, stream);
+                       cudaStream_t stream, L2Prefetch prefetch) {
+  return LinearFp8Of(x, ldx, m, w, n, k, bias, out, ldo, out_f32, scratch, stream, prefetch);
 }
 
 template <typename T>
 Status Gemm::LinearFp8Of(const T* x, int64_t ldx, int64_t m, Fp8Weight w, int64_t n, int64_t k,
                          const T* bias, void* out, int64_t ldo, bool out_f32, Fp8Scratch scratch,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, L2Prefetch prefetch) {
   if (m == 0) return Status::Ok();
   if (m <= fp8_gemv_max_rows_) {
-    const auto g = W8GemvArgs(x, ldx, m, w.w, w.scale, n, k, bias, out, ldo, out_f32);
+    const auto g = W8GemvArgs(x, ldx, m, w.w, w.scale, n, k, bias, out, ldo, out_f32, prefetch);
     if (kernels::GemvFp8Supported(g)) {
       KILN_CUDA_RETURN_IF_ERROR(kernels::GemvFp8(g, stream));
       return Status::Ok();
@@ -289,23 +296,23 @@ Status Gemm::LinearFp8QuantizedOf(const __nv_fp8_e4m3* xq, const float* x_scales
 
 Status Gemm::LinearInt8(const __nv_bfloat16* x, int64_t ldx, int64_t m, Int8Weight w, int64_t n,
                         int64_t k, const __nv_bfloat16* bias, void* out, int64_t ldo, bool out_f32,
-                        Int8Scratch scratch, cudaStream_t stream) {
-  return LinearInt8Of(x, ldx, m, w, n, k, bias, out, ldo, out_f32, scratch, stream);
+                        Int8Scratch scratch, cudaStream_t stream, L2Prefetch prefetch) {
+  return LinearInt8Of(x, ldx, m, w, n, k, bias, out, ldo, out_f32, scratch, stream, prefetch);
 }
 
 Status Gemm::LinearInt8(const __half* x, int64_t ldx, int64_t m, Int8Weight w, int64_t n, int64_t k,
                         const __half* bias, void* out, int64_t ldo, bool out_f32,
-                        Int8Scratch scratch, cudaStream_t stream) {
-  return LinearInt8Of(x, ldx, m, w, n, k, bias, out, ldo, out_f32, scratch, stream);
+                        Int8Scratch scratch, cudaStream_t stream, L2Prefetch prefetch) {
+  return LinearInt8Of(x, ldx, m, w, n, k, bias, out, ldo, out_f32, scratch, stream, prefetch);
 }
 
 template <typename T>
 Status Gemm::LinearInt8Of(const T* x, int64_t ldx, int64_t m, Int8Weight w, int64_t n, int64_t k,
                           const T* bias, void* out, int64_t ldo, bool out_f32, Int8Scratch scratch,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, L2Prefetch prefetch) {
   if (m == 0) return Status::Ok();
   if (m <= int8_gemv_max_rows_) {
-    const auto g = W8GemvArgs(x, ldx, m, w.w, w.scale, n, k, bias, out, ldo, out_f32);
+    const auto g = W8GemvArgs(x, ldx, m, w.w, w.scale, n, k, bias, out, ldo, out_f32, prefetch);
     if (kernels::GemvInt8Supported(g)) {
       KILN_CUDA_RETURN_IF_ERROR(kernels::GemvInt8(g, stream));
       return Status::Ok();

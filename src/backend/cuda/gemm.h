@@ -62,6 +62,15 @@ struct Fp8Scratch {
   float* scale = nullptr;
 };
 
+// A hint for the skinny linear paths (kernels::Gemv, GemvFp8 / GemvInt8, W4Gemm): bytes the
+// step reads next, e.g. the next linear layer's weights, for L2 to fetch while this layer runs
+// (kernels/dtype_traits.cuh, PrefetchL2). The cuBLASLt paths ignore it. p 16-byte aligned; bytes
+// are rounded down to a multiple of 16.
+struct L2Prefetch {
+  const void* p = nullptr;
+  int64_t bytes = 0;
+};
+
 // A tuned algorithm for one shape, as an engine's gemm_table.json stores it.
 struct TunedGemm {
   GemmShape shape;
@@ -112,9 +121,10 @@ class Gemm {
   // largest seen 1.3 ulps; gemm_test.cc); Gemv rounds once.
   Status Linear(const __nv_bfloat16* x, int64_t ldx, int64_t m, const __nv_bfloat16* w, int64_t n,
                 int64_t k, const __nv_bfloat16* bias, void* out, int64_t ldo, bool out_f32,
-                cudaStream_t stream);
+                cudaStream_t stream, L2Prefetch prefetch = {});
   Status Linear(const __half* x, int64_t ldx, int64_t m, const __half* w, int64_t n, int64_t k,
-                const __half* bias, void* out, int64_t ldo, bool out_f32, cudaStream_t stream);
+                const __half* bias, void* out, int64_t ldo, bool out_f32, cudaStream_t stream,
+                L2Prefetch prefetch = {});
 
   // FP8 linear layer (model/quantization.h): out = x . w^T (+ bias) with w e4m3 per channel.
   // Up to fp8_gemv_max_rows() rows: weight-only (W8A16) kernels::GemvFp8 on x as it is.
@@ -125,10 +135,10 @@ class Gemm {
   // only). Unsupported (GEMM rows): out_f32, k or n not a multiple of 16, ldo not a multiple of 8.
   Status LinearFp8(const __nv_bfloat16* x, int64_t ldx, int64_t m, Fp8Weight w, int64_t n,
                    int64_t k, const __nv_bfloat16* bias, void* out, int64_t ldo, bool out_f32,
-                   Fp8Scratch scratch, cudaStream_t stream);
+                   Fp8Scratch scratch, cudaStream_t stream, L2Prefetch prefetch = {});
   Status LinearFp8(const __half* x, int64_t ldx, int64_t m, Fp8Weight w, int64_t n, int64_t k,
                    const __half* bias, void* out, int64_t ldo, bool out_f32, Fp8Scratch scratch,
-                   cudaStream_t stream);
+                   cudaStream_t stream, L2Prefetch prefetch = {});
 
   // LinearFp8's GEMM rows for an input already quantized per token: xq [m, k] e4m3, contiguous,
   // and its scales [m], as kernels::QuantizeRowsFp8 writes them (the runner fuses that into the
@@ -150,10 +160,10 @@ class Gemm {
   // fp32. Unsupported: shapes outside kernels::W4ShapeSupported.
   Status LinearW4(const __nv_bfloat16* x, int64_t ldx, int64_t m, const W4Weight& w, int64_t n,
                   int64_t k, const __nv_bfloat16* bias, void* out, int64_t ldo, bool out_f32,
-                  void* scratch, cudaStream_t stream);
+                  void* scratch, cudaStream_t stream, L2Prefetch prefetch = {});
   Status LinearW4(const __half* x, int64_t ldx, int64_t m, const W4Weight& w, int64_t n, int64_t k,
                   const __half* bias, void* out, int64_t ldo, bool out_f32, void* scratch,
-                  cudaStream_t stream);
+                  cudaStream_t stream, L2Prefetch prefetch = {});
 
   // INT8 W8A8 linear layer (model/quantization.h): up to int8_gemv_max_rows() rows, weight-only
   // kernels::GemvInt8 on x as it is (W8A16); more rows: x quantized per token into `scratch`
@@ -162,10 +172,10 @@ class Gemm {
   // out, of x's type or fp32. Unsupported (GEMM rows): k or n not a multiple of 16.
   Status LinearInt8(const __nv_bfloat16* x, int64_t ldx, int64_t m, Int8Weight w, int64_t n,
                     int64_t k, const __nv_bfloat16* bias, void* out, int64_t ldo, bool out_f32,
-                    Int8Scratch scratch, cudaStream_t stream);
+                    Int8Scratch scratch, cudaStream_t stream, L2Prefetch prefetch = {});
   Status LinearInt8(const __half* x, int64_t ldx, int64_t m, Int8Weight w, int64_t n, int64_t k,
                     const __half* bias, void* out, int64_t ldo, bool out_f32, Int8Scratch scratch,
-                    cudaStream_t stream);
+                    cudaStream_t stream, L2Prefetch prefetch = {});
 
   // Times up to `candidates` heuristic algorithms for `shape` and caches the fastest. The runs
   // cycle through `weights` (each [n, k]; e.g. one layer's matrix per layer) so that no run
@@ -207,11 +217,12 @@ class Gemm {
   // The body of both Linear overloads; T is __nv_bfloat16 or __half.
   template <typename T>
   Status LinearOf(const T* x, int64_t ldx, int64_t m, const T* w, int64_t n, int64_t k,
-                  const T* bias, void* out, int64_t ldo, bool out_f32, cudaStream_t stream);
+                  const T* bias, void* out, int64_t ldo, bool out_f32, cudaStream_t stream,
+                  L2Prefetch prefetch);
   template <typename T>
   Status LinearFp8Of(const T* x, int64_t ldx, int64_t m, Fp8Weight w, int64_t n, int64_t k,
                      const T* bias, void* out, int64_t ldo, bool out_f32, Fp8Scratch scratch,
-                     cudaStream_t stream);
+                     cudaStream_t stream, L2Prefetch prefetch);
   template <typename T>
   Status LinearFp8QuantizedOf(const __nv_fp8_e4m3* xq, const float* x_scales, int64_t m,
                               Fp8Weight w, int64_t n, int64_t k, const T* bias, T* out, int64_t ldo,
@@ -219,11 +230,11 @@ class Gemm {
   template <typename T>
   Status LinearW4Of(const T* x, int64_t ldx, int64_t m, const W4Weight& w, int64_t n, int64_t k,
                     const T* bias, void* out, int64_t ldo, bool out_f32, void* scratch,
-                    cudaStream_t stream);
+                    cudaStream_t stream, L2Prefetch prefetch);
   template <typename T>
   Status LinearInt8Of(const T* x, int64_t ldx, int64_t m, Int8Weight w, int64_t n, int64_t k,
                       const T* bias, void* out, int64_t ldo, bool out_f32, Int8Scratch scratch,
-                      cudaStream_t stream);
+                      cudaStream_t stream, L2Prefetch prefetch);
   // The body of both Tune overloads; `weights` are of shape.dtype (may be empty).
   Status TuneWith(const GemmShape& shape, int candidates, cudaStream_t stream,
                   std::vector<const void*> weights);

@@ -10,20 +10,20 @@ namespace kiln::cuda {
 
 Status Gemm::LinearW4(const __nv_bfloat16* x, int64_t ldx, int64_t m, const W4Weight& w, int64_t n,
                       int64_t k, const __nv_bfloat16* bias, void* out, int64_t ldo, bool out_f32,
-                      void* scratch, cudaStream_t stream) {
-  return LinearW4Of(x, ldx, m, w, n, k, bias, out, ldo, out_f32, scratch, stream);
+                      void* scratch, cudaStream_t stream, L2Prefetch prefetch) {
+  return LinearW4Of(x, ldx, m, w, n, k, bias, out, ldo, out_f32, scratch, stream, prefetch);
 }
 
 Status Gemm::LinearW4(const __half* x, int64_t ldx, int64_t m, const W4Weight& w, int64_t n,
                       int64_t k, const __half* bias, void* out, int64_t ldo, bool out_f32,
-                      void* scratch, cudaStream_t stream) {
-  return LinearW4Of(x, ldx, m, w, n, k, bias, out, ldo, out_f32, scratch, stream);
+                      void* scratch, cudaStream_t stream, L2Prefetch prefetch) {
+  return LinearW4Of(x, ldx, m, w, n, k, bias, out, ldo, out_f32, scratch, stream, prefetch);
 }
 
 template <typename T>
 Status Gemm::LinearW4Of(const T* x, int64_t ldx, int64_t m, const W4Weight& w, int64_t n, int64_t k,
                         const T* bias, void* out, int64_t ldo, bool out_f32, void* scratch,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, L2Prefetch prefetch) {
   if (m == 0) return Status::Ok();
   if (!kernels::W4ShapeSupported(n, k, w.group_size)) {
     return Unsupported(
@@ -49,6 +49,9 @@ Status Gemm::LinearW4Of(const T* x, int64_t ldx, int64_t m, const W4Weight& w, i
   a.ldx = ldx;
   a.ldo = ldo;
   a.out_f32 = out_f32;
+  // The hint goes with the first launch only (the others re-read this layer's weights).
+  a.prefetch = prefetch.p;
+  a.prefetch_bytes = prefetch.bytes / 16 * 16;
   const size_t out_elem = out_f32 ? 4 : sizeof(T);
   for (int64_t row = 0; row < m; row += kernels::kW4GemmMaxRows) {
     a.x = x + row * ldx;
@@ -60,6 +63,8 @@ Status Gemm::LinearW4Of(const T* x, int64_t ldx, int64_t m, const W4Weight& w, i
           "alignment, the weight 16-byte alignment");
     }
     KILN_CUDA_RETURN_IF_ERROR(kernels::W4Gemm(a, stream));
+    a.prefetch = nullptr;
+    a.prefetch_bytes = 0;
   }
   return Status::Ok();
 }
