@@ -126,6 +126,28 @@ Status CheckGroup(const Checkpoint& ckpt, const std::string& name, int64_t k, in
   return Status::Ok();
 }
 
+// lm_head's source: its own weight, or a tied model's embedding (the same matrix).
+std::string LmHeadSource(const Checkpoint& ckpt) {
+  return ckpt.config().tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+}
+
+// lm_head in W4A16: the group size divides the hidden size, and the vocab size is a multiple of
+// 16 (the CUDA W4A16 kernels' row tile, kernels/w4a16.h: an engine should run on either
+// backend; padding the vocab would change the logits' shape every consumer sees).
+Status CheckLmHead(const Checkpoint& ckpt, int32_t group) {
+  const std::string name = LmHeadSource(ckpt);
+  const Weight* w = ckpt.Find(name);
+  if (w == nullptr) return NotFound(ckpt.path() + ": '" + name + "' is missing");
+  constexpr int64_t kRowTile = 16;
+  if (w->shape[0] % kRowTile != 0) {
+    return InvalidArgument(ckpt.path() + ": lm_head (" + name + ") has shape " +
+                           w->shape.ToString() + "; --quantize-lm-head needs a vocab size that " +
+                           "is a multiple of 16 (the W4A16 GEMM's row tile), not " +
+                           std::to_string(w->shape[0]));
+  }
+  return CheckGroup(ckpt, "lm_head.weight", w->shape[1], group);
+}
+
 std::vector<uint8_t> PackCodes(const std::vector<int8_t>& codes) {
   std::vector<uint8_t> bytes(codes.size() / 2);
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = PackI4(codes[2 * i], codes[2 * i + 1]);
@@ -571,6 +593,7 @@ Result<QuantizedModel> QuantizeW4(const Checkpoint& ckpt, const W4Options& optio
       KILN_RETURN_IF_ERROR(CheckGroup(ckpt, w->name, w->shape[1], g));
     }
   }
+  if (options.quantize_lm_head) KILN_RETURN_IF_ERROR(CheckLmHead(ckpt, g));
   const bool calibrated = options.algorithm != W4Algorithm::kRtn;
   std::unique_ptr<W4Calibrator> calib;
   if (calibrated) {
@@ -665,6 +688,13 @@ Result<QuantizedModel> QuantizeW4(const Checkpoint& ckpt, const W4Options& optio
       }
       EmitParts(q, w.cols, names, rows, &out);
     }
+  }
+  if (options.quantize_lm_head) {
+    // RTN for every algorithm: AWQ's 1/s would have to fold into the final norm, and GPTQ would
+    // need the final norm's outputs, which the calibration pass does not observe.
+    KILN_ASSIGN_OR_RETURN(Matrix w, LoadF32(ckpt, LmHeadSource(ckpt)));
+    const internal::W4Codes q = internal::Rtn(w.data.data(), w.rows, w.cols, g);
+    EmitParts(q, w.cols, {"lm_head.weight"}, {w.rows}, &out);
   }
   return out;
 }

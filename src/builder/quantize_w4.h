@@ -51,7 +51,15 @@ struct W4Options {
   int32_t awq_grid = 20;     // alphas 0, 1/grid, ..., (grid - 1) / grid
   bool awq_clip = true;
   int32_t awq_sample_rows = 512;  // calibration rows kept per site for AWQ's error
-  int num_threads = 0;            // 0 = every core
+  // Also quantize lm_head (kiln build --quantize-lm-head), by RTN whatever the algorithm, with
+  // group_size and no act-order. A tied model's lm_head is its embedding: the result is then a
+  // separate "lm_head.weight" (the embedding stays 16-bit for the lookup; WriteEngine unties
+  // the engine's config). Its vocab size must be a multiple of 16 (the CUDA W4A16 kernels' row
+  // tile). false (default): lm_head stays in the engine dtype. 4 bits cut the bytes batch-1
+  // decode reads for it to about a quarter (Llama-3.1-8B, group 128: 1.05 GB of bf16 against
+  // 0.27 GB) at some cost in accuracy (docs/quantization.md, "4-bit lm_head").
+  bool quantize_lm_head = false;
+  int num_threads = 0;  // 0 = every core
 };
 
 // One decoder layer's linear input site (cpu_runner.h ActivationObserver::Site).
@@ -86,11 +94,13 @@ class W4Calibrator : public ActivationObserver {
   std::vector<W4SiteStats> sites_;  // [layer * 4 + site]
 };
 
-// Quantizes every decoder layer's q/k/v/o/gate/up/down weight. `calibration`: token sequences
-// (unused by RTN). Returns the W4A16 tensors under their HF names and, for AWQ, the changed
-// norm weights (f32). Errors: InvalidArgument naming the tensor when the group size does not
-// divide its input size (or is odd, or < 2), or when AWQ/GPTQ get no calibration tokens;
-// those of the checkpoint's weights and of the calibration pass.
+// Quantizes every decoder layer's q/k/v/o/gate/up/down weight (and lm_head with
+// options.quantize_lm_head). `calibration`: token sequences (unused by RTN). Returns the W4A16
+// tensors under their HF names ("lm_head.weight" also for a tied model) and, for AWQ, the
+// changed norm weights (f32). Errors: InvalidArgument naming the tensor when the group size
+// does not divide its input size (or is odd, or < 2), when lm_head's row count (the vocab
+// size) is not a multiple of 16, or when AWQ/GPTQ get no calibration tokens; those of the
+// checkpoint's weights and of the calibration pass.
 Result<QuantizedModel> QuantizeW4(const Checkpoint& ckpt, const W4Options& options,
                                   const std::vector<std::vector<int32_t>>& calibration);
 
