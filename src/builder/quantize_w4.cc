@@ -180,6 +180,13 @@ void EmitParts(const internal::W4Codes& q, int64_t k, const std::vector<std::str
   }
 }
 
+// GPTQ's H = 2 X^T X / N of a site's observed inputs.
+std::vector<double> Hessian(const W4SiteStats& st) {
+  std::vector<double> h(st.gram.size());
+  for (size_t j = 0; j < h.size(); ++j) h[j] = 2 * st.gram[j] / st.rows_seen;
+  return h;
+}
+
 QuantizedTensor F32Tensor(const std::string& name, const std::vector<float>& values) {
   QuantizedTensor t;
   t.name = name;
@@ -331,8 +338,9 @@ std::string_view W4AlgorithmName(W4Algorithm algorithm) {
 // ---- Calibration -------------------------------------------------------------------------------
 
 W4Calibrator::W4Calibrator(int num_layers, bool gram, int64_t sample_stride, int64_t max_samples,
-                           int num_threads)
+                           int num_threads, bool lm_head)
     : gram_(gram),
+      lm_head_(lm_head),
       sample_stride_(std::max<int64_t>(sample_stride, 1)),
       max_samples_(max_samples),
       num_threads_(num_threads),
@@ -340,7 +348,15 @@ W4Calibrator::W4Calibrator(int num_layers, bool gram, int64_t sample_stride, int
 
 void W4Calibrator::ObserveLinearInput(int layer, Site site, const float* x, int64_t rows,
                                       int64_t cols, int64_t ld) {
-  W4SiteStats& s = sites_[layer * 4 + static_cast<int>(site)];
+  Accumulate(sites_[layer * 4 + static_cast<int>(site)], x, rows, cols, ld);
+}
+
+void W4Calibrator::ObserveLmHeadInput(const float* x, int64_t rows, int64_t cols, int64_t ld) {
+  if (lm_head_) Accumulate(lm_head_stats_, x, rows, cols, ld);
+}
+
+void W4Calibrator::Accumulate(W4SiteStats& s, const float* x, int64_t rows, int64_t cols,
+                              int64_t ld) {
   if (s.cols == 0) {
     s.cols = cols;
     s.abs_sum.assign(cols, 0.0);
@@ -604,9 +620,10 @@ Result<QuantizedModel> QuantizeW4(const Checkpoint& ckpt, const W4Options& optio
                              " needs calibration tokens (--calib)");
     }
     const int64_t samples = options.awq_sample_rows;
-    calib = std::make_unique<W4Calibrator>(c.num_layers, options.algorithm == W4Algorithm::kGptq,
+    const bool gptq = options.algorithm == W4Algorithm::kGptq;
+    calib = std::make_unique<W4Calibrator>(c.num_layers, gptq,
                                            std::max<int64_t>(total / samples, 1), samples,
-                                           options.num_threads);
+                                           options.num_threads, gptq && options.quantize_lm_head);
     KILN_RETURN_IF_ERROR(RunCalibrationPass(ckpt, calibration, calib.get(), options.num_threads));
   }
   QuantizedModel out;
@@ -649,9 +666,7 @@ Result<QuantizedModel> QuantizeW4(const Checkpoint& ckpt, const W4Options& optio
       } else if (options.algorithm == W4Algorithm::kGptq) {
         const W4SiteStats& st = calib->stats(i, spec.site);
         if (st.cols != w.cols) return Internal("calibration did not observe " + names[0]);
-        std::vector<double> h(st.gram.size());
-        for (size_t j = 0; j < h.size(); ++j) h[j] = 2 * st.gram[j] / st.rows_seen;
-        q = internal::Gptq(w.data, w.rows, w.cols, std::move(h), g, options.act_order,
+        q = internal::Gptq(w.data, w.rows, w.cols, Hessian(st), g, options.act_order,
                            options.gptq_damp, threads);
       } else {
         const W4SiteStats& st = calib->stats(i, spec.site);
@@ -690,10 +705,19 @@ Result<QuantizedModel> QuantizeW4(const Checkpoint& ckpt, const W4Options& optio
     }
   }
   if (options.quantize_lm_head) {
-    // RTN for every algorithm: AWQ's 1/s would have to fold into the final norm, and GPTQ would
-    // need the final norm's outputs, which the calibration pass does not observe.
+    // GPTQ on the final norm's outputs (one input, no act-order: a permutation of its own would
+    // make lm_head's GEMM gather x once more); RTN for RTN and AWQ (AWQ's 1/s would fold into
+    // the final norm: not done).
     KILN_ASSIGN_OR_RETURN(Matrix w, LoadF32(ckpt, LmHeadSource(ckpt)));
-    const internal::W4Codes q = internal::Rtn(w.data.data(), w.rows, w.cols, g);
+    internal::W4Codes q;
+    if (options.algorithm == W4Algorithm::kGptq) {
+      const W4SiteStats& st = calib->lm_head_stats();
+      if (st.cols != w.cols) return Internal("calibration did not observe lm_head's input");
+      q = internal::Gptq(w.data, w.rows, w.cols, Hessian(st), g, /*act_order=*/false,
+                         options.gptq_damp, threads);
+    } else {
+      q = internal::Rtn(w.data.data(), w.rows, w.cols, g);
+    }
     EmitParts(q, w.cols, {"lm_head.weight"}, {w.rows}, &out);
   }
   return out;
@@ -731,10 +755,8 @@ Result<QuantizedModel> QuantizeFp8Gptq(const Checkpoint& ckpt, const Fp8GptqOpti
       Matrix w = StackRows(loaded);
       const W4SiteStats& st = calib.stats(i, site);
       if (st.cols != w.cols) return Internal("calibration did not observe " + p + parts[0]);
-      std::vector<double> h(st.gram.size());
-      for (size_t j = 0; j < h.size(); ++j) h[j] = 2 * st.gram[j] / st.rows_seen;
       const internal::Fp8Codes q =
-          internal::GptqFp8(w.data, w.rows, w.cols, std::move(h), options.act_order, options.damp,
+          internal::GptqFp8(w.data, w.rows, w.cols, Hessian(st), options.act_order, options.damp,
                             options.num_threads);
       int64_t r0 = 0;
       for (size_t j = 0; j < parts.size(); ++j) {

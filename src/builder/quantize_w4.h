@@ -51,13 +51,14 @@ struct W4Options {
   int32_t awq_grid = 20;     // alphas 0, 1/grid, ..., (grid - 1) / grid
   bool awq_clip = true;
   int32_t awq_sample_rows = 512;  // calibration rows kept per site for AWQ's error
-  // Also quantize lm_head (kiln build --quantize-lm-head), by RTN whatever the algorithm, with
-  // group_size and no act-order. A tied model's lm_head is its embedding: the result is then a
-  // separate "lm_head.weight" (the embedding stays 16-bit for the lookup; WriteEngine unties
-  // the engine's config). Its vocab size must be a multiple of 16 (the CUDA W4A16 kernels' row
-  // tile). false (default): lm_head stays in the engine dtype. 4 bits cut the bytes batch-1
-  // decode reads for it to about a quarter (Llama-3.1-8B, group 128: 1.05 GB of bf16 against
-  // 0.27 GB) at some cost in accuracy (docs/quantization.md, "4-bit lm_head").
+  // Also quantize lm_head (kiln build --quantize-lm-head), with group_size and no act-order: by
+  // GPTQ on its calibration inputs (the final norm's outputs) for kGptq, by RTN otherwise (AWQ's
+  // 1/s would have to fold into the final norm; not done). A tied model's lm_head is its embedding:
+  // the result is then a separate "lm_head.weight" (the embedding stays 16-bit for the lookup;
+  // WriteEngine unties the engine's config). Its vocab size must be a multiple of 16 (the CUDA
+  // W4A16 kernels' row tile). false (default): lm_head stays in the engine dtype. 4 bits cut the
+  // bytes batch-1 decode reads for it to about a quarter (Llama-3.1-8B, group 128: 1.05 GB of bf16
+  // against 0.27 GB) at some cost in accuracy (docs/quantization.md, "4-bit lm_head").
   bool quantize_lm_head = false;
   int num_threads = 0;  // 0 = every core
 };
@@ -76,18 +77,26 @@ struct W4SiteStats {
 // Collects what the W4 quantizers need from the calibration pass.
 class W4Calibrator : public ActivationObserver {
  public:
-  // sample_stride: keep every sample_stride-th row (up to max_samples) per site.
+  // sample_stride: keep every sample_stride-th row (up to max_samples) per site. lm_head: also
+  // observe lm_head's input (lm_head_stats()).
   W4Calibrator(int num_layers, bool gram, int64_t sample_stride, int64_t max_samples,
-               int num_threads);
+               int num_threads, bool lm_head = false);
   void ObserveLinearInput(int layer, Site site, const float* x, int64_t rows, int64_t cols,
                           int64_t ld) override;
   void ObserveKv(int, const float*, const float*, int64_t, int64_t, int64_t) override {}
+  bool wants_lm_head_input() const override { return lm_head_; }
+  void ObserveLmHeadInput(const float* x, int64_t rows, int64_t cols, int64_t ld) override;
   const W4SiteStats& stats(int layer, Site site) const {
     return sites_[layer * 4 + static_cast<int>(site)];
   }
+  const W4SiteStats& lm_head_stats() const { return lm_head_stats_; }
 
  private:
+  void Accumulate(W4SiteStats& s, const float* x, int64_t rows, int64_t cols, int64_t ld);
+
   bool gram_;
+  bool lm_head_;
+  W4SiteStats lm_head_stats_;
   int64_t sample_stride_;
   int64_t max_samples_;
   int num_threads_;
