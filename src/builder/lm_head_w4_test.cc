@@ -71,11 +71,17 @@ double W4Value(const Weight& w, int64_t r, int64_t c) {
   return (code - w.w4->zeros[g]) * double{F16ToF32(w.w4->scales[g])};
 }
 
-Result<QuantizedModel> QuantizeRtn(const Checkpoint& src, bool lm_head) {
+Result<QuantizedModel> Quantize(const Checkpoint& src, W4Algorithm algorithm, bool lm_head,
+                                const std::vector<std::vector<int32_t>>& calib = {}) {
   W4Options o;
+  o.algorithm = algorithm;
   o.group_size = kGroup;
   o.quantize_lm_head = lm_head;
-  return QuantizeW4(src, o, {});
+  return QuantizeW4(src, o, calib);
+}
+
+Result<QuantizedModel> QuantizeRtn(const Checkpoint& src, bool lm_head) {
+  return Quantize(src, W4Algorithm::kRtn, lm_head);
 }
 
 Status Build(const Checkpoint& src, const QuantizedModel& q, const std::string& out) {
@@ -120,11 +126,7 @@ TEST_P(LmHeadW4Test, QuantizerWritesLmHeadAsW4WithoutActOrder) {
   for (uint32_t s = 0; s < 3; ++s) calib.push_back(testing::RandomTokenIds(32, s, 399));
   for (W4Algorithm a : {W4Algorithm::kRtn, W4Algorithm::kGptq}) {
     SCOPED_TRACE(W4AlgorithmName(a));
-    W4Options o;
-    o.algorithm = a;
-    o.group_size = kGroup;
-    o.quantize_lm_head = true;
-    auto q = QuantizeW4(src, o, calib);
+    auto q = Quantize(src, a, true, calib);
     ASSERT_TRUE(q.ok()) << q.status().ToString();
     const QuantizedTensor* head = q->Find("lm_head.weight");
     ASSERT_NE(head, nullptr);
@@ -156,9 +158,10 @@ TEST_P(LmHeadW4Test, QuantizerWritesLmHeadAsW4WithoutActOrder) {
   EXPECT_EQ(plain->tensors.size() + 1, QuantizeRtn(src, true)->tensors.size());
 }
 
-// w4a16-gptq's lm_head is GPTQ's on the final norm's outputs: on those inputs (observed here by
-// a calibrator of our own) its output error is below RTN's.
-TEST_P(LmHeadW4Test, GptqLmHeadBeatsRtnOnItsCalibrationInputs) {
+// w4a16-gptq's and -awq's lm_head come from the final norm's outputs: on those inputs (observed
+// here by a calibrator of our own) their output error is below RTN's. AWQ's effective weight is
+// its dequantized one times the change of the final norm it folded 1/s into.
+TEST_P(LmHeadW4Test, GptqAndAwqLmHeadsBeatRtnOnTheirCalibrationInputs) {
   ScopedTempDir dir("lm_head_src");
   const Checkpoint src = Synth(dir.path(), SmallLlama(tied()));
   std::vector<std::vector<int32_t>> calib;
@@ -171,36 +174,45 @@ TEST_P(LmHeadW4Test, GptqLmHeadBeatsRtnOnItsCalibrationInputs) {
   ASSERT_EQ(x.cols, 64);
   const std::vector<float> w =
       DecodeF32(*src.Find(tied() ? "model.embed_tokens.weight" : "lm_head.weight"));
-  auto output_error = [&](const QuantizedTensor& t) {
+  const std::vector<float> norm = DecodeF32(*src.Find("model.norm.weight"));
+  auto output_error = [&](const QuantizedModel& q) {
+    const QuantizedTensor& t = *q.Find("lm_head.weight");
+    std::vector<float> column_factor(64, 1.0f);  // AWQ: new norm / old norm
+    if (const QuantizedTensor* n = q.Find("model.norm.weight")) {
+      const auto* folded = reinterpret_cast<const float*>(n->bytes.data());
+      for (int64_t c = 0; c < 64; ++c) column_factor[c] = folded[c] / norm[c];
+    }
     double e = 0;
     for (int64_t r = 0; r < 400; ++r) {
+      std::vector<double> d(64);
+      for (int64_t c = 0; c < 64; ++c) {
+        const int64_t i = r * 64 + c;
+        const int code = i % 2 == 0 ? UnpackI4Low(t.bytes[i / 2]) : UnpackI4High(t.bytes[i / 2]);
+        const int64_t g = r * 2 + c / kGroup;
+        const double wq = (code - t.w4->zeros[g]) * double{F16ToF32(t.w4->scales[g])};
+        d[c] = w[i] - wq * column_factor[c];
+      }
       for (int64_t m = 0; m < x.num_samples; ++m) {
-        double d = 0;
-        for (int64_t c = 0; c < 64; ++c) {
-          const int64_t i = r * 64 + c;
-          const int code = i % 2 == 0 ? UnpackI4Low(t.bytes[i / 2]) : UnpackI4High(t.bytes[i / 2]);
-          const int64_t g = r * 2 + c / kGroup;
-          const double wq = (code - t.w4->zeros[g]) * double{F16ToF32(t.w4->scales[g])};
-          d += x.samples[m * 64 + c] * (w[i] - wq);
-        }
-        e += d * d;
+        double y = 0;
+        for (int64_t c = 0; c < 64; ++c) y += x.samples[m * 64 + c] * d[c];
+        e += y * y;
       }
     }
     return e;
   };
-  W4Options o;
-  o.algorithm = W4Algorithm::kGptq;
-  o.group_size = kGroup;
-  o.quantize_lm_head = true;
-  auto gptq = QuantizeW4(src, o, calib);
-  ASSERT_TRUE(gptq.ok()) << gptq.status().ToString();
   auto rtn = QuantizeRtn(src, true);
   ASSERT_TRUE(rtn.ok());
-  const double e_gptq = output_error(*gptq->Find("lm_head.weight"));
-  const double e_rtn = output_error(*rtn->Find("lm_head.weight"));
-  std::printf("lm_head output error on the calibration inputs: gptq %.4g, rtn %.4g\n", e_gptq,
-              e_rtn);
-  EXPECT_LT(e_gptq, 0.9 * e_rtn);
+  EXPECT_EQ(rtn->Find("model.norm.weight"), nullptr);
+  const double e_rtn = output_error(*rtn);
+  for (W4Algorithm a : {W4Algorithm::kGptq, W4Algorithm::kAwq}) {
+    auto q = Quantize(src, a, true, calib);
+    ASSERT_TRUE(q.ok()) << q.status().ToString();
+    EXPECT_EQ(q->Find("model.norm.weight") != nullptr, a == W4Algorithm::kAwq);
+    const double e = output_error(*q);
+    std::printf("lm_head output error on the calibration inputs: %s %.4g, rtn %.4g\n",
+                std::string(W4AlgorithmName(a)).c_str(), e, e_rtn);
+    EXPECT_LT(e, 0.9 * e_rtn) << W4AlgorithmName(a);
+  }
 }
 
 // The engine: untied config, the 16-bit embedding as stored, lm_head.weight kI4, the manifest's

@@ -620,10 +620,9 @@ Result<QuantizedModel> QuantizeW4(const Checkpoint& ckpt, const W4Options& optio
                              " needs calibration tokens (--calib)");
     }
     const int64_t samples = options.awq_sample_rows;
-    const bool gptq = options.algorithm == W4Algorithm::kGptq;
-    calib = std::make_unique<W4Calibrator>(c.num_layers, gptq,
+    calib = std::make_unique<W4Calibrator>(c.num_layers, options.algorithm == W4Algorithm::kGptq,
                                            std::max<int64_t>(total / samples, 1), samples,
-                                           options.num_threads, gptq && options.quantize_lm_head);
+                                           options.num_threads, options.quantize_lm_head);
     KILN_RETURN_IF_ERROR(RunCalibrationPass(ckpt, calibration, calib.get(), options.num_threads));
   }
   QuantizedModel out;
@@ -705,18 +704,33 @@ Result<QuantizedModel> QuantizeW4(const Checkpoint& ckpt, const W4Options& optio
     }
   }
   if (options.quantize_lm_head) {
-    // GPTQ on the final norm's outputs (one input, no act-order: a permutation of its own would
-    // make lm_head's GEMM gather x once more); RTN for RTN and AWQ (AWQ's 1/s would fold into
-    // the final norm: not done).
+    // lm_head reads one input, the final norm's output, observed in calibration: GPTQ with its
+    // Hessian (no act-order: a permutation of its own would make lm_head's GEMM gather x once
+    // more), or AWQ's scale and clip search with 1/s folded into the final norm (which feeds
+    // nothing else: a tied model's embedding lookup does not pass through it), or RTN.
     KILN_ASSIGN_OR_RETURN(Matrix w, LoadF32(ckpt, LmHeadSource(ckpt)));
     internal::W4Codes q;
-    if (options.algorithm == W4Algorithm::kGptq) {
+    if (options.algorithm == W4Algorithm::kRtn) {
+      q = internal::Rtn(w.data.data(), w.rows, w.cols, g);
+    } else {
       const W4SiteStats& st = calib->lm_head_stats();
       if (st.cols != w.cols) return Internal("calibration did not observe lm_head's input");
-      q = internal::Gptq(w.data, w.rows, w.cols, Hessian(st), g, /*act_order=*/false,
-                         options.gptq_damp, threads);
-    } else {
-      q = internal::Rtn(w.data.data(), w.rows, w.cols, g);
+      if (options.algorithm == W4Algorithm::kGptq) {
+        q = internal::Gptq(w.data, w.rows, w.cols, Hessian(st), g, /*act_order=*/false,
+                           options.gptq_damp, threads);
+      } else {
+        float alpha = 0;
+        const std::vector<float> s = SearchAwqScale(w, st, g, options.awq_grid, threads, &alpha);
+        ScaleColumns(w, s);
+        if (options.awq_clip) {
+          SearchAwqClip(w, ScaledSamples(st, s).data(), st.num_samples, g, threads);
+        }
+        q = internal::Rtn(w.data.data(), w.rows, w.cols, g);
+        KILN_ASSIGN_OR_RETURN(Matrix norm, LoadF32(ckpt, "model.norm.weight"));
+        for (int64_t col = 0; col < w.cols; ++col) norm.data[col] /= s[col];
+        out.tensors.push_back(F32Tensor("model.norm.weight", norm.data));
+        LOG(INFO) << "lm_head.weight: AWQ alpha " << alpha;
+      }
     }
     EmitParts(q, w.cols, {"lm_head.weight"}, {w.rows}, &out);
   }

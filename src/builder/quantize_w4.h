@@ -51,9 +51,9 @@ struct W4Options {
   int32_t awq_grid = 20;     // alphas 0, 1/grid, ..., (grid - 1) / grid
   bool awq_clip = true;
   int32_t awq_sample_rows = 512;  // calibration rows kept per site for AWQ's error
-  // Also quantize lm_head (kiln build --quantize-lm-head), with group_size and no act-order: by
-  // GPTQ on its calibration inputs (the final norm's outputs) for kGptq, by RTN otherwise (AWQ's
-  // 1/s would have to fold into the final norm; not done). A tied model's lm_head is its embedding:
+  // Also quantize lm_head (kiln build --quantize-lm-head), with group_size and no act-order, by
+  // the same algorithm on its calibration inputs (the final norm's outputs; AWQ folds its 1/s
+  // into model.norm.weight, returned as an f32 tensor). A tied model's lm_head is its embedding:
   // the result is then a separate "lm_head.weight" (the embedding stays 16-bit for the lookup;
   // WriteEngine unties the engine's config). Its vocab size must be a multiple of 16 (the CUDA
   // W4A16 kernels' row tile). false (default): lm_head stays in the engine dtype. 4 bits cut the
@@ -106,10 +106,10 @@ class W4Calibrator : public ActivationObserver {
 // Quantizes every decoder layer's q/k/v/o/gate/up/down weight (and lm_head with
 // options.quantize_lm_head). `calibration`: token sequences (unused by RTN). Returns the W4A16
 // tensors under their HF names ("lm_head.weight" also for a tied model) and, for AWQ, the
-// changed norm weights (f32). Errors: InvalidArgument naming the tensor when the group size
-// does not divide its input size (or is odd, or < 2), when lm_head's row count (the vocab
-// size) is not a multiple of 16, or when AWQ/GPTQ get no calibration tokens; those of the
-// checkpoint's weights and of the calibration pass.
+// changed norm weights (f32; model.norm.weight too with lm_head). Errors: InvalidArgument naming
+// the tensor when the group size does not divide its input size (or is odd, or < 2), when lm_head's
+// row count (the vocab size) is not a multiple of 16, or when AWQ/GPTQ get no calibration tokens;
+// those of the checkpoint's weights and of the calibration pass.
 Result<QuantizedModel> QuantizeW4(const Checkpoint& ckpt, const W4Options& options,
                                   const std::vector<std::vector<int32_t>>& calibration);
 

@@ -273,16 +273,14 @@ Result<std::optional<QuantizedModel>> RunW4(const Checkpoint& ckpt, const Recipe
   std::printf("  quantized (%s, group size %d%s%s) in %.1f s\n",
               std::string(W4AlgorithmName(o.algorithm)).c_str(), o.group_size,
               o.algorithm == W4Algorithm::kGptq && o.act_order ? ", act-order" : "",
-              !o.quantize_lm_head                 ? ""
-              : o.algorithm == W4Algorithm::kGptq ? ", lm_head by gptq"
-                                                  : ", lm_head by rtn",
+              o.quantize_lm_head ? ", lm_head too" : "",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   nlohmann::ordered_json details = {
       {"algorithm", W4AlgorithmName(o.algorithm)},
       {"group_size", o.group_size},
       {"act_order", o.algorithm == W4Algorithm::kGptq && o.act_order}};
   if (o.quantize_lm_head) {
-    details["lm_head"] = {{"algorithm", o.algorithm == W4Algorithm::kGptq ? "gptq" : "rtn"},
+    details["lm_head"] = {{"algorithm", W4AlgorithmName(o.algorithm)},
                           {"group_size", o.group_size},
                           {"act_order", false}};
   }
@@ -446,8 +444,8 @@ void AddBuildCommand(CLI::App& app) {
                   "w4a16-*: input columns per scale and zero (default 128; must divide every "
                   "linear layer's input size)");
   cmd->add_flag("--quantize-lm-head", flags->quantize_lm_head,
-                "w4a16-*: lm_head in 4 bits too (--group-size, no act-order; GPTQ for "
-                "w4a16-gptq, else round to nearest; a tied embedding stays 16-bit)");
+                "w4a16-*: lm_head in 4 bits too, by the same method (--group-size, no "
+                "act-order; a tied embedding stays 16-bit for the lookup)");
   cmd->add_flag("--no-act-order", flags->no_act_order,
                 "w4a16-gptq: quantize columns in their order, not by decreasing Hessian diagonal");
   cmd->add_option("--calib-samples", flags->calib_samples,
