@@ -1,7 +1,7 @@
 // W4A16 quantizers for kiln build (docs/quantization.md, "W4A16: RTN, AWQ, GPTQ"): each turns
-// the decoder layers' linear weights of an opened Checkpoint into the W4A16 format of
-// model/quantization.h (packed signed 4-bit codes, fp16 group scales, int8 zeros, optional
-// act-order permutation), groups of `group_size` consecutive stored columns.
+// the decoder layers' linear weights (and lm_head on request) of an opened Checkpoint into the
+// W4A16 format of model/quantization.h (packed signed 4-bit codes, fp16 group scales, int8
+// zeros, optional act-order permutation), groups of `group_size` consecutive stored columns.
 //
 //   RTN   round to nearest: per (row, group) asymmetric min/max, scale = (max - min) / 15,
 //         zero = round(-min / scale) clamped to [0, 15] (stored minus 8).
