@@ -329,12 +329,41 @@ Status WriteEngine(const Checkpoint& source, const QuantizedModel* quantized,
     return InvalidArgument(source.path() + " is already quantized; its layers cannot be " +
                            "written unquantized");
   }
+
+  std::map<std::string, const QuantizedTensor*> replaced;
+  if (quantized != nullptr) {
+    for (const QuantizedTensor& t : quantized->tensors) replaced[t.name] = &t;
+  }
+  // What is written: the source's weights and, when the quantizer has an lm_head for a tied
+  // model (--quantize-lm-head), the embedding once more as lm_head.weight (replaced below by the
+  // quantizer's): the lookup keeps the 16-bit table and the engine is untied.
+  std::vector<const Weight*> weights;
+  for (const Weight& w : source.weights()) weights.push_back(&w);
+  ModelConfig config = source.config();
+  config.dtype = dtype;
+  std::optional<Weight> untied_head;
+  if (config.tie_word_embeddings && replaced.count("lm_head.weight")) {
+    const Weight* embedding = source.Find("model.embed_tokens.weight");
+    if (embedding == nullptr) return Internal("engine writer: no model.embed_tokens.weight");
+    untied_head = *embedding;
+    untied_head->name = "lm_head.weight";
+    weights.push_back(&*untied_head);
+    config.tie_word_embeddings = false;
+  }
+  auto weight_named = [&](const std::string& name) -> const Weight* {
+    for (const Weight* w : weights) {
+      if (w->name == name) return w;
+    }
+    return nullptr;
+  };
+  for (const auto& [name, t] : replaced) {
+    if (weight_named(name) == nullptr) {
+      return InvalidArgument("quantizer: tensor " + name + " is not a weight of the model");
+    }
+  }
   KILN_RETURN_IF_ERROR(PrepareDirectory(o));
   const int threads = o.threads > 0 ? o.threads : cpu::DefaultNumThreads();
   const fs::path dir(o.out_dir);
-
-  ModelConfig config = source.config();
-  config.dtype = dtype;
   KILN_RETURN_IF_ERROR(WriteText(dir / "config.json", ToHfConfigJson(config)));
   if (source.generation_config()) {
     KILN_RETURN_IF_ERROR(WriteText(dir / "generation_config.json",
@@ -343,15 +372,6 @@ Status WriteEngine(const Checkpoint& source, const QuantizedModel* quantized,
   EngineManifest m;
   KILN_ASSIGN_OR_RETURN(m.tokenizer, WriteTokenizer(source, dir));
 
-  std::map<std::string, const QuantizedTensor*> replaced;
-  if (quantized != nullptr) {
-    for (const QuantizedTensor& t : quantized->tensors) {
-      if (source.Find(t.name) == nullptr) {
-        return InvalidArgument("quantizer: tensor " + t.name + " is not a weight of the model");
-      }
-      replaced[t.name] = &t;
-    }
-  }
   // Fused groups: a part list starts at its first member's name.
   auto group_of = [](const std::string& name) -> std::vector<std::string> {
     auto swap = [&](const char* from, std::initializer_list<const char*> parts) {
@@ -372,15 +392,16 @@ Status WriteEngine(const Checkpoint& source, const QuantizedModel* quantized,
 
   WeightsFile out;
   KILN_RETURN_IF_ERROR(out.Open((dir / kEngineWeightsFile).string()));
-  const int64_t total = source.WeightBytes();
+  int64_t total = 0;
+  for (const Weight* w : weights) total += w->nbytes;
   int64_t done = 0;
   std::set<std::string> written;
-  for (const Weight& first : source.weights()) {
-    if (written.count(first.name)) continue;
-    std::vector<std::string> names = group_of(first.name);
+  for (const Weight* first : weights) {
+    if (written.count(first->name)) continue;
+    std::vector<std::string> names = group_of(first->name);
     std::vector<Encoded> parts;
     for (const std::string& name : names) {
-      const Weight* w = source.Find(name);
+      const Weight* w = weight_named(name);
       if (w == nullptr) return Internal("engine writer: no weight " + name);
       auto it = replaced.find(name);
       KILN_ASSIGN_OR_RETURN(
@@ -434,7 +455,7 @@ Status WriteEngine(const Checkpoint& source, const QuantizedModel* quantized,
         tensors[i].w4 = std::move(p);
       }
       written.insert(names[i]);
-      done += source.Find(names[i])->nbytes;
+      done += weight_named(names[i])->nbytes;
       m.tensors.push_back(std::move(tensors[i]));
     }
     if (o.progress) o.progress("weights", done, total);
@@ -450,6 +471,9 @@ Status WriteEngine(const Checkpoint& source, const QuantizedModel* quantized,
   m.dtype = dtype;
   m.quantization = method;
   m.quant_recipe = o.quant_recipe;
+  for (const EngineTensor& t : m.tensors) {
+    if (t.name == "lm_head.weight") m.quantized_lm_head = t.dtype == DType::kI4;
+  }
   m.kv_cache_dtype = o.kv_cache_dtype;
   if (quantized != nullptr) m.build_details = quantized->details_json;
   if (!o.unquantized_layers.empty()) {

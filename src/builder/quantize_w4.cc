@@ -126,6 +126,28 @@ Status CheckGroup(const Checkpoint& ckpt, const std::string& name, int64_t k, in
   return Status::Ok();
 }
 
+// lm_head's source: its own weight, or a tied model's embedding (the same matrix).
+std::string LmHeadSource(const Checkpoint& ckpt) {
+  return ckpt.config().tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+}
+
+// lm_head in W4A16: the group size divides the hidden size, and the vocab size is a multiple of
+// 16 (the CUDA W4A16 kernels' row tile, kernels/w4a16.h: an engine should run on either
+// backend; padding the vocab would change the logits' shape every consumer sees).
+Status CheckLmHead(const Checkpoint& ckpt, int32_t group) {
+  const std::string name = LmHeadSource(ckpt);
+  const Weight* w = ckpt.Find(name);
+  if (w == nullptr) return NotFound(ckpt.path() + ": '" + name + "' is missing");
+  constexpr int64_t kRowTile = 16;
+  if (w->shape[0] % kRowTile != 0) {
+    return InvalidArgument(ckpt.path() + ": lm_head (" + name + ") has shape " +
+                           w->shape.ToString() + "; --quantize-lm-head needs a vocab size that " +
+                           "is a multiple of 16 (the W4A16 GEMM's row tile), not " +
+                           std::to_string(w->shape[0]));
+  }
+  return CheckGroup(ckpt, "lm_head.weight", w->shape[1], group);
+}
+
 std::vector<uint8_t> PackCodes(const std::vector<int8_t>& codes) {
   std::vector<uint8_t> bytes(codes.size() / 2);
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = PackI4(codes[2 * i], codes[2 * i + 1]);
@@ -156,6 +178,13 @@ void EmitParts(const internal::W4Codes& q, int64_t k, const std::vector<std::str
     out->tensors.push_back(std::move(t));
     r0 += n;
   }
+}
+
+// GPTQ's H = 2 X^T X / N of a site's observed inputs.
+std::vector<double> Hessian(const W4SiteStats& st) {
+  std::vector<double> h(st.gram.size());
+  for (size_t j = 0; j < h.size(); ++j) h[j] = 2 * st.gram[j] / st.rows_seen;
+  return h;
 }
 
 QuantizedTensor F32Tensor(const std::string& name, const std::vector<float>& values) {
@@ -309,8 +338,9 @@ std::string_view W4AlgorithmName(W4Algorithm algorithm) {
 // ---- Calibration -------------------------------------------------------------------------------
 
 W4Calibrator::W4Calibrator(int num_layers, bool gram, int64_t sample_stride, int64_t max_samples,
-                           int num_threads)
+                           int num_threads, bool lm_head)
     : gram_(gram),
+      lm_head_(lm_head),
       sample_stride_(std::max<int64_t>(sample_stride, 1)),
       max_samples_(max_samples),
       num_threads_(num_threads),
@@ -318,7 +348,15 @@ W4Calibrator::W4Calibrator(int num_layers, bool gram, int64_t sample_stride, int
 
 void W4Calibrator::ObserveLinearInput(int layer, Site site, const float* x, int64_t rows,
                                       int64_t cols, int64_t ld) {
-  W4SiteStats& s = sites_[layer * 4 + static_cast<int>(site)];
+  Accumulate(sites_[layer * 4 + static_cast<int>(site)], x, rows, cols, ld);
+}
+
+void W4Calibrator::ObserveLmHeadInput(const float* x, int64_t rows, int64_t cols, int64_t ld) {
+  if (lm_head_) Accumulate(lm_head_stats_, x, rows, cols, ld);
+}
+
+void W4Calibrator::Accumulate(W4SiteStats& s, const float* x, int64_t rows, int64_t cols,
+                              int64_t ld) {
   if (s.cols == 0) {
     s.cols = cols;
     s.abs_sum.assign(cols, 0.0);
@@ -571,6 +609,7 @@ Result<QuantizedModel> QuantizeW4(const Checkpoint& ckpt, const W4Options& optio
       KILN_RETURN_IF_ERROR(CheckGroup(ckpt, w->name, w->shape[1], g));
     }
   }
+  if (options.quantize_lm_head) KILN_RETURN_IF_ERROR(CheckLmHead(ckpt, g));
   const bool calibrated = options.algorithm != W4Algorithm::kRtn;
   std::unique_ptr<W4Calibrator> calib;
   if (calibrated) {
@@ -583,7 +622,7 @@ Result<QuantizedModel> QuantizeW4(const Checkpoint& ckpt, const W4Options& optio
     const int64_t samples = options.awq_sample_rows;
     calib = std::make_unique<W4Calibrator>(c.num_layers, options.algorithm == W4Algorithm::kGptq,
                                            std::max<int64_t>(total / samples, 1), samples,
-                                           options.num_threads);
+                                           options.num_threads, options.quantize_lm_head);
     KILN_RETURN_IF_ERROR(RunCalibrationPass(ckpt, calibration, calib.get(), options.num_threads));
   }
   QuantizedModel out;
@@ -626,9 +665,7 @@ Result<QuantizedModel> QuantizeW4(const Checkpoint& ckpt, const W4Options& optio
       } else if (options.algorithm == W4Algorithm::kGptq) {
         const W4SiteStats& st = calib->stats(i, spec.site);
         if (st.cols != w.cols) return Internal("calibration did not observe " + names[0]);
-        std::vector<double> h(st.gram.size());
-        for (size_t j = 0; j < h.size(); ++j) h[j] = 2 * st.gram[j] / st.rows_seen;
-        q = internal::Gptq(w.data, w.rows, w.cols, std::move(h), g, options.act_order,
+        q = internal::Gptq(w.data, w.rows, w.cols, Hessian(st), g, options.act_order,
                            options.gptq_damp, threads);
       } else {
         const W4SiteStats& st = calib->stats(i, spec.site);
@@ -666,6 +703,37 @@ Result<QuantizedModel> QuantizeW4(const Checkpoint& ckpt, const W4Options& optio
       EmitParts(q, w.cols, names, rows, &out);
     }
   }
+  if (options.quantize_lm_head) {
+    // lm_head reads one input, the final norm's output, observed in calibration: GPTQ with its
+    // Hessian (no act-order: a permutation of its own would make lm_head's GEMM gather x once
+    // more), or AWQ's scale and clip search with 1/s folded into the final norm (which feeds
+    // nothing else: a tied model's embedding lookup does not pass through it), or RTN.
+    KILN_ASSIGN_OR_RETURN(Matrix w, LoadF32(ckpt, LmHeadSource(ckpt)));
+    internal::W4Codes q;
+    if (options.algorithm == W4Algorithm::kRtn) {
+      q = internal::Rtn(w.data.data(), w.rows, w.cols, g);
+    } else {
+      const W4SiteStats& st = calib->lm_head_stats();
+      if (st.cols != w.cols) return Internal("calibration did not observe lm_head's input");
+      if (options.algorithm == W4Algorithm::kGptq) {
+        q = internal::Gptq(w.data, w.rows, w.cols, Hessian(st), g, /*act_order=*/false,
+                           options.gptq_damp, threads);
+      } else {
+        float alpha = 0;
+        const std::vector<float> s = SearchAwqScale(w, st, g, options.awq_grid, threads, &alpha);
+        ScaleColumns(w, s);
+        if (options.awq_clip) {
+          SearchAwqClip(w, ScaledSamples(st, s).data(), st.num_samples, g, threads);
+        }
+        q = internal::Rtn(w.data.data(), w.rows, w.cols, g);
+        KILN_ASSIGN_OR_RETURN(Matrix norm, LoadF32(ckpt, "model.norm.weight"));
+        for (int64_t col = 0; col < w.cols; ++col) norm.data[col] /= s[col];
+        out.tensors.push_back(F32Tensor("model.norm.weight", norm.data));
+        LOG(INFO) << "lm_head.weight: AWQ alpha " << alpha;
+      }
+    }
+    EmitParts(q, w.cols, {"lm_head.weight"}, {w.rows}, &out);
+  }
   return out;
 }
 
@@ -701,10 +769,8 @@ Result<QuantizedModel> QuantizeFp8Gptq(const Checkpoint& ckpt, const Fp8GptqOpti
       Matrix w = StackRows(loaded);
       const W4SiteStats& st = calib.stats(i, site);
       if (st.cols != w.cols) return Internal("calibration did not observe " + p + parts[0]);
-      std::vector<double> h(st.gram.size());
-      for (size_t j = 0; j < h.size(); ++j) h[j] = 2 * st.gram[j] / st.rows_seen;
       const internal::Fp8Codes q =
-          internal::GptqFp8(w.data, w.rows, w.cols, std::move(h), options.act_order, options.damp,
+          internal::GptqFp8(w.data, w.rows, w.cols, Hessian(st), options.act_order, options.damp,
                             options.num_threads);
       int64_t r0 = 0;
       for (size_t j = 0; j < parts.size(); ++j) {

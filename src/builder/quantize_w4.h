@@ -1,7 +1,7 @@
 // W4A16 quantizers for kiln build (docs/quantization.md, "W4A16: RTN, AWQ, GPTQ"): each turns
-// the decoder layers' linear weights of an opened Checkpoint into the W4A16 format of
-// model/quantization.h (packed signed 4-bit codes, fp16 group scales, int8 zeros, optional
-// act-order permutation), groups of `group_size` consecutive stored columns.
+// the decoder layers' linear weights (and lm_head on request) of an opened Checkpoint into the
+// W4A16 format of model/quantization.h (packed signed 4-bit codes, fp16 group scales, int8
+// zeros, optional act-order permutation), groups of `group_size` consecutive stored columns.
 //
 //   RTN   round to nearest: per (row, group) asymmetric min/max, scale = (max - min) / 15,
 //         zero = round(-min / scale) clamped to [0, 15] (stored minus 8).
@@ -51,7 +51,16 @@ struct W4Options {
   int32_t awq_grid = 20;     // alphas 0, 1/grid, ..., (grid - 1) / grid
   bool awq_clip = true;
   int32_t awq_sample_rows = 512;  // calibration rows kept per site for AWQ's error
-  int num_threads = 0;            // 0 = every core
+  // Also quantize lm_head (kiln build --quantize-lm-head), with group_size and no act-order, by
+  // the same algorithm on its calibration inputs (the final norm's outputs; AWQ folds its 1/s
+  // into model.norm.weight, returned as an f32 tensor). A tied model's lm_head is its embedding:
+  // the result is then a separate "lm_head.weight" (the embedding stays 16-bit for the lookup;
+  // WriteEngine unties the engine's config). Its vocab size must be a multiple of 16 (the CUDA
+  // W4A16 kernels' row tile). false (default): lm_head stays in the engine dtype. 4 bits cut the
+  // bytes batch-1 decode reads for it to about a quarter (Llama-3.1-8B, group 128: 1.05 GB of bf16
+  // against 0.27 GB) at some cost in accuracy (docs/quantization.md, "4-bit lm_head").
+  bool quantize_lm_head = false;
+  int num_threads = 0;  // 0 = every core
 };
 
 // One decoder layer's linear input site (cpu_runner.h ActivationObserver::Site).
@@ -68,28 +77,38 @@ struct W4SiteStats {
 // Collects what the W4 quantizers need from the calibration pass.
 class W4Calibrator : public ActivationObserver {
  public:
-  // sample_stride: keep every sample_stride-th row (up to max_samples) per site.
+  // sample_stride: keep every sample_stride-th row (up to max_samples) per site. lm_head: also
+  // observe lm_head's input (lm_head_stats()).
   W4Calibrator(int num_layers, bool gram, int64_t sample_stride, int64_t max_samples,
-               int num_threads);
+               int num_threads, bool lm_head = false);
   void ObserveLinearInput(int layer, Site site, const float* x, int64_t rows, int64_t cols,
                           int64_t ld) override;
   void ObserveKv(int, const float*, const float*, int64_t, int64_t, int64_t) override {}
+  bool wants_lm_head_input() const override { return lm_head_; }
+  void ObserveLmHeadInput(const float* x, int64_t rows, int64_t cols, int64_t ld) override;
   const W4SiteStats& stats(int layer, Site site) const {
     return sites_[layer * 4 + static_cast<int>(site)];
   }
+  const W4SiteStats& lm_head_stats() const { return lm_head_stats_; }
 
  private:
+  void Accumulate(W4SiteStats& s, const float* x, int64_t rows, int64_t cols, int64_t ld);
+
   bool gram_;
+  bool lm_head_;
+  W4SiteStats lm_head_stats_;
   int64_t sample_stride_;
   int64_t max_samples_;
   int num_threads_;
   std::vector<W4SiteStats> sites_;  // [layer * 4 + site]
 };
 
-// Quantizes every decoder layer's q/k/v/o/gate/up/down weight. `calibration`: token sequences
-// (unused by RTN). Returns the W4A16 tensors under their HF names and, for AWQ, the changed
-// norm weights (f32). Errors: InvalidArgument naming the tensor when the group size does not
-// divide its input size (or is odd, or < 2), or when AWQ/GPTQ get no calibration tokens;
+// Quantizes every decoder layer's q/k/v/o/gate/up/down weight (and lm_head with
+// options.quantize_lm_head). `calibration`: token sequences (unused by RTN). Returns the W4A16
+// tensors under their HF names ("lm_head.weight" also for a tied model) and, for AWQ, the
+// changed norm weights (f32; model.norm.weight too with lm_head). Errors: InvalidArgument naming
+// the tensor when the group size does not divide its input size (or is odd, or < 2), when lm_head's
+// row count (the vocab size) is not a multiple of 16, or when AWQ/GPTQ get no calibration tokens;
 // those of the checkpoint's weights and of the calibration pass.
 Result<QuantizedModel> QuantizeW4(const Checkpoint& ckpt, const W4Options& options,
                                   const std::vector<std::vector<int32_t>>& calibration);

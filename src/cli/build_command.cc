@@ -45,6 +45,7 @@ struct BuildFlags {
   std::string unquantized_layers;        // comma-separated layer indices, negative from the end
   int group_size = 128;
   bool no_act_order = false;
+  bool quantize_lm_head = false;  // w4a16-*: lm_head in W4A16 too
   int calib_samples = CalibrationOptions().num_samples;
   int calib_seq_len = CalibrationOptions().seq_len;
   std::string sign;
@@ -127,6 +128,11 @@ Status CheckQuantFlags(const Recipe& recipe, const BuildFlags& f) {
       return InvalidArgument(
           "--weight-rounding gptq: not combined with --smoothquant-alpha (choose one)");
     }
+  }
+  if (f.quantize_lm_head && recipe.method != QuantMethod::kW4A16) {
+    return InvalidArgument("--quantize-lm-head: only --quant w4a16-rtn, w4a16-awq and w4a16-gptq " +
+                           std::string("quantize lm_head (--quant ") + recipe.name +
+                           " keeps it in --dtype)");
   }
   if (!f.unquantized_layers.empty()) {
     if (recipe.method == QuantMethod::kNone) {
@@ -247,6 +253,7 @@ Result<std::optional<QuantizedModel>> RunW4(const Checkpoint& ckpt, const Recipe
                                               : W4Algorithm::kRtn;
   o.group_size = f.group_size;
   o.act_order = !f.no_act_order;
+  o.quantize_lm_head = f.quantize_lm_head;
   o.num_threads = f.threads;
   std::vector<std::vector<int32_t>> samples;
   std::string calib_source;
@@ -263,14 +270,20 @@ Result<std::optional<QuantizedModel>> RunW4(const Checkpoint& ckpt, const Recipe
   }
   const auto start = std::chrono::steady_clock::now();
   KILN_ASSIGN_OR_RETURN(QuantizedModel q, QuantizeW4(ckpt, o, samples));
-  std::printf("  quantized (%s, group size %d%s) in %.1f s\n",
+  std::printf("  quantized (%s, group size %d%s%s) in %.1f s\n",
               std::string(W4AlgorithmName(o.algorithm)).c_str(), o.group_size,
               o.algorithm == W4Algorithm::kGptq && o.act_order ? ", act-order" : "",
+              o.quantize_lm_head ? ", lm_head too" : "",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   nlohmann::ordered_json details = {
       {"algorithm", W4AlgorithmName(o.algorithm)},
       {"group_size", o.group_size},
       {"act_order", o.algorithm == W4Algorithm::kGptq && o.act_order}};
+  if (o.quantize_lm_head) {
+    details["lm_head"] = {{"algorithm", W4AlgorithmName(o.algorithm)},
+                          {"group_size", o.group_size},
+                          {"act_order", false}};
+  }
   if (!samples.empty()) {
     details["calibration"] = {
         {"source", calib_source}, {"samples", samples.size()}, {"seq_len", f.calib_seq_len}};
@@ -430,6 +443,9 @@ void AddBuildCommand(CLI::App& app) {
   cmd->add_option("--group-size", flags->group_size,
                   "w4a16-*: input columns per scale and zero (default 128; must divide every "
                   "linear layer's input size)");
+  cmd->add_flag("--quantize-lm-head", flags->quantize_lm_head,
+                "w4a16-*: lm_head in 4 bits too, by the same method (--group-size, no "
+                "act-order; a tied embedding stays 16-bit for the lookup)");
   cmd->add_flag("--no-act-order", flags->no_act_order,
                 "w4a16-gptq: quantize columns in their order, not by decreasing Hessian diagonal");
   cmd->add_option("--calib-samples", flags->calib_samples,

@@ -140,6 +140,7 @@ void Run(const InspectOptions& o) {
     }
     if (const auto& engine = ckpt.engine()) {
       j["engine"] = {{"quant_recipe", engine->quant_recipe},
+                     {"quantized_lm_head", engine->quantized_lm_head},
                      {"kv_cache_dtype", KvCacheDTypeName(engine->kv_cache_dtype)},
                      {"gemm_table", engine->gemm_table_path}};
     }
@@ -173,7 +174,8 @@ void Run(const InspectOptions& o) {
   Print("format", std::string(CheckpointFormatName(ckpt.format())));
   if (const auto& engine = ckpt.engine()) {
     Print("engine",
-          "built with --quant " + engine->quant_recipe + ", KV cache " +
+          "built with --quant " + engine->quant_recipe +
+              (engine->quantized_lm_head ? " --quantize-lm-head" : "") + ", KV cache " +
               std::string(KvCacheDTypeName(engine->kv_cache_dtype)) + " by default, " +
               (engine->gemm_table_path.empty() ? "no GEMM table"
                                                : "GEMM table " + engine->gemm_table_path));

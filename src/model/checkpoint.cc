@@ -185,6 +185,12 @@ Result<Checkpoint> Checkpoint::OpenHfDirectory(const std::string& dir) {
     }
   }
 
+  // GPTQModel's quantized lm_head (lm_head.qweight ...) of a tied model is a matrix of its own:
+  // the model runs untied, its embedding stays as stored for the lookup.
+  if (ckpt.quantization_.method == QuantMethod::kW4A16 && ckpt.config_.tie_word_embeddings &&
+      by_name.count("lm_head.qweight")) {
+    ckpt.config_.tie_word_embeddings = false;
+  }
   const std::vector<WeightSpec> specs = ExpectedWeights(ckpt.config_);
   std::set<std::string> expected;
   std::set<std::string> scale_tensors;

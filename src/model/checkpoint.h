@@ -86,6 +86,9 @@ struct EngineInfo {
   DType dtype = DType::kBF16;  // of its unquantized matrices: the runtime's compute type
   KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;  // the KV cache it was built for
   std::string gemm_table_path;  // tuned cuBLASLt algorithms, or "" when none were tuned
+  // lm_head.weight is W4A16 (kiln build --quantize-lm-head; config untied). Runners can also
+  // tell by its dtype (kI4 with Weight::w4), as for an HF W4 checkpoint's quantized lm_head.
+  bool quantized_lm_head = false;
 };
 
 class Checkpoint {

@@ -100,6 +100,7 @@ std::string EngineManifestToJson(const EngineManifest& m) {
                 {"quant_recipe", m.quant_recipe},
                 {"kv_cache_dtype", KvCacheDTypeName(m.kv_cache_dtype)},
                 {"details", Json::parse(m.build_details, nullptr, false)}};
+  if (m.quantized_lm_head) j["build"]["quantized_lm_head"] = true;
   Json scales = Json::array();
   for (const KvCacheScales& s : m.kv_cache_scales) scales.push_back({s.k_scale, s.v_scale});
   j["kv_cache_scales"] = scales;
@@ -191,6 +192,11 @@ Result<EngineManifest> ParseEngineManifest(std::string_view text, const std::str
       }
     }
     if (!known) return Corrupt(source + ": build.quantization '" + method + "' is unknown");
+    if (auto head = build->find("quantized_lm_head"); head != build->end()) {
+      if (!head->is_boolean())
+        return Corrupt(source + ": build.quantized_lm_head is not a boolean");
+      m.quantized_lm_head = head->get<bool>();
+    }
     auto details = build->find("details");
     if (details != build->end() && details->is_object()) m.build_details = details->dump();
   }
@@ -368,6 +374,7 @@ Result<Checkpoint> Checkpoint::OpenEngine(const std::string& dir) {
   info.quant_recipe = m.quant_recipe;
   info.dtype = m.dtype;
   info.kv_cache_dtype = m.kv_cache_dtype;
+  info.quantized_lm_head = m.quantized_lm_head;
   if (!m.gemm_table.empty()) info.gemm_table_path = (root / m.gemm_table).string();
   ckpt.engine_ = info;
 
@@ -436,6 +443,14 @@ Result<Checkpoint> Checkpoint::OpenEngine(const std::string& dir) {
       w.w4 = std::move(p);
     }
     ckpt.weights_.push_back(std::move(w));
+  }
+  // The flag and the tensor agree (a runner may read either).
+  const Weight* head = ckpt.Find("lm_head.weight");
+  if (m.quantized_lm_head != (head != nullptr && head->dtype == DType::kI4)) {
+    return Corrupt(
+        manifest_path + ": build.quantized_lm_head is " + (m.quantized_lm_head ? "true" : "false") +
+        " but lm_head.weight is " +
+        (head == nullptr ? "absent (tied embeddings)" : std::string(DTypeName(head->dtype))));
   }
   if (by_name.size() != ckpt.weights_.size()) {
     LOG(WARNING) << manifest_path << ": " << by_name.size() - ckpt.weights_.size()

@@ -85,6 +85,10 @@ struct EngineManifest {
   QuantMethod quantization = QuantMethod::kNone;
   std::string quant_recipe = "none";  // what --quant asked: "fp8", "w4a16-gptq", ...
   KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;  // the runtime default it was built for
+  // lm_head.weight is W4A16 (kiln build --quantize-lm-head): then config.json is untied (a tied
+  // source's embedding stays 16-bit for the lookup, lm_head is its own tensor). Optional in the
+  // manifest (build.quantized_lm_head, absent = false), so older engines load unchanged.
+  bool quantized_lm_head = false;
   std::string build_details = "{}";            // JSON object: calibration and quantizer settings
   std::vector<KvCacheScales> kv_cache_scales;  // per layer; empty = 1.0
   std::vector<EngineTensor> tensors;

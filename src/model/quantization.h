@@ -21,7 +21,8 @@
 // Linear layers of a few rows (batch-1..2 decode on CUDA) may skip the
 // activation quantization (W8A16: out = (sum_k x[m, k] * wq[n, k]) * sw[n]), which is closer
 // to the unquantized model, not further.
-// The embedding, the norms and lm_head stay in the compute type (as vLLM and ModelOpt keep them).
+// The embedding, the norms and lm_head stay in the compute type (as vLLM and ModelOpt keep them;
+// W4A16 below may quantize lm_head on request).
 //
 // INT8 W8A8 (SmoothQuant): the FP8 scheme with int8 in place of e4m3, after SmoothQuant has
 // moved activation outliers into the weights (kiln build, docs/quantization.md):
@@ -39,6 +40,9 @@
 //   w[r, c] = (code[r, c] - zero[r, c / group_size]) * scale[r, c / group_size]   (in fp32)
 // With act-order (GPTQ desc_act) the stored columns are a permutation of the input channels:
 // stored column j multiplies input channel perm[j]. Activations stay in the compute type.
+// lm_head may be W4A16 too (kiln build --quantize-lm-head; GPTQModel's quantized lm_head): it is
+// then a tensor of its own ("lm_head.weight", never act-order when kiln writes it, the config
+// untied) while the embedding stays in the compute type for the lookup.
 //
 // FP8 KV cache: K and V stored as e4m3 of value / scale (clamped to +-448: Fp8KvEncode) with one
 // fp32 scale per layer for K and one for V (1.0 unless calibrated); attention reads

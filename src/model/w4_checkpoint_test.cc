@@ -134,12 +134,18 @@ class W4CheckpointTest : public ::testing::TestWithParam<Kind> {
   std::string Write(const std::string& stem,
                     const std::function<void(std::vector<TestTensor>*)>& edit = nullptr) {
     const std::string dir = testing::MakeTempDir(stem);
-    const ModelConfig config = testing::TinyLlamaConfig();
+    ModelConfig config = testing::TinyLlamaConfig();
+    config.tie_word_embeddings = tied_;
+    std::vector<WeightSpec> specs = ExpectedWeights(config);
+    if (tied_ && quantized_lm_head_) {  // GPTQModel's lm_head of a tied model
+      specs.push_back({"lm_head.weight", Shape{config.vocab_size, config.hidden_size}, false});
+    }
     std::mt19937 rng(17);
     std::vector<TestTensor> tensors;
     uint32_t seed = 1;
-    for (const WeightSpec& spec : ExpectedWeights(config)) {
-      const bool linear = spec.name.find("_proj.weight") != std::string::npos;
+    for (const WeightSpec& spec : specs) {
+      const bool linear = spec.name.find("_proj.weight") != std::string::npos ||
+                          (quantized_lm_head_ && spec.name == "lm_head.weight");
       if (!linear) {
         tensors.push_back(testing::MakeTensor(spec.name, DType::kF16, spec.shape, seed++));
         continue;
@@ -156,17 +162,9 @@ class W4CheckpointTest : public ::testing::TestWithParam<Kind> {
     return dir;
   }
 
-  std::map<std::string, Linear> linears_;
-};
-
-TEST_P(W4CheckpointTest, OpensAsW4A16WithTheEncodedValues) {
-  const std::string dir = Write("w4_checkpoint");
-  auto ckpt = Checkpoint::Open(dir);
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
-  EXPECT_EQ(ckpt->quantization().method, QuantMethod::kW4A16);
-  ASSERT_EQ(linears_.size(), 14u);
-  for (const auto& [name, l] : linears_) {
-    const Weight* w = ckpt->Find(name);
+  // Every value of the opened checkpoint's `name` is the one the encoder meant.
+  void ExpectEncodedValues(const Checkpoint& ckpt, const std::string& name, const Linear& l) {
+    const Weight* w = ckpt.Find(name);
     ASSERT_NE(w, nullptr) << name;
     ASSERT_EQ(w->dtype, DType::kI4);
     ASSERT_TRUE(w->w4.has_value());
@@ -188,6 +186,37 @@ TEST_P(W4CheckpointTest, OpensAsW4A16WithTheEncodedValues) {
         ASSERT_EQ(got, want) << name << " out " << o << " in " << i;
       }
     }
+  }
+
+  std::map<std::string, Linear> linears_;
+  bool tied_ = false;               // config.json's tie_word_embeddings
+  bool quantized_lm_head_ = false;  // lm_head.qweight ... instead of lm_head.weight
+};
+
+TEST_P(W4CheckpointTest, OpensAsW4A16WithTheEncodedValues) {
+  const std::string dir = Write("w4_checkpoint");
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  EXPECT_EQ(ckpt->quantization().method, QuantMethod::kW4A16);
+  ASSERT_EQ(linears_.size(), 14u);
+  for (const auto& [name, l] : linears_) ExpectEncodedValues(*ckpt, name, l);
+  EXPECT_EQ(ckpt->Find("lm_head.weight")->dtype, DType::kF16);
+}
+
+// A quantized lm_head (GPTQModel's lm_head.qweight ...) loads as a W4A16 tensor of its own; a
+// tied model's config is untied for it, its embedding staying as stored.
+TEST_P(W4CheckpointTest, QuantizedLmHeadLoadsAsItsOwnW4Tensor) {
+  quantized_lm_head_ = true;
+  for (bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    tied_ = tied;
+    linears_.clear();
+    auto ckpt = Checkpoint::Open(Write(tied ? "w4_head_tied" : "w4_head"));
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    EXPECT_FALSE(ckpt->config().tie_word_embeddings);
+    ASSERT_EQ(linears_.size(), 15u);
+    ExpectEncodedValues(*ckpt, "lm_head.weight", linears_.at("lm_head.weight"));
+    EXPECT_EQ(ckpt->Find("model.embed_tokens.weight")->dtype, DType::kF16);
   }
 }
 

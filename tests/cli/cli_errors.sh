@@ -242,6 +242,16 @@ expect_error "--calib: w4a16-rtn does not calibrate" build "$work/tiny" --out "$
   --calib-samples 2 --calib-seq-len 16 --tune off >/dev/null 2>&1 \
   && "$kiln" eval perplexity "$work/w4" --text "$work/calib.txt" --device cpu >/dev/null 2>&1 \
   && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: kiln build --quant w4a16-gptq, then eval"; }
+# kiln build --quantize-lm-head: only the w4a16 recipes quantize lm_head; a tied model's engine
+# gets its own 4-bit lm_head (the manifest says so) and eval runs it
+for q in none fp8 int8-sq; do
+  expect_exit 1 "--quantize-lm-head: only --quant w4a16-rtn, w4a16-awq and w4a16-gptq" build "$work/tiny" --out "$work/w4h" --quant "$q" --quantize-lm-head
+done
+"$kiln" build "$work/tiny" --out "$work/w4h" --quant w4a16-rtn --group-size 64 --quantize-lm-head --tune off >/dev/null 2>&1 \
+  && grep -q '"quantized_lm_head": true' "$work/w4h/kiln-engine.json" \
+  && grep -q '"tie_word_embeddings": false' "$work/w4h/config.json" \
+  && "$kiln" eval perplexity "$work/w4h" --text "$work/calib.txt" --device cpu >/dev/null 2>&1 \
+  && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: kiln build --quant w4a16-rtn --quantize-lm-head, then eval"; }
 truncate -s 1000 "$work/tiny/model.safetensors"
 expect_error "model.safetensors" inspect "$work/tiny"
 expect_error "not empty" synth --preset smollm2-135m --out "$work/tiny"

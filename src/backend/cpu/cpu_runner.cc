@@ -309,6 +309,11 @@ StepResult CpuRunner::Execute(const StepInputs& in) {
   cpu::RopeCosSin(in.positions.data(), num_tokens, inv_freq_.data(), half_dim, cos_.data(),
                   sin_.data());
   for (int layer = 0; layer < c.num_layers; ++layer) RunLayer(layer, in);
+  if (observer_ != nullptr && observer_->wants_lm_head_input()) {
+    cpu::RmsNorm(hidden_.data(), hidden, weights_.final_norm.data(), num_tokens, hidden,
+                 c.rms_norm_eps, normed_.data(), hidden, num_threads_);
+    observer_->ObserveLmHeadInput(normed_.data(), num_tokens, hidden, hidden);
+  }
 
   // Logits only for the rows some output needs; a row wanted twice is computed once.
   std::vector<LogitsJob> jobs;

@@ -51,6 +51,12 @@ class ActivationObserver {
   // in the KV cache, before any FP8 encoding.
   virtual void ObserveKv(int layer, const float* k, const float* v, int64_t rows, int64_t kv_size,
                          int64_t ld) = 0;
+  // x: [rows, hidden] f32, row stride ld: lm_head's input (the final norm's output) for every
+  // token of the step, not only those whose logits the step needs (GPTQ of a 4-bit lm_head).
+  // The runner computes it only for an observer that wants_lm_head_input().
+  virtual bool wants_lm_head_input() const { return false; }
+  virtual void ObserveLmHeadInput(const float* /*x*/, int64_t /*rows*/, int64_t /*cols*/,
+                                  int64_t /*ld*/) {}
 };
 
 struct CpuRunnerOptions {

@@ -18,7 +18,9 @@
 //     activation scales (Weight::input_scale; the fused matrix takes its parts' largest), and
 //     its KV cache scales are the layers'.
 //   * W4A16 weights (dtype kI4 with Weight::w4: engine directories, AutoAWQ / GPTQ checkpoints)
-//     stay packed (WeightFormat::kW4) whatever the options. Fusing q/k/v or gate/up
+//     stay packed (WeightFormat::kW4) whatever the options; so does a 4-bit lm_head (kiln build
+//     --quantize-lm-head: its own tensor, the config untied), whose logits Linear computes from
+//     the packed codes like any layer's output. Fusing q/k/v or gate/up
 //     concatenates their rows, group scales and zeros; the parts must share the group size and
 //     the act-order permutation (they read the same input; GPTQ computes one per input when it
 //     quantizes from one Hessian per site). Parts that differ are fused as f32 decodings
