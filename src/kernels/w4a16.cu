@@ -28,7 +28,14 @@ using dtype_internal::ToFloat;
 // i.e. a_q's pair (PTX fragment layout; mma logical k 2t + h is column 4t + h, 2t + 8 + h is
 // column 4t + 2 + h, and B is read in the same order: x columns 16j + 4t .. + 3, 8 bytes).
 // Each nibble holds code + 8 (0..15).
+// Warps per block: 8, or 16 for a few-row batch on a weight with few row tiles (below), whose
+// blocks alone would leave the SMs half empty.
 constexpr int kWarps = 8;
+constexpr int kWideWarps = 16;
+// Row tiles (n / 16) up to which m <= 8 runs 16-warp blocks: n <= 4,096 (o and down of an 8B
+// Llama), fewer blocks than two per SM of an H100, where 8-warp blocks reached 25 % occupancy
+// (ncu, session 12) and streamed down at 39 % of DRAM bandwidth.
+constexpr int64_t kWideMaxRowTiles = 256;
 
 __device__ __host__ inline int NibbleShift(int q, int h) { return 4 * q + 16 * h; }
 
@@ -140,22 +147,23 @@ __device__ __forceinline__ void Store(float v, T* out) {
 
 // kTT: 8-token tiles (m <= 8 * kTT); kRB: 16-row tiles per block (they share x's fragments);
 // kKPG: mma k-steps per scale group within a 64-column tile (4: groups of 64 or more);
-// kU: 64-column tiles in flight per warp. The block's 8 warps split the k dimension (tile
-// c goes to warp c % 8) and sum their partial outputs in shared memory at the end.
+// kU: 64-column tiles in flight per warp; kW: warps per block. The block's kW warps split the k
+// dimension (tile c goes to warp c % kW) and sum their partial outputs in shared memory at the
+// end.
 // Per group: partial = sum over the group's k-steps of (code - zero) * x (exact operands, fp32
 // accumulation), then acc += partial * scale in fp32: the scale is applied once per group, not
 // rounded into the weights.
 // Measured alternatives (gemv_bench --w4, H100, docs/kernels.md): two register stages, and a
 // cp.async ring of 8 shared-memory stages per warp, were no faster (at m = 1 the kernel is bound
 // by its instructions per weight byte, not by the bytes in flight).
-template <int kTT, int kRB, int kKPG, int kU, typename T, typename Out>
-__global__ void __launch_bounds__(kWarps * 32)
+template <int kTT, int kRB, int kKPG, int kU, int kW, typename T, typename Out>
+__global__ void __launch_bounds__(kW * 32)
     W4GemmKernel(const T* __restrict__ x, int64_t ldx, int m, const uint4* __restrict__ w,
                  const uint32_t* __restrict__ sz, FastDiv group_of_tile, int64_t n, int64_t k,
                  const T* __restrict__ bias, Out* __restrict__ out, int64_t ldo,
                  const void* prefetch, int64_t prefetch_bytes) {
   constexpr int kGroups = 4 / kKPG;  // scale groups per 64-column tile
-  extern __shared__ float red[];     // [kWarps][kRB * kTT * 4][32]
+  extern __shared__ float red[];     // [kW][kRB * kTT * 4][32]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t rb0 = int64_t{blockIdx.x} * kRB;
   // Offsets from the block's bases in 32 bits (one wide multiply-add per address): a weight
@@ -181,7 +189,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   auto load = [&](uint32_t c0) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
-      const uint32_t c = c0 + u * kWarps;
+      const uint32_t c = c0 + u * kW;
       const bool valid = c < chunks;
       const uint32_t cs = valid ? c : 0;
 #pragma unroll
@@ -203,12 +211,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   load(warp);
   PdlWait();
   PdlLaunchDependents();
-  for (uint32_t c0 = warp; c0 < chunks; c0 += kWarps * kU) {
+  for (uint32_t c0 = warp; c0 < chunks; c0 += kW * kU) {
     if (c0 != static_cast<uint32_t>(warp)) load(c0);
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       // Past the end: x read at tile 0 (in bounds), weighed by scale 0.
-      const uint32_t c = c0 + u * kWarps < chunks ? c0 + u * kWarps : 0;
+      const uint32_t c = c0 + u * kW < chunks ? c0 + u * kW : 0;
 #pragma unroll
       for (int gi = 0; gi < kGroups; ++gi) {
         float scale[kRB][2];
@@ -267,10 +275,10 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int i = 0; i < 4; ++i)
         red[(warp * kE + (r * kTT + tt) * 4 + i) * 32 + lane] = acc[r][tt][i];
   __syncthreads();
-  for (int idx = threadIdx.x; idx < kE * 32; idx += kWarps * 32) {
+  for (int idx = threadIdx.x; idx < kE * 32; idx += kW * 32) {
     float v = 0.0f;
 #pragma unroll
-    for (int wi = 0; wi < kWarps; ++wi) v += red[wi * kE * 32 + idx];
+    for (int wi = 0; wi < kW; ++wi) v += red[wi * kE * 32 + idx];
     const int e = idx / 32, l = idx % 32;
     const int r = e / (kTT * 4), tt = e / 4 % kTT, i = e % 4;
     const int token = tt * 8 + 2 * (l % 4) + (i & 1);
@@ -282,9 +290,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-template <int kTT, int kRB, int kKPG, int kU, typename T>
+template <int kTT, int kRB, int kKPG, int kU, int kW = kWarps, typename T>
 cudaError_t LaunchW4(const W4GemmArgsT<T>& a, cudaStream_t stream) {
-  const size_t smem = size_t{kWarps} * kRB * kTT * 4 * 32 * sizeof(float);
+  const size_t smem = size_t{kW} * kRB * kTT * 4 * 32 * sizeof(float);
   const dim3 grid(static_cast<unsigned>(a.n / kW4TileRows / kRB));
   const auto* w = reinterpret_cast<const uint4*>(a.w);
   // kKPG == 4 (groups of 64 columns or more): a tile's group is its index / (group / 64).
@@ -296,27 +304,29 @@ cudaError_t LaunchW4(const W4GemmArgsT<T>& a, cudaStream_t stream) {
           kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
       if (e != cudaSuccess) return e;
     }
-    return LaunchChained(kernel, grid, kWarps * 32, smem, stream, a.x, a.ldx, a.m, w, a.sz,
+    return LaunchChained(kernel, grid, kW * 32, smem, stream, a.x, a.ldx, a.m, w, a.sz,
                          group_of_tile, a.n, a.k, a.bias, out, a.ldo, a.prefetch, a.prefetch_bytes);
   };
   if (a.out_f32) {
-    return launch(W4GemmKernel<kTT, kRB, kKPG, kU, T, float>, static_cast<float*>(a.out));
+    return launch(W4GemmKernel<kTT, kRB, kKPG, kU, kW, T, float>, static_cast<float*>(a.out));
   }
-  return launch(W4GemmKernel<kTT, kRB, kKPG, kU, T, T>, static_cast<T*>(a.out));
+  return launch(W4GemmKernel<kTT, kRB, kKPG, kU, kW, T, T>, static_cast<T*>(a.out));
 }
 
-// Rows -> (token tiles, row tiles per block, tiles in flight per warp); then the group size's
-// kKPG. Two row tiles per block share each x fragment (halving x's re-reads from L1/L2) at the
-// cost of registers: measured faster from 9 rows on, slower up to 8 (gemv_bench --w4, H100).
-// a.row_tiles / a.tiles_in_flight override the choice (benchmarks).
+// Rows -> (token tiles, row tiles per block, tiles in flight per warp, warps per block); then
+// the group size's kKPG. Two row tiles per block share each x fragment (halving x's re-reads
+// from L1/L2) at the cost of registers: measured faster from 9 rows on, slower up to 8
+// (gemv_bench --w4, H100). Up to 8 rows a weight of at most kWideMaxRowTiles row tiles runs
+// 16-warp blocks. a.row_tiles / a.warps override the choice (benchmarks, tests).
 template <int kKPG, typename T>
 cudaError_t DispatchW4Rows(const W4GemmArgsT<T>& a, cudaStream_t stream) {
   const bool pairs =
       a.n % (2 * kW4TileRows) == 0 && (a.row_tiles == 2 || (a.row_tiles == 0 && a.m > 8));
   if (a.m <= 8) {
     if (pairs) return LaunchW4<1, 2, kKPG, 2>(a, stream);
-    return a.tiles_in_flight == 8 ? LaunchW4<1, 1, kKPG, 8>(a, stream)
-                                  : LaunchW4<1, 1, kKPG, 4>(a, stream);
+    const bool wide = a.warps == 16 || (a.warps == 0 && a.n / kW4TileRows <= kWideMaxRowTiles);
+    return wide ? LaunchW4<1, 1, kKPG, 4, kWideWarps>(a, stream)
+                : LaunchW4<1, 1, kKPG, 4>(a, stream);
   }
   if (a.m <= 16) {
     return pairs ? LaunchW4<2, 2, kKPG, 2>(a, stream) : LaunchW4<2, 1, kKPG, 4>(a, stream);

@@ -70,8 +70,8 @@ struct W4GemmArgsT {
   const void* prefetch = nullptr;
   int64_t prefetch_bytes = 0;
   // For benchmarks (gemv_bench --w4 times the alternatives); 0: the default for m.
-  int32_t row_tiles = 0;        // 16-row weight tiles per block, 1 or 2 (2: n a multiple of 32)
-  int32_t tiles_in_flight = 0;  // 64-column tiles each warp loads at once (8: m <= 8, 1 row tile)
+  int32_t row_tiles = 0;  // 16-row weight tiles per block, 1 or 2 (2: n a multiple of 32)
+  int32_t warps = 0;      // warps per block, 8 or 16 (m <= 8, 1 row tile)
 };
 
 // W4ShapeSupported, 1 <= m <= kW4GemmMaxRows, ldx a multiple of 4, x 8-byte and w 16-byte

@@ -101,7 +101,7 @@ struct W4Case {
   bool symmetric = false;  // all zeros 0 (uploaded as null zeros)
   int64_t ldx_pad = 0, ldo_pad = 0;
   // Non-zero: kernels::W4Gemm directly with this W4GemmArgsT::row_tiles (the choice LinearW4
-  // does not make for this m; 1 with m <= 8: 8 tiles in flight per warp), after
+  // does not make for this m; 1 with m <= 8: 8-warp blocks), after
   // kernels::W4GatherColumns where act_order.
   int32_t row_tiles = 0;
 };
@@ -187,7 +187,8 @@ void RunW4(Gemm& gemm, const W4Case& c, uint32_t seed) {
     a.ldo = ldo;
     a.out_f32 = c.out_f32;
     a.row_tiles = c.row_tiles;
-    a.tiles_in_flight = c.m <= 8 && c.row_tiles == 1 ? 8 : 0;  // the other m <= 8 choice
+    // The other m <= 8 choice: 8-warp blocks (LinearW4 runs these small n with 16).
+    a.warps = c.m <= 8 && c.row_tiles == 1 ? 8 : 0;
     ASSERT_TRUE(kernels::W4GemmSupported(a));
     CUDA_OK(kernels::W4Gemm(a, nullptr));
   }
