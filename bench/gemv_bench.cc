@@ -363,7 +363,8 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8) {
         // m <= 8: the other warp count per block (default 16 for n <= 4,096, else 8); more:
         // the other row-tile count (default 2).
         alt.row_tiles = m > 8 ? 1 : 0;
-        alt.warps = m > 8 ? 0 : (l.n / 16 <= 256 ? 8 : 16);
+        alt.warps =
+            m > 8 ? 0 : (l.n / kernels::kW4TileRows <= kernels::kW4WideMaxRowTiles ? 8 : 16);
         const double t4_alt = per_call(
             bench::MedianEventSeconds(1, 5,
                                       [&] {
@@ -376,7 +377,10 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8) {
             weights4.size());
         row["w4_us"] = t4 * 1e6;
         row["w4_fraction_of_copy"] = moved4 / t4 / copy_bw;
-        row["w4_other"] = m > 8 ? "1 row tile" : (l.n / 16 <= 256 ? "8 warps" : "16 warps");
+        row["w4_other"] =
+            m > 8 ? "1 row tile"
+                  : (l.n / kernels::kW4TileRows <= kernels::kW4WideMaxRowTiles ? "8 warps"
+                                                                               : "16 warps");
         row["w4_other_us"] = t4_alt * 1e6;
         row["w4_speedup_over_bf16"] = t16 / t4;
         if (m == 1) per_layer[l.n * 100000 + l.k] = {t16, t4};

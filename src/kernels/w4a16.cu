@@ -28,14 +28,10 @@ using dtype_internal::ToFloat;
 // i.e. a_q's pair (PTX fragment layout; mma logical k 2t + h is column 4t + h, 2t + 8 + h is
 // column 4t + 2 + h, and B is read in the same order: x columns 16j + 4t .. + 3, 8 bytes).
 // Each nibble holds code + 8 (0..15).
-// Warps per block: 8, or 16 for a few-row batch on a weight with few row tiles (below), whose
-// blocks alone would leave the SMs half empty.
+// Warps per block: 8, or 16 for a few-row batch on a weight of at most kW4WideMaxRowTiles row
+// tiles (w4a16.h), whose blocks alone would leave the SMs half empty.
 constexpr int kWarps = 8;
 constexpr int kWideWarps = 16;
-// Row tiles (n / 16) up to which m <= 8 runs 16-warp blocks: n <= 4,096 (o and down of an 8B
-// Llama), fewer blocks than two per SM of an H100, where 8-warp blocks reached 25 % occupancy
-// (ncu, session 12) and streamed down at 39 % of DRAM bandwidth.
-constexpr int64_t kWideMaxRowTiles = 256;
 
 __device__ __host__ inline int NibbleShift(int q, int h) { return 4 * q + 16 * h; }
 
@@ -316,7 +312,7 @@ cudaError_t LaunchW4(const W4GemmArgsT<T>& a, cudaStream_t stream) {
 // Rows -> (token tiles, row tiles per block, tiles in flight per warp, warps per block); then
 // the group size's kKPG. Two row tiles per block share each x fragment (halving x's re-reads
 // from L1/L2) at the cost of registers: measured faster from 9 rows on, slower up to 8
-// (gemv_bench --w4, H100). Up to 8 rows a weight of at most kWideMaxRowTiles row tiles runs
+// (gemv_bench --w4, H100). Up to 8 rows a weight of at most kW4WideMaxRowTiles row tiles runs
 // 16-warp blocks. a.row_tiles / a.warps override the choice (benchmarks, tests).
 template <int kKPG, typename T>
 cudaError_t DispatchW4Rows(const W4GemmArgsT<T>& a, cudaStream_t stream) {
@@ -324,7 +320,7 @@ cudaError_t DispatchW4Rows(const W4GemmArgsT<T>& a, cudaStream_t stream) {
       a.n % (2 * kW4TileRows) == 0 && (a.row_tiles == 2 || (a.row_tiles == 0 && a.m > 8));
   if (a.m <= 8) {
     if (pairs) return LaunchW4<1, 2, kKPG, 2>(a, stream);
-    const bool wide = a.warps == 16 || (a.warps == 0 && a.n / kW4TileRows <= kWideMaxRowTiles);
+    const bool wide = a.warps == 16 || (a.warps == 0 && a.n / kW4TileRows <= kW4WideMaxRowTiles);
     return wide ? LaunchW4<1, 1, kKPG, 4, kWideWarps>(a, stream)
                 : LaunchW4<1, 1, kKPG, 4>(a, stream);
   }

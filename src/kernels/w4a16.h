@@ -19,6 +19,10 @@ namespace kiln::kernels {
 // codes, one 16-byte load per lane of a warp).
 inline constexpr int64_t kW4TileRows = 16;
 inline constexpr int64_t kW4TileCols = 64;
+// Row tiles (n / 16) up to which W4Gemm runs 16-warp blocks for m <= 8 (else 8 warps): n <=
+// 4,096 (o and down of an 8B Llama), fewer blocks than two per SM of an H100, where 8-warp blocks
+// reached 25 % occupancy (ncu, session 12) and streamed down at 39 % of DRAM bandwidth.
+inline constexpr int64_t kW4WideMaxRowTiles = 256;
 // Rows of x one W4Gemm launch handles; callers loop over larger batches.
 inline constexpr int32_t kW4GemmMaxRows = 64;
 

@@ -187,8 +187,9 @@ void RunW4(Gemm& gemm, const W4Case& c, uint32_t seed) {
     a.ldo = ldo;
     a.out_f32 = c.out_f32;
     a.row_tiles = c.row_tiles;
-    // The other m <= 8 choice: 8-warp blocks (LinearW4 runs these small n with 16).
-    a.warps = c.m <= 8 && c.row_tiles == 1 ? 8 : 0;
+    // The other m <= 8 choice of warps per block than LinearW4's (kernels/w4a16.h).
+    const bool wide = c.n / kernels::kW4TileRows <= kernels::kW4WideMaxRowTiles;
+    a.warps = c.m <= 8 && c.row_tiles == 1 ? (wide ? 8 : 16) : 0;
     ASSERT_TRUE(kernels::W4GemmSupported(a));
     CUDA_OK(kernels::W4Gemm(a, nullptr));
   }
