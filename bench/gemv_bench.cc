@@ -16,7 +16,9 @@
 //     and the speed-up over bf16 (the best of Gemv / tuned cuBLASLt).
 //
 //   - with --w4 and / or --int8, the decode batches m = 1 .. 64 of the W4A16 layers
-//     (Gemm::LinearW4: kernels::W4Gemm on repacked 4-bit weights, group size 128) and of the
+//     (Gemm::LinearW4: kernels::W4Gemm on repacked 4-bit weights, group size 128; beyond 64
+//     rows, m = 128 .. 2,048, its dequantize-to-bf16 + cuBLASLt path against the W4Gemm
+//     launches of 64 rows each, "w4 alt") and of the
 //     INT8 ones (Gemm::LinearInt8: the W8A16 GEMV up to 8 rows, and per-token quantization +
 //     int8 cuBLASLt GEMM (tuned) + scale epilogue at every m) against the bf16 layers of the
 //     same run (the best of Gemv and tuned cuBLASLt), each next to its roofline: the bytes it
@@ -251,7 +253,7 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8) {
                           {"o", 4096, 4096, false},
                           {"gate_up", 28672, 4096, false},
                           {"down", 4096, 14336, false}};
-  constexpr int64_t kMaxRows = 64, kGroup = 128;
+  constexpr int64_t kMaxRows = 2048, kGroup = 128;
   DeviceBuffer x = DeviceBuffer::Allocate(kMaxRows * 14336 * 2).value();
   DeviceBuffer result = DeviceBuffer::Allocate(kMaxRows * 28672 * 4).value();
   DeviceBuffer xq = DeviceBuffer::Allocate(kMaxRows * 14336).value();
@@ -263,6 +265,12 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8) {
   BENCH_CHECK(bf16_gemm.ok() && q_gemm.ok());
   const cuda::Int8Scratch scratch{static_cast<int8_t*>(xq.data()), static_cast<float*>(sx.data()),
                                   static_cast<int32_t*>(acc.data())};
+  // The runner's dequantization scratch (W4A16 beyond 64 rows); the "w4 alt" of those rows
+  // runs without it (one W4Gemm launch per 64 rows).
+  DeviceBuffer dequant = DeviceBuffer::Allocate(cuda::Gemm::kW4DequantDefaultBytes).value();
+  cuda::W4Scratch w4_scratch;
+  w4_scratch.dequant = dequant.data();
+  w4_scratch.dequant_bytes = dequant.size();
   std::printf("%-8s %4s %9s %9s %6s %9s %9s %6s %9s %9s %8s\n", "layer", "m", "bf16 us", "w4 us",
               "w4 %bw", "w4 alt", "w8a16 us", "%bw", "w8a8 us", "w4 x", "int8 x");
   // Per token of a Llama-3.1-8B layer at m = 1 (the four linear layers): bf16 vs W4A16.
@@ -321,7 +329,7 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8) {
     }
     const auto* xp = static_cast<const bf16*>(x.data());
     auto per_call = [](double round, size_t calls) { return round / static_cast<double>(calls); };
-    for (int64_t m : {1, 2, 4, 8, 16, 32, 64}) {
+    for (int64_t m : {1, 2, 4, 8, 16, 32, 64, 128, 256, 2048}) {
       (*bf16_gemm)->set_gemv_max_rows(0);
       const cuda::GemmShape shape16{m, l.n, l.k, l.k, l.n, false, false};
       BENCH_CHECK((*bf16_gemm)->Tune(shape16, 6, nullptr, weights16).ok());
@@ -337,18 +345,18 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8) {
                   {"bf16_fraction_of_copy", (bytes16 + act) / t16 / copy_bw}};
       double t4 = 0, gemv8 = 0, gemm8 = 0;
       if (w4) {
-        t4 =
-            per_call(bench::MedianEventSeconds(
-                         1, 5,
-                         [&] {
-                           for (const cuda::W4Weight& w : weights4) {
-                             BENCH_CHECK((*q_gemm)
-                                             ->LinearW4(xp, l.k, m, w, l.n, l.k, nullptr,
-                                                        result.data(), l.n, false, nullptr, nullptr)
-                                             .ok());
-                           }
-                         }),
-                     weights4.size());
+        t4 = per_call(
+            bench::MedianEventSeconds(1, 5,
+                                      [&] {
+                                        for (const cuda::W4Weight& w : weights4) {
+                                          BENCH_CHECK((*q_gemm)
+                                                          ->LinearW4(xp, l.k, m, w, l.n, l.k,
+                                                                     nullptr, result.data(), l.n,
+                                                                     false, w4_scratch, nullptr)
+                                                          .ok());
+                                        }
+                                      }),
+            weights4.size());
         const double moved4 = bytes4 + l.n * groups * 4.0 + act;
         // The other row-tile choice of kernels::W4Gemm (LinearW4 takes the default for m).
         kernels::W4GemmArgsT<bf16> alt;
@@ -365,22 +373,34 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8) {
         alt.row_tiles = m > 8 ? 1 : 0;
         alt.warps =
             m > 8 ? 0 : (l.n / kernels::kW4TileRows <= kernels::kW4WideMaxRowTiles ? 8 : 16);
+        const bool many = m > kernels::kW4GemmMaxRows;  // LinearW4 dequantizes: alt = W4Gemm
         const double t4_alt = per_call(
-            bench::MedianEventSeconds(1, 5,
-                                      [&] {
-                                        for (const cuda::W4Weight& w : weights4) {
-                                          alt.w = w.tiled;
-                                          alt.sz = w.sz;
-                                          BENCH_CHECK(kernels::W4Gemm(alt, nullptr) == cudaSuccess);
-                                        }
-                                      }),
+            bench::MedianEventSeconds(
+                1, 5,
+                [&] {
+                  for (const cuda::W4Weight& w : weights4) {
+                    if (many) {
+                      BENCH_CHECK((*q_gemm)
+                                      ->LinearW4(xp, l.k, m, w, l.n, l.k, nullptr, result.data(),
+                                                 l.n, false, cuda::W4Scratch{}, nullptr)
+                                      .ok());
+                      continue;
+                    }
+                    alt.w = w.tiled;
+                    alt.sz = w.sz;
+                    BENCH_CHECK(kernels::W4Gemm(alt, nullptr) == cudaSuccess);
+                  }
+                }),
             weights4.size());
         row["w4_us"] = t4 * 1e6;
         row["w4_fraction_of_copy"] = moved4 / t4 / copy_bw;
+        row["w4_tflops"] = 2.0 * m * l.n * l.k / t4 / 1e12;
+        row["bf16_tflops"] = 2.0 * m * l.n * l.k / t16 / 1e12;
         row["w4_other"] =
-            m > 8 ? "1 row tile"
-                  : (l.n / kernels::kW4TileRows <= kernels::kW4WideMaxRowTiles ? "8 warps"
-                                                                               : "16 warps");
+            many    ? "W4Gemm per 64 rows"
+            : m > 8 ? "1 row tile"
+                    : (l.n / kernels::kW4TileRows <= kernels::kW4WideMaxRowTiles ? "8 warps"
+                                                                                 : "16 warps");
         row["w4_other_us"] = t4_alt * 1e6;
         row["w4_speedup_over_bf16"] = t16 / t4;
         if (m == 1) per_layer[l.n * 100000 + l.k] = {t16, t4};

@@ -80,6 +80,46 @@ __global__ void RepackScalesKernel(const uint16_t* __restrict__ scales,
   sz[g * ldsz + row] = uint32_t{scales[id]} | (SubBits(bf16, zero) << 16);
 }
 
+// One thread per 16-byte word of codes (tile row block rb, column tile c, lane): the word's 32
+// codes are rows g and g + 8 of the block, columns 16j + 4t .. 16j + 4t + 3 of the tile for
+// j = 0..3 (the layout above), so each (row, j) is 4 adjacent outputs: one 8-byte store.
+template <typename T>
+__global__ void DequantizeKernel(const uint4* __restrict__ tiled, const uint32_t* __restrict__ sz,
+                                 int64_t n, int64_t k, int64_t group_size, int64_t rb0,
+                                 int64_t num_rb, T* __restrict__ out) {
+  const int64_t chunks = k / kW4TileCols;
+  const int64_t id = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;  // (rb - rb0, c, lane)
+  if (id >= num_rb * chunks * 32) return;
+  const int lane = static_cast<int>(id % 32);
+  const int64_t c = id / 32 % chunks, rb = rb0 + id / 32 / chunks;
+  const int g = lane / 4, t = lane % 4;
+  const uint4 v = tiled[(rb * chunks + c) * 32 + lane];
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+  // 2^e + 8 + zero in the scale word's high half: e = 7 (bf16) or 10 (fp16).
+  constexpr int kBase = std::is_same_v<T, __nv_bfloat16> ? 0x4300 : 0x6400;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t row = rb * kW4TileRows + g + 8 * r;
+    T* dst = out + (row - rb0 * kW4TileRows) * k + c * kW4TileCols + 4 * t;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      // The 4 columns share a group (groups are multiples of 16 columns).
+      const uint32_t word = sz[(c * kW4TileCols + 16 * j) / group_size * n + row];
+      const float scale = __half2float(__ushort_as_half(static_cast<uint16_t>(word & 0xffffu)));
+      const int offset = static_cast<int>(word >> 16) - kBase;  // 8 + zero
+      float w[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int q = r + 2 * (e >> 1), h = e & 1;
+        const int nibble = static_cast<int>((words[j] >> NibbleShift(q, h)) & 0xfu);  // code + 8
+        w[e] = static_cast<float>(nibble - offset) * scale;
+      }
+      *reinterpret_cast<uint2*>(dst + 16 * j) =
+          make_uint2(PackPair<T>(w[0], w[1]), PackPair<T>(w[2], w[3]));
+    }
+  }
+}
+
 template <typename T>
 __global__ void GatherKernel(const T* __restrict__ x, int64_t ldx, int64_t k,
                              const int32_t* __restrict__ perm, T* __restrict__ out) {
@@ -363,6 +403,26 @@ cudaError_t LaunchGather(const T* x, int64_t ldx, int64_t m, int64_t k, const in
   return LaunchChained(GatherKernel<T>, grid, kBlock, 0, stream, x, ldx, k, perm, out);
 }
 
+template <typename T>
+cudaError_t LaunchDequantize(const uint8_t* tiled, const uint32_t* sz, int64_t n, int64_t k,
+                             int64_t group_size, int64_t row0, int64_t rows, T* out,
+                             cudaStream_t stream) {
+  if (!W4ShapeSupported(n, k, group_size) || row0 < 0 || rows < 0 || row0 % kW4TileRows != 0 ||
+      rows % kW4TileRows != 0 || row0 + rows > n || !Aligned(tiled, 16) || !Aligned(out, 8) ||
+      sz == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  if (rows == 0) return cudaSuccess;
+  const int64_t threads = rows / kW4TileRows * (k / kW4TileCols) * 32;
+  constexpr int kBlock = 256;
+  const int64_t blocks = (threads + kBlock - 1) / kBlock;
+  if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  DequantizeKernel<T><<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(
+      reinterpret_cast<const uint4*>(tiled), sz, n, k, group_size, row0 / kW4TileRows,
+      rows / kW4TileRows, out);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 bool W4ShapeSupported(int64_t n, int64_t k, int64_t group_size) {
@@ -398,6 +458,17 @@ cudaError_t W4GatherColumns(const __nv_bfloat16* x, int64_t ldx, int64_t m, int6
 cudaError_t W4GatherColumns(const __half* x, int64_t ldx, int64_t m, int64_t k, const int32_t* perm,
                             __half* out, cudaStream_t stream) {
   return LaunchGather(x, ldx, m, k, perm, out, stream);
+}
+
+cudaError_t W4Dequantize(const uint8_t* tiled, const uint32_t* sz, int64_t n, int64_t k,
+                         int64_t group_size, int64_t row0, int64_t rows, __nv_bfloat16* out,
+                         cudaStream_t stream) {
+  return LaunchDequantize(tiled, sz, n, k, group_size, row0, rows, out, stream);
+}
+cudaError_t W4Dequantize(const uint8_t* tiled, const uint32_t* sz, int64_t n, int64_t k,
+                         int64_t group_size, int64_t row0, int64_t rows, __half* out,
+                         cudaStream_t stream) {
+  return LaunchDequantize(tiled, sz, n, k, group_size, row0, rows, out, stream);
 }
 
 bool W4GemmSupported(const W4GemmArgsT<__nv_bfloat16>& a) { return Supported(a); }

@@ -51,6 +51,20 @@ cudaError_t W4GatherColumns(const __nv_bfloat16* x, int64_t ldx, int64_t m, int6
 cudaError_t W4GatherColumns(const __half* x, int64_t ldx, int64_t m, int64_t k, const int32_t* perm,
                             __half* out, cudaStream_t stream);
 
+// Rows [row0, row0 + rows) of a repacked weight (n rows, k stored columns, scale words
+// [k / group_size, n] as W4RepackScales wrote them for T) dequantized into out [rows, k] (row
+// stride k, stored column order): w = (code - zero) * scale in fp32, rounded once to T. For
+// GEMMs of many rows (cuda::Gemm::LinearW4 beyond kW4GemmMaxRows), where re-streaming the codes
+// per launch would cost more than writing and reading T weights once. REQUIRES:
+// W4ShapeSupported(n, k, group_size), row0 and rows multiples of kW4TileRows, row0 + rows <= n,
+// out 8-byte aligned.
+cudaError_t W4Dequantize(const uint8_t* tiled, const uint32_t* sz, int64_t n, int64_t k,
+                         int64_t group_size, int64_t row0, int64_t rows, __nv_bfloat16* out,
+                         cudaStream_t stream);
+cudaError_t W4Dequantize(const uint8_t* tiled, const uint32_t* sz, int64_t n, int64_t k,
+                         int64_t group_size, int64_t row0, int64_t rows, __half* out,
+                         cudaStream_t stream);
+
 // out[m, n] = sum_c x[m, c] * (code[n, c] - zero[n, g(c)]) * scale[n, g(c)] (+ bias[n]), stored
 // columns c (apply W4GatherColumns first for act-order), fp32 accumulation, one rounding to the
 // output type (T, or fp32 with out_f32).

@@ -200,6 +200,9 @@ class CudaRunner final : public CudaRunnerBase {
   // from elsewhere is skipped with a warning: the runner then tunes as usual).
   Status ImportGemmTable(const std::string& path);
   Status AllocateWorkspace();
+  // Bytes of w4_scratch_.dequant: the largest W4 weight in T, at most
+  // cuda::Gemm::kW4DequantDefaultBytes.
+  int64_t W4DequantBytes() const;
   // Enqueues the forward pass of `num_tokens` tokens in `num_seqs` sequences (the first
   // num_decode of which have one token each) up to the fp32 logits of `num_rows` rows.
   Status EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32_t num_decode, int32_t max_q_len,
@@ -262,8 +265,10 @@ class CudaRunner final : public CudaRunnerBase {
   // layers in T): the norms and SiluMul may write those layers' e4m3 input (EnqueueForward).
   bool fp8_fused_inputs_ = false;
   cuda::Int8Scratch int8_scratch_;  // INT8: the same in int8, and the GEMM's int32 sums
-  T* w4_scratch_ = nullptr;         // W4A16 with act-order: x's columns gathered
-  int64_t w4_group_size_ = 0;       // W4A16: the checkpoint's group size (one for all layers)
+  // W4A16: x's columns gathered (act-order), and the weights dequantized slice by slice for
+  // steps of more rows than one W4Gemm launch takes (prompts, large decode batches).
+  cuda::W4Scratch w4_scratch_;
+  int64_t w4_group_size_ = 0;  // W4A16: the checkpoint's group size (one for all layers)
   bool w4_act_order_ = false;
   float* logits_ = nullptr;  // [logit_chunk_, vocab]
   int32_t logit_chunk_ = 0;  // logits rows computed per lm_head pass
@@ -839,6 +844,17 @@ Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
 }
 
 template <typename T>
+int64_t CudaRunner<T>::W4DequantBytes() const {
+  const ModelConfig& c = config_;
+  const int64_t h = c.hidden_size, inter = c.intermediate_size;
+  int64_t widest = std::max(
+      {(c.q_size() + 2 * c.kv_size()) * h, int64_t{c.q_size()} * h, 2 * inter * h, inter * h});
+  if (lm_head_.w4.tiled != nullptr) widest = std::max(widest, int64_t{c.vocab_size} * h);
+  return std::min(static_cast<int64_t>(cuda::Gemm::kW4DequantDefaultBytes),
+                  widest * static_cast<int64_t>(sizeof(T)));
+}
+
+template <typename T>
 Status CudaRunner<T>::AllocateWorkspace() {
   const ModelConfig& c = config_;
   const int64_t t = options_.max_num_tokens, h = c.hidden_size;
@@ -869,7 +885,12 @@ Status CudaRunner<T>::AllocateWorkspace() {
           a.Take<int32_t>(t * std::max({qkv_rows, h, int64_t{2} * c.intermediate_size}));
     }
     if (options_.quantization == QuantMethod::kW4A16 && w4_act_order_) {
-      w4_scratch_ = a.Take<T>(t * widest_in);
+      w4_scratch_.gathered = a.Take<T>(t * widest_in);
+    }
+    if (options_.quantization == QuantMethod::kW4A16 &&
+        std::max<int64_t>(t, logit_chunk_) > gemm_->w4_gemm_max_rows()) {
+      w4_scratch_.dequant_bytes = W4DequantBytes();
+      w4_scratch_.dequant = a.Take<T>(static_cast<int64_t>(w4_scratch_.dequant_bytes / sizeof(T)));
     }
     logits_ = a.Take<float>(int64_t{logit_chunk_} * c.vocab_size);
     attn_workspace_ = a.Take<uint8_t>(static_cast<int64_t>(attn_workspace_bytes_));
@@ -1238,7 +1259,7 @@ Status CudaRunner<T>::EnqueueLogits(int32_t num_rows, int32_t row_offset) {
   const cuda::L2Prefetch next = PrefetchOf(layers_[0].qkv, c.q_size() + 2 * c.kv_size(), h);
   if (lm_head_.w4.tiled != nullptr) {
     return gemm_->LinearW4(rows_, h, num_rows, lm_head_.w4, c.vocab_size, h, nullptr, logits_,
-                           c.vocab_size, true, nullptr, stream_, next);
+                           c.vocab_size, true, w4_scratch_, stream_, next);
   }
   return gemm_->Linear(rows_, h, num_rows, lm_head_.w, c.vocab_size, h, nullptr, logits_,
                        c.vocab_size, true, stream_, next);
@@ -1350,8 +1371,8 @@ Status CudaRunner<T>::TuneDecodeGemms(int32_t batch) {
   using Shape = cuda::GemmShape;
   using Weights = std::span<const T* const>;
   constexpr DType kType = DTypeOf<T>();
-  // INT8 and W4A16 linear layers run the heuristic's pick resp. kernels::W4Gemm: only lm_head
-  // (bf16 / fp16) is tuned, as below.
+  // INT8 and W4A16 linear layers run the heuristic's pick resp. kernels::W4Gemm (beyond 64
+  // rows the heuristic's pick on dequantized slices): only lm_head (bf16 / fp16) is tuned.
   if (options_.quantization != QuantMethod::kNone) {
     if (options_.quantization == QuantMethod::kFp8 && batch > gemm_->fp8_gemv_max_rows()) {
       // The FP8 shapes LinearFp8 runs: x quantized into a contiguous [batch, k] scratch, no bias

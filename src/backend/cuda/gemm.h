@@ -87,6 +87,15 @@ struct W4Weight {
   int64_t group_size = 0;
 };
 
+// What Gemm::LinearW4 may work in (each optional): `gathered`, room for m * k elements of x's
+// type (act-order: x's columns gathered in stored order); `dequant`, dequant_bytes of room for
+// T weights (the many-row path: at least kernels::kW4TileRows rows of k; 16-byte aligned).
+struct W4Scratch {
+  void* gathered = nullptr;
+  void* dequant = nullptr;
+  size_t dequant_bytes = 0;
+};
+
 // An INT8 weight (model/quantization.h): int8 codes [n, k] with a per-output-channel scale [n].
 struct Int8Weight {
   const int8_t* w = nullptr;
@@ -106,6 +115,10 @@ class Gemm {
   static constexpr int32_t kGemvDefaultRows = 2;
   static constexpr int32_t kFp8GemvDefaultRows = 3;
   static constexpr int32_t kInt8GemvDefaultRows = 3;
+  static constexpr int32_t kW4GemmDefaultRows = 64;  // kernels::kW4GemmMaxRows (gemm_w4.cc)
+  // The dequantization scratch the CUDA runner gives LinearW4 (at most; less for a smaller
+  // model): 8,192 rows of a k = 4,096 weight in bf16, so each slice's GEMM stays large.
+  static constexpr size_t kW4DequantDefaultBytes = size_t{64} << 20;
 
   // workspace_bytes: cuBLASLt scratch (32 MiB is plenty on Hopper).
   static Result<std::unique_ptr<Gemm>> Create(size_t workspace_bytes = 32 << 20);
@@ -152,18 +165,20 @@ class Gemm {
                             int64_t n, int64_t k, const __half* bias, __half* out, int64_t ldo,
                             cudaStream_t stream);
 
-  // W4A16 linear layer (model/quantization.h, kernels/w4a16.h): out = x . w^T (+ bias) with w
-  // dequantized in registers (kernels::W4Gemm, tensor cores, fp32 accumulation), up to
-  // kernels::kW4GemmMaxRows rows per launch (more rows: one launch per 64 rows, each streaming
-  // the weights again). With act-order (w.perm) x's columns are first gathered into `scratch`
-  // (room for m * k elements of x's type; unused, may be null, without perm). out: x's type or
-  // fp32. Unsupported: shapes outside kernels::W4ShapeSupported.
+  // W4A16 linear layer (model/quantization.h, kernels/w4a16.h): out = x . w^T (+ bias).
+  // Up to w4_gemm_max_rows() rows: w dequantized in registers (kernels::W4Gemm, tensor cores,
+  // fp32 accumulation, exact products), one launch per kernels::kW4GemmMaxRows rows. More rows
+  // with a scratch.dequant: w dequantized to x's type (one rounding per weight) slice by slice
+  // into it (kernels::W4Dequantize), each slice a cuBLASLt GEMM as Linear's; without one, the
+  // W4Gemm launches go on (each streams the weights again). With act-order (w.perm) x's
+  // columns are first gathered into scratch.gathered (required then). out: x's type or fp32.
+  // Unsupported: shapes outside kernels::W4ShapeSupported.
   Status LinearW4(const __nv_bfloat16* x, int64_t ldx, int64_t m, const W4Weight& w, int64_t n,
                   int64_t k, const __nv_bfloat16* bias, void* out, int64_t ldo, bool out_f32,
-                  void* scratch, cudaStream_t stream, L2Prefetch prefetch = {});
+                  const W4Scratch& scratch, cudaStream_t stream, L2Prefetch prefetch = {});
   Status LinearW4(const __half* x, int64_t ldx, int64_t m, const W4Weight& w, int64_t n, int64_t k,
-                  const __half* bias, void* out, int64_t ldo, bool out_f32, void* scratch,
-                  cudaStream_t stream, L2Prefetch prefetch = {});
+                  const __half* bias, void* out, int64_t ldo, bool out_f32,
+                  const W4Scratch& scratch, cudaStream_t stream, L2Prefetch prefetch = {});
 
   // INT8 W8A8 linear layer (model/quantization.h): up to int8_gemv_max_rows() rows, weight-only
   // kernels::GemvInt8 on x as it is (W8A16); more rows: x quantized per token into `scratch`
@@ -209,6 +224,10 @@ class Gemm {
   // The same for LinearInt8 (kernels::GemvInt8). Default kInt8GemvDefaultRows.
   void set_int8_gemv_max_rows(int32_t rows) { int8_gemv_max_rows_ = rows; }
   int32_t int8_gemv_max_rows() const { return int8_gemv_max_rows_; }
+  // The most rows LinearW4 runs on kernels::W4Gemm when given a dequantization scratch.
+  // Default kernels::kW4GemmMaxRows (one launch; beyond it the weights would stream again).
+  void set_w4_gemm_max_rows(int32_t rows) { w4_gemm_max_rows_ = rows; }
+  int32_t w4_gemm_max_rows() const { return w4_gemm_max_rows_; }
 
  private:
   struct Plan;
@@ -229,7 +248,7 @@ class Gemm {
                               cudaStream_t stream);
   template <typename T>
   Status LinearW4Of(const T* x, int64_t ldx, int64_t m, const W4Weight& w, int64_t n, int64_t k,
-                    const T* bias, void* out, int64_t ldo, bool out_f32, void* scratch,
+                    const T* bias, void* out, int64_t ldo, bool out_f32, const W4Scratch& scratch,
                     cudaStream_t stream, L2Prefetch prefetch);
   template <typename T>
   Status LinearInt8Of(const T* x, int64_t ldx, int64_t m, Int8Weight w, int64_t n, int64_t k,
@@ -242,6 +261,7 @@ class Gemm {
   int32_t gemv_max_rows_ = kGemvDefaultRows;
   int32_t fp8_gemv_max_rows_ = kFp8GemvDefaultRows;
   int32_t int8_gemv_max_rows_ = kInt8GemvDefaultRows;
+  int32_t w4_gemm_max_rows_ = kW4GemmDefaultRows;
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
   std::map<GemmShape, std::unique_ptr<Plan>> plans_;

@@ -104,6 +104,11 @@ struct W4Case {
   // does not make for this m; 1 with m <= 8: 8-warp blocks), after
   // kernels::W4GatherColumns where act_order.
   int32_t row_tiles = 0;
+  // Non-zero: a dequantization scratch of this many rows of k (LinearW4's many-row path: the
+  // weight dequantized to T in slices of at most this many rows, then cuBLASLt).
+  int64_t dequant_rows = 0;
+  // >= 0: Gemm::set_w4_gemm_max_rows (how many rows still run on W4Gemm given the scratch).
+  int32_t max_gemm_rows = -1;
 };
 
 // Tolerance: the codes minus zeros and x are exact operands of the bf16 / fp16 tensor-core
@@ -113,11 +118,20 @@ struct W4Case {
 // an ulp of |ref|) and the bias adds one fp32 rounding. The RMS bound (2^-8 relative for a
 // 16-bit output, 1e-5 for fp32) is far tighter than any element bound summed, and far looser
 // than the rounding's expected 2^-10 resp. 1e-7.
+//
+// The dequantized path (m > w4_gemm_max_rows with a dequant scratch) rounds each weight to T
+// first: every product is then off by up to half an ulp of T relative (2^kHalfUlpLog2 sum|x w|
+// in all); cuBLASLt's BIAS epilogue may round a 16-bit output twice (gemm.h), so the output
+// allowance is half an ulp of both |sum - bias| and |sum|. Its RMS bound is 2^-7 (the weight
+// roundings alone give ~2^-9.5 relative for bf16).
 template <typename T>
 void RunW4(Gemm& gemm, const W4Case& c, uint32_t seed) {
   SCOPED_TRACE(testing::Message() << DTypeName(Format<T>::kDType) << " m=" << c.m << " n=" << c.n
-                                  << " k=" << c.k << " g=" << c.group_size << " perm="
-                                  << c.act_order << " bias=" << c.bias << " f32=" << c.out_f32);
+                                  << " k=" << c.k << " g=" << c.group_size
+                                  << " perm=" << c.act_order << " bias=" << c.bias
+                                  << " f32=" << c.out_f32 << " dequant_rows=" << c.dequant_rows);
+  gemm.set_w4_gemm_max_rows(c.max_gemm_rows >= 0 ? c.max_gemm_rows : Gemm::kW4GemmDefaultRows);
+  const bool dequantized = c.dequant_rows > 0 && c.m > gemm.w4_gemm_max_rows();
   std::mt19937 rng(seed);
   const int64_t groups = c.k / c.group_size, ldx = c.k + c.ldx_pad, ldo = c.n + c.ldo_pad;
   std::uniform_int_distribution<int> code_dist(-8, 7);
@@ -142,6 +156,9 @@ void RunW4(Gemm& gemm, const W4Case& c, uint32_t seed) {
   Dev<uint16_t> d_scales(scales.size()), d_x(x.size()), d_bias(bias.size()), d_scratch(c.m * c.k);
   Dev<int8_t> d_zeros(zeros.size());
   Dev<uint32_t> d_sz(scales.size());
+  Dev<uint16_t> d_dequant(std::max<int64_t>(c.dequant_rows * c.k, 1));
+  // NaN: a slice's GEMM reading a weight the dequantization did not write would show.
+  d_dequant.Upload(std::vector<uint16_t>(std::max<int64_t>(c.dequant_rows * c.k, 1), 0xffff));
   Dev<int32_t> d_perm(perm.size());
   const size_t out_bytes = c.m * ldo * (c.out_f32 ? 4 : 2);
   Dev<uint8_t> d_out(out_bytes);
@@ -162,9 +179,15 @@ void RunW4(Gemm& gemm, const W4Case& c, uint32_t seed) {
   w.perm = c.act_order ? d_perm.ptr : nullptr;
   w.group_size = c.group_size;
   if (c.row_tiles == 0) {
+    W4Scratch scratch;
+    scratch.gathered = d_scratch.ptr;
+    if (c.dequant_rows > 0) {
+      scratch.dequant = d_dequant.ptr;
+      scratch.dequant_bytes = c.dequant_rows * c.k * sizeof(T);
+    }
     const Status st =
         gemm.LinearW4(As<T>(d_x.ptr), ldx, c.m, w, c.n, c.k, c.bias ? As<T>(d_bias.ptr) : nullptr,
-                      d_out.ptr, ldo, c.out_f32, d_scratch.ptr, nullptr);
+                      d_out.ptr, ldo, c.out_f32, scratch, nullptr);
     ASSERT_TRUE(st.ok()) << st.ToString();
   } else {
     kernels::W4GemmArgsT<T> a;
@@ -209,13 +232,20 @@ void RunW4(Gemm& gemm, const W4Case& c, uint32_t seed) {
         mag += std::fabs(p);
       }
       double b = c.bias ? Format<T>::ToF32(bias[o]) : 0.0;
+      const double product = sum;
       sum += b;
       ref[r * c.n + o] = sum;
       tol[r * c.n + o] = 4.0 * c.k * std::ldexp(mag, -24) + std::ldexp(std::fabs(b), -23) +
                          (c.out_f32 ? 0.0 : std::ldexp(std::fabs(sum), kHalfUlpLog2<T>)) + 1e-6;
+      if (dequantized) {
+        tol[r * c.n + o] += std::ldexp(mag, kHalfUlpLog2<T>) +
+                            (c.out_f32 ? 0.0 : std::ldexp(std::fabs(product), kHalfUlpLog2<T>));
+      }
     }
   }
-  Compare<T>(out, c.out_f32, c.m, c.n, ldo, ref, tol, c.out_f32 ? 1e-5 : std::ldexp(1.0, -8));
+  const double rms_bound =
+      dequantized ? std::ldexp(1.0, -7) : (c.out_f32 ? 1e-5 : std::ldexp(1.0, -8));
+  Compare<T>(out, c.out_f32, c.m, c.n, ldo, ref, tol, rms_bound);
 }
 
 KILN_ELEMENT_TYPED_TEST_SUITE(GemmW4Gpu);
@@ -253,6 +283,15 @@ TYPED_TEST(GemmW4Gpu, EveryDispatchAgainstTheDefinition) {
       {5, 80, 1152, 128, true, true, false, false, 0, 0, 1},
       {8, 48, 576, 64, false, false, true, true, 4, 2, 1},
       {12, 64, 576, 32, true, true, false, false, 0, 0, 1},
+      // The dequantized path: slices of whole row tiles (one, several, a short last one, a
+      // scratch larger than the weight), act-order, bias, padded strides, fp32 output, every
+      // group kind; and below the row threshold when it is lowered (m = 1: Gemv on the slice).
+      {130, 64, 640, 128, true, true, false, false, 0, 0, 0, 64},
+      {65, 208, 1152, 128, false, true, false, false, 8, 5, 0, 48},
+      {300, 96, 576, 32, true, false, true, false, 0, 0, 0, 32},
+      {200, 80, 640, 16, false, true, false, true, 0, 0, 0, 1000},
+      {7, 48, 576, 64, true, true, false, false, 0, 0, 0, 16, 0},
+      {1, 48, 576, 576, false, true, true, false, 0, 0, 0, 16, 0},
   };
   uint32_t seed = 11;
   for (const W4Case& c : cases) RunW4<TypeParam>(*gemm, c, seed++);
@@ -266,16 +305,16 @@ TEST(GemmW4Gpu, RejectsUnsupportedShapes) {
   w.group_size = 128;
   // n not a multiple of 16; k not of 64; a group size of 48.
   EXPECT_EQ(gemm->LinearW4(static_cast<const __nv_bfloat16*>(nullptr), 256, 1, w, 200, 256, nullptr,
-                           nullptr, 200, false, nullptr, nullptr)
+                           nullptr, 200, false, W4Scratch{}, nullptr)
                 .code(),
             StatusCode::kUnsupported);
   EXPECT_EQ(gemm->LinearW4(static_cast<const __nv_bfloat16*>(nullptr), 160, 1, w, 64, 160, nullptr,
-                           nullptr, 64, false, nullptr, nullptr)
+                           nullptr, 64, false, W4Scratch{}, nullptr)
                 .code(),
             StatusCode::kUnsupported);
   w.group_size = 48;
   EXPECT_EQ(gemm->LinearW4(static_cast<const __nv_bfloat16*>(nullptr), 192, 1, w, 64, 192, nullptr,
-                           nullptr, 64, false, nullptr, nullptr)
+                           nullptr, 64, false, W4Scratch{}, nullptr)
                 .code(),
             StatusCode::kUnsupported);
 }

@@ -1,4 +1,5 @@
-// Gemm::LinearW4 (gemm.h): the W4A16 linear layers on kernels::W4Gemm.
+// Gemm::LinearW4 (gemm.h): the W4A16 linear layers on kernels::W4Gemm, or for many rows on
+// weights dequantized slice by slice (kernels::W4Dequantize) and cuBLASLt.
 #include <algorithm>
 #include <string>
 
@@ -10,20 +11,21 @@ namespace kiln::cuda {
 
 Status Gemm::LinearW4(const __nv_bfloat16* x, int64_t ldx, int64_t m, const W4Weight& w, int64_t n,
                       int64_t k, const __nv_bfloat16* bias, void* out, int64_t ldo, bool out_f32,
-                      void* scratch, cudaStream_t stream, L2Prefetch prefetch) {
+                      const W4Scratch& scratch, cudaStream_t stream, L2Prefetch prefetch) {
   return LinearW4Of(x, ldx, m, w, n, k, bias, out, ldo, out_f32, scratch, stream, prefetch);
 }
 
 Status Gemm::LinearW4(const __half* x, int64_t ldx, int64_t m, const W4Weight& w, int64_t n,
                       int64_t k, const __half* bias, void* out, int64_t ldo, bool out_f32,
-                      void* scratch, cudaStream_t stream, L2Prefetch prefetch) {
+                      const W4Scratch& scratch, cudaStream_t stream, L2Prefetch prefetch) {
   return LinearW4Of(x, ldx, m, w, n, k, bias, out, ldo, out_f32, scratch, stream, prefetch);
 }
 
 template <typename T>
 Status Gemm::LinearW4Of(const T* x, int64_t ldx, int64_t m, const W4Weight& w, int64_t n, int64_t k,
-                        const T* bias, void* out, int64_t ldo, bool out_f32, void* scratch,
-                        cudaStream_t stream, L2Prefetch prefetch) {
+                        const T* bias, void* out, int64_t ldo, bool out_f32,
+                        const W4Scratch& scratch, cudaStream_t stream, L2Prefetch prefetch) {
+  static_assert(kW4GemmDefaultRows == kernels::kW4GemmMaxRows);
   if (m == 0) return Status::Ok();
   if (!kernels::W4ShapeSupported(n, k, w.group_size)) {
     return Unsupported(
@@ -33,11 +35,36 @@ Status Gemm::LinearW4Of(const T* x, int64_t ldx, int64_t m, const W4Weight& w, i
         " group_size=" + std::to_string(w.group_size));
   }
   if (w.perm != nullptr) {
-    if (scratch == nullptr) return InvalidArgument("Gemm::LinearW4: act-order needs a scratch");
+    if (scratch.gathered == nullptr) {
+      return InvalidArgument("Gemm::LinearW4: act-order needs a scratch");
+    }
     KILN_CUDA_RETURN_IF_ERROR(
-        kernels::W4GatherColumns(x, ldx, m, k, w.perm, static_cast<T*>(scratch), stream));
-    x = static_cast<const T*>(scratch);
+        kernels::W4GatherColumns(x, ldx, m, k, w.perm, static_cast<T*>(scratch.gathered), stream));
+    x = static_cast<const T*>(scratch.gathered);
     ldx = k;
+  }
+  const size_t out_elem = out_f32 ? 4 : sizeof(T);
+  if (m > w4_gemm_max_rows_ && scratch.dequant != nullptr) {
+    // Slices of whole row tiles that fit the scratch; x and the dequantized rows are both in
+    // stored column order, so act-order needs nothing more.
+    const int64_t fit = static_cast<int64_t>(scratch.dequant_bytes / (k * sizeof(T)));
+    const int64_t slice = std::min(n, fit / kernels::kW4TileRows * kernels::kW4TileRows);
+    if (slice == 0) {
+      return InvalidArgument("Gemm::LinearW4: the dequantization scratch (" +
+                             std::to_string(scratch.dequant_bytes) + " bytes) holds fewer than " +
+                             std::to_string(kernels::kW4TileRows) +
+                             " rows of k=" + std::to_string(k));
+    }
+    T* wt = static_cast<T*>(scratch.dequant);
+    for (int64_t row0 = 0; row0 < n; row0 += slice) {
+      const int64_t rows = std::min(slice, n - row0);
+      KILN_CUDA_RETURN_IF_ERROR(
+          kernels::W4Dequantize(w.tiled, w.sz, n, k, w.group_size, row0, rows, wt, stream));
+      KILN_RETURN_IF_ERROR(LinearOf(x, ldx, m, wt, rows, k, bias != nullptr ? bias + row0 : nullptr,
+                                    static_cast<char*>(out) + row0 * out_elem, ldo, out_f32, stream,
+                                    L2Prefetch{}));
+    }
+    return Status::Ok();
   }
   kernels::W4GemmArgsT<T> a;
   a.w = w.tiled;
@@ -52,7 +79,6 @@ Status Gemm::LinearW4Of(const T* x, int64_t ldx, int64_t m, const W4Weight& w, i
   // The hint goes with the first launch only (the others re-read this layer's weights).
   a.prefetch = prefetch.p;
   a.prefetch_bytes = prefetch.bytes / 16 * 16;
-  const size_t out_elem = out_f32 ? 4 : sizeof(T);
   for (int64_t row = 0; row < m; row += kernels::kW4GemmMaxRows) {
     a.x = x + row * ldx;
     a.m = static_cast<int32_t>(std::min<int64_t>(kernels::kW4GemmMaxRows, m - row));
