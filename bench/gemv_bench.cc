@@ -24,7 +24,8 @@
 //     same run (the best of Gemv and tuned cuBLASLt), each next to its roofline: the bytes it
 //     must move (weights, scales, x, out) over the copy bandwidth.
 //
-//   build/bench/gemv_bench [--json F] [--prefill | --fp8 | --w4 --int8]
+//   build/bench/gemv_bench [--json F] [--prefill | --fp8 | --w4 [--w4-slice-mib 8,16,...] --int8]
+//   (--w4-slice-mib: the many-row W4A16 path also with dequantization slices of these sizes)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -244,7 +245,9 @@ void FillBytes(DeviceBuffer& b, uint32_t seed) {
 }
 
 // W4A16 and INT8 layers against bf16 ones at decode batches, weights streamed from HBM.
-int RunLowbit(const std::string& json_path, bool w4, bool int8) {
+// slice_mib: more dequantization scratch sizes (MiB, at most the default's) to time the W4A16
+// many-row path with, next to the default.
+int RunLowbit(const std::string& json_path, bool w4, bool int8, const std::vector<int>& slice_mib) {
   const double copy_bw = bench::DeviceCopyBandwidth();
   std::printf("copy bandwidth %.0f GB/s\n", copy_bw / 1e9);
   Json out;
@@ -403,6 +406,25 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8) {
                                                                                  : "16 warps");
         row["w4_other_us"] = t4_alt * 1e6;
         row["w4_speedup_over_bf16"] = t16 / t4;
+        for (int mib : many ? slice_mib : std::vector<int>{}) {
+          cuda::W4Scratch sized = w4_scratch;
+          sized.dequant_bytes = std::min(w4_scratch.dequant_bytes, size_t(mib) << 20);
+          const double t =
+              per_call(bench::MedianEventSeconds(
+                           1, 5,
+                           [&] {
+                             for (const cuda::W4Weight& w : weights4) {
+                               BENCH_CHECK((*q_gemm)
+                                               ->LinearW4(xp, l.k, m, w, l.n, l.k, nullptr,
+                                                          result.data(), l.n, false, sized, nullptr)
+                                               .ok());
+                             }
+                           }),
+                       weights4.size());
+          row["w4_us_by_slice_mib"][std::to_string(mib)] = t * 1e6;
+          std::printf("  %s m=%ld: W4A16 with %d MiB slices %.1f us\n", l.name,
+                      static_cast<long>(m), mib, t * 1e6);
+        }
         if (m == 1) per_layer[l.n * 100000 + l.k] = {t16, t4};
       }
       if (int8) {
@@ -470,6 +492,7 @@ int main(int argc, char** argv) {
   using namespace kiln;
   std::string json_path;
   bool prefill = false, fp8 = false, w4 = false, int8 = false;
+  std::vector<int> slice_mib;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) {
@@ -482,8 +505,16 @@ int main(int argc, char** argv) {
       w4 = true;
     } else if (a == "--int8") {
       int8 = true;
+    } else if (a == "--w4-slice-mib" && i + 1 < argc) {
+      for (std::string list = argv[++i]; !list.empty();) {
+        const size_t comma = list.find(',');
+        slice_mib.push_back(std::stoi(list.substr(0, comma)));
+        list = comma == std::string::npos ? "" : list.substr(comma + 1);
+      }
     } else {
-      std::fprintf(stderr, "usage: gemv_bench [--json F] [--prefill | --fp8 | --w4 --int8]\n");
+      std::fprintf(stderr,
+                   "usage: gemv_bench [--json F] [--prefill | --fp8 | --w4 [--w4-slice-mib "
+                   "8,16,...] --int8]\n");
       return 2;
     }
   }
@@ -494,7 +525,7 @@ int main(int argc, char** argv) {
   }
   if (prefill) return RunPrefill(json_path);
   if (fp8) return RunFp8(json_path);
-  if (w4 || int8) return RunLowbit(json_path, w4, int8);
+  if (w4 || int8) return RunLowbit(json_path, w4, int8, slice_mib);
   const double copy_bw = bench::DeviceCopyBandwidth();
   std::printf("copy bandwidth %.0f GB/s\n", copy_bw / 1e9);
   Json out;
