@@ -348,18 +348,22 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8, const std::vecto
                   {"bf16_fraction_of_copy", (bytes16 + act) / t16 / copy_bw}};
       double t4 = 0, gemv8 = 0, gemm8 = 0;
       if (w4) {
-        t4 = per_call(
-            bench::MedianEventSeconds(1, 5,
-                                      [&] {
-                                        for (const cuda::W4Weight& w : weights4) {
-                                          BENCH_CHECK((*q_gemm)
-                                                          ->LinearW4(xp, l.k, m, w, l.n, l.k,
-                                                                     nullptr, result.data(), l.n,
-                                                                     false, w4_scratch, nullptr)
-                                                          .ok());
-                                        }
-                                      }),
-            weights4.size());
+        // Gemm::LinearW4 over every weight copy with this scratch, seconds per call.
+        auto time_w4 = [&](const cuda::W4Scratch& w4s) {
+          return per_call(
+              bench::MedianEventSeconds(1, 5,
+                                        [&] {
+                                          for (const cuda::W4Weight& w : weights4) {
+                                            BENCH_CHECK((*q_gemm)
+                                                            ->LinearW4(xp, l.k, m, w, l.n, l.k,
+                                                                       nullptr, result.data(), l.n,
+                                                                       false, w4s, nullptr)
+                                                            .ok());
+                                          }
+                                        }),
+              weights4.size());
+        };
+        t4 = time_w4(w4_scratch);
         const double moved4 = bytes4 + l.n * groups * 4.0 + act;
         // The other row-tile choice of kernels::W4Gemm (LinearW4 takes the default for m).
         kernels::W4GemmArgsT<bf16> alt;
@@ -377,24 +381,18 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8, const std::vecto
         alt.warps =
             m > 8 ? 0 : (l.n / kernels::kW4TileRows <= kernels::kW4WideMaxRowTiles ? 8 : 16);
         const bool many = m > kernels::kW4GemmMaxRows;  // LinearW4 dequantizes: alt = W4Gemm
-        const double t4_alt = per_call(
-            bench::MedianEventSeconds(
-                1, 5,
-                [&] {
-                  for (const cuda::W4Weight& w : weights4) {
-                    if (many) {
-                      BENCH_CHECK((*q_gemm)
-                                      ->LinearW4(xp, l.k, m, w, l.n, l.k, nullptr, result.data(),
-                                                 l.n, false, cuda::W4Scratch{}, nullptr)
-                                      .ok());
-                      continue;
-                    }
-                    alt.w = w.tiled;
-                    alt.sz = w.sz;
-                    BENCH_CHECK(kernels::W4Gemm(alt, nullptr) == cudaSuccess);
-                  }
-                }),
-            weights4.size());
+        const double t4_alt =
+            many ? time_w4(cuda::W4Scratch{})
+                 : per_call(bench::MedianEventSeconds(
+                                1, 5,
+                                [&] {
+                                  for (const cuda::W4Weight& w : weights4) {
+                                    alt.w = w.tiled;
+                                    alt.sz = w.sz;
+                                    BENCH_CHECK(kernels::W4Gemm(alt, nullptr) == cudaSuccess);
+                                  }
+                                }),
+                            weights4.size());
         row["w4_us"] = t4 * 1e6;
         row["w4_fraction_of_copy"] = moved4 / t4 / copy_bw;
         row["w4_tflops"] = 2.0 * m * l.n * l.k / t4 / 1e12;
@@ -409,18 +407,7 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8, const std::vecto
         for (int mib : many ? slice_mib : std::vector<int>{}) {
           cuda::W4Scratch sized = w4_scratch;
           sized.dequant_bytes = std::min(w4_scratch.dequant_bytes, size_t(mib) << 20);
-          const double t =
-              per_call(bench::MedianEventSeconds(
-                           1, 5,
-                           [&] {
-                             for (const cuda::W4Weight& w : weights4) {
-                               BENCH_CHECK((*q_gemm)
-                                               ->LinearW4(xp, l.k, m, w, l.n, l.k, nullptr,
-                                                          result.data(), l.n, false, sized, nullptr)
-                                               .ok());
-                             }
-                           }),
-                       weights4.size());
+          const double t = time_w4(sized);
           row["w4_us_by_slice_mib"][std::to_string(mib)] = t * 1e6;
           std::printf("  %s m=%ld: W4A16 with %d MiB slices %.1f us\n", l.name,
                       static_cast<long>(m), mib, t * 1e6);

@@ -63,11 +63,14 @@ __global__ void RepackCodesKernel(const uint8_t* __restrict__ codes, int64_t n, 
   tiled[id] = make_uint4(words[0], words[1], words[2], words[3]);
 }
 
+// The bits of value 2^e (fp16: 1024 = 0x6400, bf16: 128 = 0x4300) whose last mantissa bits are a
+// nibble: OR-ing a nibble u in gives 2^e + u exactly (mantissa step 1).
+__host__ __device__ constexpr uint32_t MagicBits(bool bf16) { return bf16 ? 0x4300u : 0x6400u; }
+
 // The high half of a scale word: the activation type's bits of 2^e + 8 + zero (exact), what the
 // kernel subtracts from 2^e + (code + 8) to get code - zero.
 __host__ __device__ inline uint32_t SubBits(bool bf16, int zero) {
-  // fp16: 1024 + 8 + z = 0x6400 + 8 + z (mantissa step 1); bf16: 128 + 8 + z = 0x4300 + 8 + z.
-  return static_cast<uint32_t>((bf16 ? 0x4300 : 0x6400) + 8 + zero);
+  return static_cast<uint32_t>(static_cast<int>(MagicBits(bf16)) + 8 + zero);
 }
 
 __global__ void RepackScalesKernel(const uint16_t* __restrict__ scales,
@@ -95,8 +98,7 @@ __global__ void DequantizeKernel(const uint4* __restrict__ tiled, const uint32_t
   const int g = lane / 4, t = lane % 4;
   const uint4 v = tiled[(rb * chunks + c) * 32 + lane];
   const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-  // 2^e + 8 + zero in the scale word's high half: e = 7 (bf16) or 10 (fp16).
-  constexpr int kBase = std::is_same_v<T, __nv_bfloat16> ? 0x4300 : 0x6400;
+  constexpr int kMagic = static_cast<int>(MagicBits(std::is_same_v<T, __nv_bfloat16>));
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t row = rb * kW4TileRows + g + 8 * r;
@@ -106,7 +108,7 @@ __global__ void DequantizeKernel(const uint4* __restrict__ tiled, const uint32_t
       // The 4 columns share a group (groups are multiples of 16 columns).
       const uint32_t word = sz[(c * kW4TileCols + 16 * j) / group_size * n + row];
       const float scale = __half2float(__ushort_as_half(static_cast<uint16_t>(word & 0xffffu)));
-      const int offset = static_cast<int>(word >> 16) - kBase;  // 8 + zero
+      const int offset = static_cast<int>(word >> 16) - kMagic;  // SubBits: 8 + zero
       float w[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -130,10 +132,9 @@ __global__ void GatherKernel(const T* __restrict__ x, int64_t ldx, int64_t k,
   out[blockIdx.y * k + j] = x[blockIdx.y * ldx + perm[j]];
 }
 
-// The bits of value 2^e (fp16: 1024, bf16: 128) whose last mantissa bits are a nibble: OR-ing a
-// nibble u in gives 2^e + u exactly.
+// MagicBits in both halves.
 template <typename T>
-constexpr uint32_t kMagicPair = std::is_same_v<T, __half> ? 0x64006400u : 0x43004300u;
+constexpr uint32_t kMagicPair = MagicBits(!std::is_same_v<T, __half>) * 0x10001u;
 
 template <typename T>
 __device__ __forceinline__ uint32_t SubPair(uint32_t a, uint32_t b) {
