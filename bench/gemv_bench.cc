@@ -16,16 +16,19 @@
 //     and the speed-up over bf16 (the best of Gemv / tuned cuBLASLt).
 //
 //   - with --w4 and / or --int8, the decode batches m = 1 .. 64 of the W4A16 layers
-//     (Gemm::LinearW4: kernels::W4Gemm on repacked 4-bit weights, group size 128; beyond 64
-//     rows, m = 128 .. 2,048, its dequantize-to-bf16 + cuBLASLt path against the W4Gemm
-//     launches of 64 rows each, "w4 alt") and of the
+//     (Gemm::LinearW4: kernels::W4Gemm on repacked 4-bit weights, group size 128, against its
+//     other kernel choice for m, "w4 alt": up to 8 rows the other warp count, from 9 rows the
+//     k-split warps instead of the block tiles; beyond 64 rows, m = 128 .. 2,048, its
+//     dequantize-to-bf16 + cuBLASLt path against the W4Gemm launches of 64 rows each) and of the
 //     INT8 ones (Gemm::LinearInt8: the W8A16 GEMV up to 8 rows, and per-token quantization +
 //     int8 cuBLASLt GEMM (tuned) + scale epilogue at every m) against the bf16 layers of the
 //     same run (the best of Gemv and tuned cuBLASLt), each next to its roofline: the bytes it
 //     must move (weights, scales, x, out) over the copy bandwidth.
 //
-//   build/bench/gemv_bench [--json F] [--prefill | --fp8 | --w4 [--w4-slice-mib 8,16,...] --int8]
-//   (--w4-slice-mib: the many-row W4A16 path also with dequantization slices of these sizes)
+//   build/bench/gemv_bench [--json F] [--prefill | --fp8 | --w4 [--w4-slice-mib 8,16,...]
+//                          [--w4-splits 1,2,...] --int8]
+//   (--w4-slice-mib: the many-row W4A16 path also with dequantization slices of these sizes;
+//   --w4-splits: the block tiles, 9 .. 64 rows, also with these k splits; --rows: only these m)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -247,7 +250,9 @@ void FillBytes(DeviceBuffer& b, uint32_t seed) {
 // W4A16 and INT8 layers against bf16 ones at decode batches, weights streamed from HBM.
 // slice_mib: more dequantization scratch sizes (MiB, at most the default's) to time the W4A16
 // many-row path with, next to the default.
-int RunLowbit(const std::string& json_path, bool w4, bool int8, const std::vector<int>& slice_mib) {
+int RunLowbit(const std::string& json_path, bool w4, bool int8, const std::vector<int>& slice_mib,
+              const std::vector<int>& w4_splits, std::vector<int> rows) {
+  if (rows.empty()) rows = {1, 2, 4, 8, 9, 16, 24, 32, 48, 64, 128, 256, 2048};
   const double copy_bw = bench::DeviceCopyBandwidth();
   std::printf("copy bandwidth %.0f GB/s\n", copy_bw / 1e9);
   Json out;
@@ -257,6 +262,12 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8, const std::vecto
                           {"gate_up", 28672, 4096, false},
                           {"down", 4096, 14336, false}};
   constexpr int64_t kMaxRows = 2048, kGroup = 128;
+  for (const int m : rows) {
+    if (m < 1 || m > kMaxRows) {
+      std::fprintf(stderr, "gemv_bench: --rows takes 1 .. %ld, got %d\n", long{kMaxRows}, m);
+      return 2;
+    }
+  }
   DeviceBuffer x = DeviceBuffer::Allocate(kMaxRows * 14336 * 2).value();
   DeviceBuffer result = DeviceBuffer::Allocate(kMaxRows * 28672 * 4).value();
   DeviceBuffer xq = DeviceBuffer::Allocate(kMaxRows * 14336).value();
@@ -271,9 +282,20 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8, const std::vecto
   // The runner's dequantization scratch (W4A16 beyond 64 rows); the "w4 alt" of those rows
   // runs without it (one W4Gemm launch per 64 rows).
   DeviceBuffer dequant = DeviceBuffer::Allocate(cuda::Gemm::kW4DequantDefaultBytes).value();
+  DeviceBuffer partials = DeviceBuffer::Allocate(cuda::Gemm::kW4SplitDefaultBytes).value();
+  DeviceBuffer counters =
+      DeviceBuffer::Allocate(cuda::Gemm::kW4SplitDefaultCounters * sizeof(uint32_t)).value();
+  BENCH_CHECK(cudaMemset(counters.data(), 0, counters.size()) == cudaSuccess);
   cuda::W4Scratch w4_scratch;
   w4_scratch.dequant = dequant.data();
   w4_scratch.dequant_bytes = dequant.size();
+  w4_scratch.split_partials = static_cast<float*>(partials.data());
+  w4_scratch.split_partial_bytes = partials.size();
+  w4_scratch.split_counters = static_cast<uint32_t*>(counters.data());
+  w4_scratch.split_counter_count = cuda::Gemm::kW4SplitDefaultCounters;
+  cuda::W4Scratch w4_no_dequant = w4_scratch;
+  w4_no_dequant.dequant = nullptr;
+  w4_no_dequant.dequant_bytes = 0;
   std::printf("%-8s %4s %9s %9s %6s %9s %9s %6s %9s %9s %8s\n", "layer", "m", "bf16 us", "w4 us",
               "w4 %bw", "w4 alt", "w8a16 us", "%bw", "w8a8 us", "w4 x", "int8 x");
   // Per token of a Llama-3.1-8B layer at m = 1 (the four linear layers): bf16 vs W4A16.
@@ -332,7 +354,7 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8, const std::vecto
     }
     const auto* xp = static_cast<const bf16*>(x.data());
     auto per_call = [](double round, size_t calls) { return round / static_cast<double>(calls); };
-    for (int64_t m : {1, 2, 4, 8, 16, 32, 64, 128, 256, 2048}) {
+    for (const int64_t m : rows) {
       (*bf16_gemm)->set_gemv_max_rows(0);
       const cuda::GemmShape shape16{m, l.n, l.k, l.k, l.n, false, false};
       BENCH_CHECK((*bf16_gemm)->Tune(shape16, 6, nullptr, weights16).ok());
@@ -365,7 +387,7 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8, const std::vecto
         };
         t4 = time_w4(w4_scratch);
         const double moved4 = bytes4 + l.n * groups * 4.0 + act;
-        // The other row-tile choice of kernels::W4Gemm (LinearW4 takes the default for m).
+        // The other kernel choice of kernels::W4Gemm (LinearW4 takes the default for m).
         kernels::W4GemmArgsT<bf16> alt;
         alt.x = xp;
         alt.ldx = l.k;
@@ -375,31 +397,36 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8, const std::vecto
         alt.k = l.k;
         alt.out = result.data();
         alt.ldo = l.n;
+        alt.split_partials = w4_scratch.split_partials;
+        alt.split_partial_bytes = static_cast<int64_t>(w4_scratch.split_partial_bytes);
+        alt.split_counters = w4_scratch.split_counters;
+        alt.split_counter_count = w4_scratch.split_counter_count;
         // m <= 8: the other warp count per block (default 16 for n <= 4,096, else 8); more:
-        // the other row-tile count (default 2).
-        alt.row_tiles = m > 8 ? 1 : 0;
+        // the k-split warps instead of the block tiles.
+        alt.kernel = m > 8 ? 1 : 0;
         alt.warps =
             m > 8 ? 0 : (l.n / kernels::kW4TileRows <= kernels::kW4WideMaxRowTiles ? 8 : 16);
+        auto time_direct = [&](kernels::W4GemmArgsT<bf16> args) {
+          return per_call(bench::MedianEventSeconds(
+                              1, 5,
+                              [&] {
+                                for (const cuda::W4Weight& w : weights4) {
+                                  args.w = w.tiled;
+                                  args.sz = w.sz;
+                                  BENCH_CHECK(kernels::W4Gemm(args, nullptr) == cudaSuccess);
+                                }
+                              }),
+                          weights4.size());
+        };
         const bool many = m > kernels::kW4GemmMaxRows;  // LinearW4 dequantizes: alt = W4Gemm
-        const double t4_alt =
-            many ? time_w4(cuda::W4Scratch{})
-                 : per_call(bench::MedianEventSeconds(
-                                1, 5,
-                                [&] {
-                                  for (const cuda::W4Weight& w : weights4) {
-                                    alt.w = w.tiled;
-                                    alt.sz = w.sz;
-                                    BENCH_CHECK(kernels::W4Gemm(alt, nullptr) == cudaSuccess);
-                                  }
-                                }),
-                            weights4.size());
+        const double t4_alt = many ? time_w4(w4_no_dequant) : time_direct(alt);
         row["w4_us"] = t4 * 1e6;
         row["w4_fraction_of_copy"] = moved4 / t4 / copy_bw;
         row["w4_tflops"] = 2.0 * m * l.n * l.k / t4 / 1e12;
         row["bf16_tflops"] = 2.0 * m * l.n * l.k / t16 / 1e12;
         row["w4_other"] =
             many    ? "W4Gemm per 64 rows"
-            : m > 8 ? "1 row tile"
+            : m > 8 ? "k-split warps"
                     : (l.n / kernels::kW4TileRows <= kernels::kW4WideMaxRowTiles ? "8 warps"
                                                                                  : "16 warps");
         row["w4_other_us"] = t4_alt * 1e6;
@@ -411,6 +438,15 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8, const std::vecto
           row["w4_us_by_slice_mib"][std::to_string(mib)] = t * 1e6;
           std::printf("  %s m=%ld: W4A16 with %d MiB slices %.1f us\n", l.name,
                       static_cast<long>(m), mib, t * 1e6);
+        }
+        for (int sp : m > 8 && !many ? w4_splits : std::vector<int>{}) {
+          kernels::W4GemmArgsT<bf16> tiles = alt;
+          tiles.kernel = 2;
+          tiles.splits = sp;
+          const double t = time_direct(tiles);
+          row["w4_tiles_us_by_splits"][std::to_string(sp)] = t * 1e6;
+          std::printf("  %s m=%ld: W4A16 block tiles, %d splits %.1f us\n", l.name,
+                      static_cast<long>(m), sp, t * 1e6);
         }
         if (m == 1) per_layer[l.n * 100000 + l.k] = {t16, t4};
       }
@@ -479,7 +515,7 @@ int main(int argc, char** argv) {
   using namespace kiln;
   std::string json_path;
   bool prefill = false, fp8 = false, w4 = false, int8 = false;
-  std::vector<int> slice_mib;
+  std::vector<int> slice_mib, w4_splits, rows;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) {
@@ -492,16 +528,17 @@ int main(int argc, char** argv) {
       w4 = true;
     } else if (a == "--int8") {
       int8 = true;
-    } else if (a == "--w4-slice-mib" && i + 1 < argc) {
+    } else if ((a == "--w4-slice-mib" || a == "--w4-splits" || a == "--rows") && i + 1 < argc) {
+      std::vector<int>& values = a == "--w4-splits" ? w4_splits : a == "--rows" ? rows : slice_mib;
       for (std::string list = argv[++i]; !list.empty();) {
         const size_t comma = list.find(',');
-        slice_mib.push_back(std::stoi(list.substr(0, comma)));
+        values.push_back(std::stoi(list.substr(0, comma)));
         list = comma == std::string::npos ? "" : list.substr(comma + 1);
       }
     } else {
       std::fprintf(stderr,
                    "usage: gemv_bench [--json F] [--prefill | --fp8 | --w4 [--w4-slice-mib "
-                   "8,16,...] --int8]\n");
+                   "8,16,...] [--w4-splits 1,2,...] --int8 [--rows 1,16,...]]\n");
       return 2;
     }
   }
@@ -512,7 +549,7 @@ int main(int argc, char** argv) {
   }
   if (prefill) return RunPrefill(json_path);
   if (fp8) return RunFp8(json_path);
-  if (w4 || int8) return RunLowbit(json_path, w4, int8, slice_mib);
+  if (w4 || int8) return RunLowbit(json_path, w4, int8, slice_mib, w4_splits, rows);
   const double copy_bw = bench::DeviceCopyBandwidth();
   std::printf("copy bandwidth %.0f GB/s\n", copy_bw / 1e9);
   Json out;

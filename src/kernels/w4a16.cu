@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <type_traits>
 
 #include "kernels/attention_mma.cuh"
@@ -13,6 +14,9 @@
 namespace kiln::kernels {
 namespace {
 
+using attention_internal::CpAsync16;
+using attention_internal::CpAsyncCommit;
+using attention_internal::CpAsyncWait;
 using attention_internal::Mma;
 using dtype_internal::FromFloat;
 using dtype_internal::PackPair;
@@ -156,6 +160,27 @@ __device__ __forceinline__ void DecodeSz(uint32_t word, float& scale, uint32_t& 
   sub = __byte_perm(word, 0, 0x3232);
 }
 
+// Group gi of a lane's 16-byte code word (the layout above) as mma A fragments: a[jj] for the
+// group's kKPG k-steps, each element (code - zero) exactly as T, and the scales of the lane's
+// rows g and g + 8 (scale words lo and hi).
+template <int kKPG, typename T>
+__device__ __forceinline__ void DequantGroup(const uint4& wv, int gi, uint32_t lo, uint32_t hi,
+                                             float (&scale)[2], uint32_t (&a)[kKPG][4]) {
+  uint32_t sub[2];
+  DecodeSz(lo, scale[0], sub[0]);
+  DecodeSz(hi, scale[1], sub[1]);
+  const uint32_t* words = reinterpret_cast<const uint32_t*>(&wv);
+#pragma unroll
+  for (int jj = 0; jj < kKPG; ++jj) {
+    const uint32_t word = words[gi * kKPG + jj];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint32_t bits = ((word >> (4 * q)) & 0x000f000fu) | kMagicPair<T>;
+      a[jj][q] = SubPair<T>(bits, sub[q & 1]);
+    }
+  }
+}
+
 // v / d for 0 <= v < 2^31 in three 32-bit instructions (d >= 1 fixed per launch; Granlund and
 // Montgomery's round-up method: l = ceil(log2 d), mul = floor(2^32 (2^l - d) / d) + 1,
 // v / d = (umulhi(v, mul) + v) >> l). A 64-bit division per tile, and then a 64-bit
@@ -260,19 +285,7 @@ __global__ void __launch_bounds__(kW * 32)
         uint32_t a[kRB][kKPG][4];
 #pragma unroll
         for (int r = 0; r < kRB; ++r) {
-          uint32_t sub[2];
-          DecodeSz(szv[u][r][gi][0], scale[r][0], sub[0]);
-          DecodeSz(szv[u][r][gi][1], scale[r][1], sub[1]);
-          const uint32_t* words = reinterpret_cast<const uint32_t*>(&wv[u][r]);
-#pragma unroll
-          for (int jj = 0; jj < kKPG; ++jj) {
-            const uint32_t word = words[gi * kKPG + jj];
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              const uint32_t bits = ((word >> (4 * q)) & 0x000f000fu) | kMagicPair<T>;
-              a[r][jj][q] = SubPair<T>(bits, sub[q & 1]);
-            }
-          }
+          DequantGroup<kKPG, T>(wv[u][r], gi, szv[u][r][gi][0], szv[u][r][gi][1], scale[r], a[r]);
         }
 #pragma unroll
         for (int tt = 0; tt < kTT; ++tt) {
@@ -350,6 +363,316 @@ cudaError_t LaunchW4(const W4GemmArgsT<T>& a, cudaStream_t stream) {
   return launch(W4GemmKernel<kTT, kRB, kKPG, kU, kW, T, T>, static_cast<T*>(a.out));
 }
 
+// ---- Block tiles (W4GemmTileKernel) -------------------------------------------------------------
+// W4GemmKernel gives a block 16 or 32 weight rows and lets its warps split k, so every block reads
+// all of x: 4 m / 32 times the weight's own bytes from L2 (8x at m = 64), through 8-byte loads
+// that each feed one or two mmas, and each warp's mmas of a token tile form a dependent chain
+// (a warp issues in order). Measured (gemv_bench --w4, H100): from 17 rows this kernel is
+// faster, 1.3-2x at 32-64 rows; up to 16 rows W4GemmKernel stays faster. Here a block owns
+// kTileRowTiles row tiles (256 rows), two per warp; x's 64-column tile is staged once per block in
+// shared memory and read by all 8 warps, so x costs m / 64 of the weight's bytes. Codes, scale
+// words and x go through one cp.async ring of kTileStages stages. A weight of few rows (o and down
+// of an 8B Llama: 16 blocks) would leave most SMs idle, so blocks also split k (split-K, grid.y):
+// each writes its fp32 partial sums to a scratch, and the last block of a row range to finish (an
+// atomic counter per range, reset by that block for the next launch) adds them in split order
+// (deterministic: the same bits whichever block finishes last), adds the bias, and stores through
+// shared memory (a warp writes 32 adjacent outputs of a token at once). The per-group arithmetic is
+// W4GemmKernel's.
+constexpr int kTileWarps = 8;
+constexpr int kTileRB = 2;                                    // row tiles per warp
+constexpr int kTileRowTiles = kTileWarps * kTileRB;           // per block
+constexpr int kXStride = static_cast<int>(kW4TileCols) + 16;  // elements: rows 8 banks apart
+static_assert(kTileRowTiles * kW4TileRows == kW4BlockTileRows);
+
+// Up to 16 rows two blocks fit an SM; with more, each holds kTT x 2 x 4 partial sums per lane
+// in registers as well as the totals (the mmas of one k-step must be independent: a warp issues
+// in order, and each mma's result feeds the next k-step's), so one block per SM with a deeper
+// ring.
+template <int kTT, int kKPG>
+struct TileLayout {
+  static constexpr int kBlocksPerSm = kTT <= 2 ? 2 : 1;
+  static constexpr int kTileStages = kTT <= 2 ? 4 : 6;
+  static constexpr int kGroups = 4 / kKPG;
+  static constexpr int kWBytes = kTileRowTiles * 32 * 16;
+  static constexpr int kXBytes = kTT * 8 * kXStride * 2;
+  static constexpr int kSzBytes = kGroups * kTileRowTiles * static_cast<int>(kW4TileRows) * 4;
+  static constexpr int kStageBytes = kWBytes + kXBytes + kSzBytes;
+  // The output staging after the ring: per warp, a float per (token, row) of its 32 rows.
+  static constexpr int kOutStride = kTileRB * static_cast<int>(kW4TileRows) + 1;
+  static constexpr int kOutBytes = kTileWarps * kTT * 8 * kOutStride * 4;
+  static constexpr int kBytes = std::max(kTileStages * kStageBytes, kOutBytes);
+  static constexpr int kAcc = kTileRB * kTT * 4;  // accumulators per thread
+};
+
+template <int kTT, int kKPG, typename T, typename Out>
+__global__ void __launch_bounds__(kTileWarps * 32, (TileLayout<kTT, kKPG>::kBlocksPerSm))
+    W4GemmTileKernel(const T* __restrict__ x, int64_t ldx, int m, const uint4* __restrict__ w,
+                     const uint32_t* __restrict__ sz, FastDiv group_of_tile, int64_t n, int64_t k,
+                     const T* __restrict__ bias, Out* __restrict__ out, int64_t ldo,
+                     float* __restrict__ partials, uint32_t* __restrict__ counters,
+                     const void* prefetch, int64_t prefetch_bytes) {
+  using L = TileLayout<kTT, kKPG>;
+  constexpr int kGroups = L::kGroups, kTileStages = L::kTileStages;
+  constexpr int kThreads = kTileWarps * 32;
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ bool last_split;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  // 32-bit offsets as in W4GemmKernel (W4GemmSupported bounds them).
+  const uint32_t chunks = static_cast<uint32_t>(k / kW4TileCols);
+  const uint32_t n32 = static_cast<uint32_t>(n), ldx32 = static_cast<uint32_t>(ldx);
+  const uint32_t last_tile = n32 / kW4TileRows - 1;
+  const uint32_t rt0 = blockIdx.x * kTileRowTiles;
+  const uint32_t splits = gridDim.y, split = blockIdx.y;
+  const uint32_t c_begin = static_cast<uint32_t>(uint64_t{split} * chunks / splits);
+  const int steps =
+      static_cast<int>(static_cast<uint32_t>(uint64_t{split + 1} * chunks / splits) - c_begin);
+
+  // Row tiles past n copy the last tile again; their outputs are never stored.
+  auto load_weights = [&](int stage, uint32_t c) {
+    uint8_t* base = smem + stage * L::kStageBytes;
+#pragma unroll
+    for (int i = tid; i < kTileRowTiles * 32; i += kThreads) {
+      const uint32_t rt = min(rt0 + i / 32, last_tile);
+      CpAsync16(base + i * 16, w + ((rt * chunks + c) * 32 + i % 32), true);
+    }
+    // Scale words of the block's 256 rows, 4 rows per copy, group-major.
+    for (int i = tid; i < kGroups * kTileRowTiles * 4; i += kThreads) {
+      const int gi = i / (kTileRowTiles * 4), q = i % (kTileRowTiles * 4);
+      const uint32_t grp = kKPG == 4 ? group_of_tile.Div(c) : c * kGroups + gi;
+      const uint32_t rt = min(rt0 + q / 4, last_tile);
+      CpAsync16(base + L::kWBytes + L::kXBytes + i * 16,
+                sz + (grp * n32 + rt * kW4TileRows + (q % 4) * 4), true);
+    }
+  };
+  // Token rows past m copy row m - 1 again: each output column of the mma depends on its own
+  // token only, and those columns are never stored.
+  auto load_x = [&](int stage, uint32_t c) {
+    T* xs = reinterpret_cast<T*>(smem + stage * L::kStageBytes + L::kWBytes);
+    for (int i = tid; i < kTT * 8 * 8; i += kThreads) {
+      const int row = i / 8, piece = i % 8;
+      const uint32_t src = static_cast<uint32_t>(min(row, m - 1));
+      CpAsync16(xs + row * kXStride + piece * 8, x + (src * ldx32 + c * kW4TileCols + piece * 8),
+                true);
+    }
+  };
+
+  float acc[kTileRB][kTT][4] = {};
+
+  // The weights of the first stages go out before PdlWait (no earlier kernel writes them); the
+  // first commit group then holds them all, which only makes its wait a little longer.
+  for (int s = 0; s < kTileStages - 1; ++s) {
+    if (s < steps) load_weights(s, c_begin + s);
+  }
+  PdlWait();
+  PdlLaunchDependents();
+  for (int s = 0; s < kTileStages - 1; ++s) {
+    if (s < steps) load_x(s, c_begin + s);
+    CpAsyncCommit();
+  }
+  for (int i = 0; i < steps; ++i) {
+    CpAsyncWait<kTileStages - 2>();
+    __syncthreads();  // stage i landed for all; stage i - 1 is free to refill
+    const int next = i + kTileStages - 1;
+    if (next < steps) {
+      load_weights(next % kTileStages, c_begin + next);
+      load_x(next % kTileStages, c_begin + next);
+    }
+    CpAsyncCommit();
+    const uint8_t* base = smem + (i % kTileStages) * L::kStageBytes;
+    const T* xs = reinterpret_cast<const T*>(base + L::kWBytes) + g * kXStride + 4 * t;
+    const uint32_t* szs = reinterpret_cast<const uint32_t*>(base + L::kWBytes + L::kXBytes) +
+                          warp * kTileRB * kW4TileRows + g;
+    uint4 wv[kTileRB];
+#pragma unroll
+    for (int r = 0; r < kTileRB; ++r) {
+      wv[r] = reinterpret_cast<const uint4*>(base)[(warp * kTileRB + r) * 32 + lane];
+    }
+#pragma unroll
+    for (int gi = 0; gi < kGroups; ++gi) {
+      float scale[kTileRB][2];
+      uint32_t a[kTileRB][kKPG][4];
+#pragma unroll
+      for (int r = 0; r < kTileRB; ++r) {
+        const uint32_t* s = szs + gi * kTileRowTiles * kW4TileRows + r * kW4TileRows;
+        DequantGroup<kKPG, T>(wv[r], gi, s[0], s[8], scale[r], a[r]);
+      }
+      // k-step outermost: the kTT x kTileRB mmas of a step are independent.
+      float part[kTileRB][kTT][4] = {};
+#pragma unroll
+      for (int jj = 0; jj < kKPG; ++jj) {
+        uint2 b[kTT];
+#pragma unroll
+        for (int tt = 0; tt < kTT; ++tt) {
+          b[tt] = *reinterpret_cast<const uint2*>(xs + tt * 8 * kXStride + (gi * kKPG + jj) * 16);
+        }
+#pragma unroll
+        for (int tt = 0; tt < kTT; ++tt)
+#pragma unroll
+          for (int r = 0; r < kTileRB; ++r) Mma<T>(part[r][tt], a[r][jj], b[tt].x, b[tt].y);
+      }
+#pragma unroll
+      for (int r = 0; r < kTileRB; ++r)
+#pragma unroll
+        for (int tt = 0; tt < kTT; ++tt) {
+          acc[r][tt][0] = fmaf(part[r][tt][0], scale[r][0], acc[r][tt][0]);
+          acc[r][tt][1] = fmaf(part[r][tt][1], scale[r][0], acc[r][tt][1]);
+          acc[r][tt][2] = fmaf(part[r][tt][2], scale[r][1], acc[r][tt][2]);
+          acc[r][tt][3] = fmaf(part[r][tt][3], scale[r][1], acc[r][tt][3]);
+        }
+    }
+  }
+
+  if (blockIdx.y == 0) dtype_internal::PrefetchL2(prefetch, prefetch_bytes);
+  if (splits > 1) {
+    // Partial sums: thread-major per block, so both the writes and the last block's reads are
+    // coalesced. The last block reads its own back too: its registers are then free to hold
+    // kSplitBatch splits x kSumChunk values in flight (one L2 round trip per batch, not per
+    // value).
+    const size_t block_floats = size_t{L::kAcc} * kThreads;
+    float* mine = partials + (size_t{split} * gridDim.x + blockIdx.x) * block_floats + tid;
+#pragma unroll
+    for (int r = 0; r < kTileRB; ++r)
+#pragma unroll
+      for (int tt = 0; tt < kTT; ++tt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          __stcg(mine + ((r * kTT + tt) * 4 + i) * kThreads, acc[r][tt][i]);
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) last_split = atomicAdd(counters + blockIdx.x, 1u) == splits - 1;
+    __syncthreads();
+    if (!last_split) return;
+    __threadfence();
+    constexpr int kSumChunk = 16, kSplitBatch = 4;
+    static_assert(L::kAcc % kSumChunk == 0);
+    const float* column = partials + size_t{blockIdx.x} * block_floats + tid;
+    const size_t split_floats = size_t{gridDim.x} * block_floats;
+#pragma unroll
+    for (int e0 = 0; e0 < L::kAcc; e0 += kSumChunk) {
+      float sum[kSumChunk];
+#pragma unroll
+      for (int e = 0; e < kSumChunk; ++e) sum[e] = 0.0f;
+      for (uint32_t s0 = 0; s0 < splits; s0 += kSplitBatch) {
+        float v[kSplitBatch][kSumChunk];
+#pragma unroll
+        for (int u = 0; u < kSplitBatch; ++u) {
+          const uint32_t s = min(s0 + u, splits - 1);
+#pragma unroll
+          for (int e = 0; e < kSumChunk; ++e) {
+            v[u][e] = __ldcg(column + s * split_floats + (e0 + e) * kThreads);
+          }
+        }
+        // In split order, whichever block is last: the same bits every launch.
+#pragma unroll
+        for (int u = 0; u < kSplitBatch; ++u) {
+          if (s0 + u < splits) {
+#pragma unroll
+            for (int e = 0; e < kSumChunk; ++e) sum[e] += v[u][e];
+          }
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < kSumChunk; ++e) {
+        const int f = e0 + e;  // acc's row-major index, as written above
+        acc[f / (kTT * 4)][f / 4 % kTT][f % 4] = sum[e];
+      }
+    }
+    if (tid == 0) counters[blockIdx.x] = 0;  // ready for the next launch
+  }
+
+  CpAsyncWait<0>();
+  __syncthreads();  // every warp is done with the ring
+  float* os = reinterpret_cast<float*>(smem) + warp * (kTT * 8 * L::kOutStride);
+#pragma unroll
+  for (int r = 0; r < kTileRB; ++r)
+#pragma unroll
+    for (int tt = 0; tt < kTT; ++tt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int token = tt * 8 + 2 * t + (i & 1), row = r * kW4TileRows + g + (i >> 1) * 8;
+        os[token * L::kOutStride + row] = acc[r][tt][i];
+      }
+  __syncwarp();
+  const uint32_t row = (rt0 + warp * kTileRB) * kW4TileRows + lane;
+  if (row >= n32) return;
+  const float b = bias != nullptr ? ToFloat(bias[row]) : 0.0f;
+  for (int token = 0; token < m; ++token) {
+    float v = os[token * L::kOutStride + lane];
+    if (bias != nullptr) v += b;
+    Store(v, out + token * ldo + row);
+  }
+}
+
+int NumSms() {
+  static std::atomic<int> cached{0};
+  int sms = cached.load(std::memory_order_relaxed);
+  if (sms == 0) {
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      sms = 132;
+    }
+    cached.store(sms, std::memory_order_relaxed);
+  }
+  return sms;
+}
+
+// Splits of k for the block-tile kernel: enough blocks to fill every SM once (kBlocksPerSm),
+// each split at least 4 column tiles (256 columns), within the caller's scratch.
+template <int kTT, int kKPG, typename T>
+int TileSplits(const W4GemmArgsT<T>& a, int64_t blocks_n) {
+  const int64_t chunks = a.k / kW4TileCols;
+  int64_t s = a.splits > 0 ? a.splits : TileLayout<kTT, kKPG>::kBlocksPerSm * NumSms() / blocks_n;
+  s = std::min<int64_t>({s, chunks / 4, 65535});
+  if (a.split_partials == nullptr || a.split_counters == nullptr ||
+      blocks_n > a.split_counter_count) {
+    return 1;
+  }
+  const int64_t per_split = blocks_n * TileLayout<kTT, kKPG>::kAcc * kTileWarps * 32 * 4;
+  s = std::min<int64_t>(s, a.split_partial_bytes / per_split);
+  return static_cast<int>(std::max<int64_t>(s, 1));
+}
+
+template <int kTT, int kKPG, typename T>
+cudaError_t LaunchW4Tiles(const W4GemmArgsT<T>& a, cudaStream_t stream) {
+  using L = TileLayout<kTT, kKPG>;
+  const int64_t blocks_n = (a.n / kW4TileRows + kTileRowTiles - 1) / kTileRowTiles;
+  const int splits = TileSplits<kTT, kKPG>(a, blocks_n);
+  const dim3 grid(static_cast<unsigned>(blocks_n), static_cast<unsigned>(splits));
+  const auto* w = reinterpret_cast<const uint4*>(a.w);
+  const FastDiv group_of_tile =
+      FastDiv::For(static_cast<uint32_t>(std::max<int64_t>(a.group_size / 64, 1)));
+  auto launch = [&](auto kernel, auto* out) {
+    if (L::kBytes > 48 * 1024) {
+      const cudaError_t e =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes);
+      if (e != cudaSuccess) return e;
+    }
+    return LaunchChained(kernel, grid, kTileWarps * 32, L::kBytes, stream, a.x, a.ldx, a.m, w, a.sz,
+                         group_of_tile, a.n, a.k, a.bias, out, a.ldo, a.split_partials,
+                         a.split_counters, a.prefetch, a.prefetch_bytes);
+  };
+  if (a.out_f32) {
+    return launch(W4GemmTileKernel<kTT, kKPG, T, float>, static_cast<float*>(a.out));
+  }
+  return launch(W4GemmTileKernel<kTT, kKPG, T, T>, static_cast<T*>(a.out));
+}
+
+template <int kKPG, typename T>
+cudaError_t DispatchW4Tiles(const W4GemmArgsT<T>& a, cudaStream_t stream) {
+  if (a.m <= 16) return LaunchW4Tiles<2, kKPG>(a, stream);
+  if (a.m <= 32) return LaunchW4Tiles<4, kKPG>(a, stream);
+  return LaunchW4Tiles<8, kKPG>(a, stream);
+}
+
+bool Aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// What the block-tile kernel adds to W4GemmSupported: 16-byte copies of x and of scale words.
+template <typename T>
+bool TilesSupported(const W4GemmArgsT<T>& a) {
+  return a.ldx % 8 == 0 && Aligned(a.x, 16) && Aligned(a.sz, 16);
+}
+
 // Rows -> (token tiles, row tiles per block, tiles in flight per warp, warps per block); then
 // the group size's kKPG. Two row tiles per block share each x fragment (halving x's re-reads
 // from L1/L2) at the cost of registers: measured faster from 9 rows on, slower up to 8
@@ -374,21 +697,32 @@ cudaError_t DispatchW4Rows(const W4GemmArgsT<T>& a, cudaStream_t stream) {
   return pairs ? LaunchW4<8, 2, kKPG, 1>(a, stream) : LaunchW4<8, 1, kKPG, 2>(a, stream);
 }
 
-bool Aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+// The kernel a launch runs: a.kernel, or by default the block tiles from kW4TileMinRows rows
+// where their alignment holds.
+template <typename T>
+bool UseTiles(const W4GemmArgsT<T>& a) {
+  return a.kernel == 2 || (a.kernel == 0 && a.m >= kW4TileMinRows && TilesSupported(a));
+}
 
 template <typename T>
 bool Supported(const W4GemmArgsT<T>& a) {
-  // The kernel's 32-bit offsets: weight words, scale words, x elements.
+  // The kernels' 32-bit offsets: weight words, scale words, x elements.
   constexpr int64_t kU32 = int64_t{1} << 32;
   return W4ShapeSupported(a.n, a.k, a.group_size) && a.m >= 1 && a.m <= kW4GemmMaxRows &&
          a.ldx % 4 == 0 && Aligned(a.x, 8) && Aligned(a.w, 16) && a.sz != nullptr &&
          a.out != nullptr && a.n / kW4TileRows * (a.k / kW4TileCols) * 32 < kU32 &&
-         a.k / a.group_size * a.n < kU32 && int64_t{a.m} * a.ldx < kU32 / 2;
+         a.k / a.group_size * a.n < kU32 && int64_t{a.m} * a.ldx < kU32 / 2 && a.kernel >= 0 &&
+         a.kernel <= 2 && (a.kernel != 2 || TilesSupported(a)) && a.splits >= 0;
 }
 
 template <typename T>
 cudaError_t LaunchW4Gemm(const W4GemmArgsT<T>& a, cudaStream_t stream) {
   if (!Supported(a)) return cudaErrorInvalidValue;
+  if (UseTiles(a)) {
+    if (a.group_size == 16) return DispatchW4Tiles<1>(a, stream);
+    if (a.group_size == 32) return DispatchW4Tiles<2>(a, stream);
+    return DispatchW4Tiles<4>(a, stream);
+  }
   if (a.group_size == 16) return DispatchW4Rows<1>(a, stream);
   if (a.group_size == 32) return DispatchW4Rows<2>(a, stream);
   return DispatchW4Rows<4>(a, stream);

@@ -25,6 +25,10 @@ inline constexpr int64_t kW4TileCols = 64;
 inline constexpr int64_t kW4WideMaxRowTiles = 256;
 // Rows of x one W4Gemm launch handles; callers loop over larger batches.
 inline constexpr int32_t kW4GemmMaxRows = 64;
+// W4Gemm's block-tile kernel (w4a16.cu, W4GemmTileKernel): the weight rows of one block, and
+// the rows of x from which it is the default.
+inline constexpr int64_t kW4BlockTileRows = 256;
+inline constexpr int32_t kW4TileMinRows = 17;
 
 // Whether the kernels take a weight of this shape and group size: n a multiple of 16, k of 64,
 // group_size a multiple of 16 that divides k and is either a multiple of 64 or 16 / 32.
@@ -87,14 +91,26 @@ struct W4GemmArgsT {
   // none. REQUIRES: 16-byte aligned, prefetch_bytes a multiple of 16.
   const void* prefetch = nullptr;
   int64_t prefetch_bytes = 0;
-  // For benchmarks (gemv_bench --w4 times the alternatives); 0: the default for m.
-  int32_t row_tiles = 0;  // 16-row weight tiles per block, 1 or 2 (2: n a multiple of 32)
-  int32_t warps = 0;      // warps per block, 8 or 16 (m <= 8, 1 row tile)
+  // The block-tile kernel's split-K (kernels/w4a16.cu): room for the fp32 partial sums of
+  // the blocks, and one counter per 256-row range of the weight (kW4BlockTileRows), all zero
+  // before the first launch (each launch leaves them zero). Without them, or with fewer
+  // counters than ranges, k is not split. Launches sharing them must be ordered (one stream).
+  float* split_partials = nullptr;
+  int64_t split_partial_bytes = 0;
+  uint32_t* split_counters = nullptr;
+  int64_t split_counter_count = 0;
+  // For benchmarks and tests (gemv_bench --w4 times the alternatives); 0: the default for m.
+  int32_t kernel = 0;     // 1: the k-split warps (W4GemmKernel); 2: the block tiles
+  int32_t splits = 0;     // block tiles: k splits (at most what the scratch holds)
+  int32_t row_tiles = 0;  // k-split warps: 16-row weight tiles per block, 1 or 2 (2: n % 32 == 0)
+  int32_t warps = 0;      // k-split warps: warps per block, 8 or 16 (m <= 8, 1 row tile)
 };
 
 // W4ShapeSupported, 1 <= m <= kW4GemmMaxRows, ldx a multiple of 4, x 8-byte and w 16-byte
 // aligned, and offsets that fit the kernel's 32-bit arithmetic (fewer than 2^32 16-byte code
-// words and scale words, m * ldx < 2^31).
+// words and scale words, m * ldx < 2^31). The block tiles (kernel 2; by default from
+// kW4TileMinRows rows where this holds, else the k-split warps) also need ldx a multiple of 8
+// and x and sz 16-byte aligned.
 bool W4GemmSupported(const W4GemmArgsT<__nv_bfloat16>& args);
 bool W4GemmSupported(const W4GemmArgsT<__half>& args);
 

@@ -888,6 +888,15 @@ Status CudaRunner<T>::AllocateWorkspace() {
       w4_scratch_.gathered = a.Take<T>(t * widest_in);
     }
     if (options_.quantization == QuantMethod::kW4A16 &&
+        std::max<int64_t>(t, logit_chunk_) >= kernels::kW4TileMinRows) {
+      // Zeroed with the rest of the workspace below, as the counters must start.
+      w4_scratch_.split_counter_count = cuda::Gemm::kW4SplitDefaultCounters;
+      w4_scratch_.split_counters = a.Take<uint32_t>(w4_scratch_.split_counter_count);
+      w4_scratch_.split_partial_bytes = cuda::Gemm::kW4SplitDefaultBytes;
+      w4_scratch_.split_partials =
+          a.Take<float>(static_cast<int64_t>(w4_scratch_.split_partial_bytes / sizeof(float)));
+    }
+    if (options_.quantization == QuantMethod::kW4A16 &&
         std::max<int64_t>(t, logit_chunk_) > gemm_->w4_gemm_max_rows()) {
       w4_scratch_.dequant_bytes = W4DequantBytes();
       w4_scratch_.dequant = a.Take<T>(static_cast<int64_t>(w4_scratch_.dequant_bytes / sizeof(T)));

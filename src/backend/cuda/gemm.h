@@ -90,10 +90,17 @@ struct W4Weight {
 // What Gemm::LinearW4 may work in (each optional): `gathered`, room for m * k elements of x's
 // type (act-order: x's columns gathered in stored order); `dequant`, dequant_bytes of room for
 // T weights (the many-row path: at least kernels::kW4TileRows rows of k; 16-byte aligned).
+// `split_*`, the split-K room of kernels::W4Gemm's block tiles (kernels::W4GemmArgsT: fp32
+// partial sums and a counter per 256 weight rows, zero before the first call; without them k is
+// not split, which leaves most SMs idle on weights of few rows).
 struct W4Scratch {
   void* gathered = nullptr;
   void* dequant = nullptr;
   size_t dequant_bytes = 0;
+  float* split_partials = nullptr;
+  size_t split_partial_bytes = 0;
+  uint32_t* split_counters = nullptr;
+  int64_t split_counter_count = 0;
 };
 
 // An INT8 weight (model/quantization.h): int8 codes [n, k] with a per-output-channel scale [n].
@@ -119,6 +126,12 @@ class Gemm {
   // The dequantization scratch the CUDA runner gives LinearW4 (at most; less for a smaller
   // model): 8,192 rows of a k = 4,096 weight in bf16, so each slice's GEMM stays large.
   static constexpr size_t kW4DequantDefaultBytes = size_t{64} << 20;
+  // The split-K scratch the CUDA runner gives LinearW4: partial sums for two blocks per SM of a
+  // 132-SM H100 at 64 rows (264 blocks of 256 weight rows x 64 tokens in fp32 is 16.5 MiB; a
+  // launch splits less where they do not fit), and counters for weights of up to 1,024 x 256
+  // rows.
+  static constexpr size_t kW4SplitDefaultBytes = size_t{16} << 20;
+  static constexpr int64_t kW4SplitDefaultCounters = 1024;
 
   // workspace_bytes: cuBLASLt scratch (32 MiB is plenty on Hopper).
   static Result<std::unique_ptr<Gemm>> Create(size_t workspace_bytes = 32 << 20);
@@ -167,8 +180,9 @@ class Gemm {
 
   // W4A16 linear layer (model/quantization.h, kernels/w4a16.h): out = x . w^T (+ bias).
   // Up to w4_gemm_max_rows() rows: w dequantized in registers (kernels::W4Gemm, tensor cores,
-  // fp32 accumulation, exact products), one launch per kernels::kW4GemmMaxRows rows. More rows
-  // with a scratch.dequant: w dequantized to x's type (one rounding per weight) slice by slice
+  // fp32 accumulation, exact products; from kernels::kW4TileMinRows rows its block tiles, k split
+  // across blocks when scratch.split_* is given), one launch per kernels::kW4GemmMaxRows rows. More
+  // rows with a scratch.dequant: w dequantized to x's type (one rounding per weight) slice by slice
   // into it (kernels::W4Dequantize), each slice a cuBLASLt GEMM as Linear's; without one, the
   // W4Gemm launches go on (each streams the weights again). With act-order (w.perm) x's
   // columns are first gathered into scratch.gathered (required then). out: x's type or fp32.

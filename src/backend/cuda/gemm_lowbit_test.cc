@@ -100,8 +100,8 @@ struct W4Case {
   bool out_f32 = false;
   bool symmetric = false;  // all zeros 0 (uploaded as null zeros)
   int64_t ldx_pad = 0, ldo_pad = 0;
-  // Non-zero: kernels::W4Gemm directly with this W4GemmArgsT::row_tiles (the choice LinearW4
-  // does not make for this m; 1 with m <= 8: 8-warp blocks), after
+  // Non-zero: kernels::W4Gemm's k-split warps directly with this W4GemmArgsT::row_tiles (the
+  // choice LinearW4 does not make for this m; 1 with m <= 8: 8-warp blocks), after
   // kernels::W4GatherColumns where act_order.
   int32_t row_tiles = 0;
   // Non-zero: a dequantization scratch of this many rows of k (LinearW4's many-row path: the
@@ -109,6 +109,22 @@ struct W4Case {
   int64_t dequant_rows = 0;
   // >= 0: Gemm::set_w4_gemm_max_rows (how many rows still run on W4Gemm given the scratch).
   int32_t max_gemm_rows = -1;
+  // The block tiles' split-K: -1, LinearW4 with the split scratch (its default splits); 0,
+  // LinearW4 without it (no split); > 0, kernels::W4Gemm's block tiles directly with this many
+  // splits.
+  int32_t splits = -1;
+};
+
+// The split-K scratch every case shares, as the runner's layers do: a counter left non-zero by
+// one launch would break the next case; NaN partials show a read of a slot nobody wrote.
+struct W4SplitScratch {
+  static constexpr int64_t kPartials = int64_t{1} << 20, kCounters = 64;
+  Dev<float> partials{kPartials};
+  Dev<uint32_t> counters{kCounters};
+  W4SplitScratch() {
+    partials.Upload(std::vector<float>(kPartials, std::nanf("")));
+    counters.Upload(std::vector<uint32_t>(kCounters, 0));
+  }
 };
 
 // Tolerance: the codes minus zeros and x are exact operands of the bf16 / fp16 tensor-core
@@ -125,11 +141,11 @@ struct W4Case {
 // allowance is half an ulp of both |sum - bias| and |sum|. Its RMS bound is 2^-7 (the weight
 // roundings alone give ~2^-9.5 relative for bf16).
 template <typename T>
-void RunW4(Gemm& gemm, const W4Case& c, uint32_t seed) {
+void RunW4(Gemm& gemm, const W4Case& c, uint32_t seed, W4SplitScratch& split) {
   SCOPED_TRACE(testing::Message() << DTypeName(Format<T>::kDType) << " m=" << c.m << " n=" << c.n
-                                  << " k=" << c.k << " g=" << c.group_size
-                                  << " perm=" << c.act_order << " bias=" << c.bias
-                                  << " f32=" << c.out_f32 << " dequant_rows=" << c.dequant_rows);
+                                  << " k=" << c.k << " g=" << c.group_size << " perm="
+                                  << c.act_order << " bias=" << c.bias << " f32=" << c.out_f32
+                                  << " dequant_rows=" << c.dequant_rows << " splits=" << c.splits);
   gemm.set_w4_gemm_max_rows(c.max_gemm_rows >= 0 ? c.max_gemm_rows : Gemm::kW4GemmDefaultRows);
   const bool dequantized = c.dequant_rows > 0 && c.m > gemm.w4_gemm_max_rows();
   std::mt19937 rng(seed);
@@ -178,9 +194,15 @@ void RunW4(Gemm& gemm, const W4Case& c, uint32_t seed) {
   w.sz = d_sz.ptr;
   w.perm = c.act_order ? d_perm.ptr : nullptr;
   w.group_size = c.group_size;
-  if (c.row_tiles == 0) {
+  if (c.row_tiles == 0 && c.splits <= 0) {
     W4Scratch scratch;
     scratch.gathered = d_scratch.ptr;
+    if (c.splits < 0) {
+      scratch.split_partials = split.partials.ptr;
+      scratch.split_partial_bytes = W4SplitScratch::kPartials * sizeof(float);
+      scratch.split_counters = split.counters.ptr;
+      scratch.split_counter_count = W4SplitScratch::kCounters;
+    }
     if (c.dequant_rows > 0) {
       scratch.dequant = d_dequant.ptr;
       scratch.dequant_bytes = c.dequant_rows * c.k * sizeof(T);
@@ -210,6 +232,12 @@ void RunW4(Gemm& gemm, const W4Case& c, uint32_t seed) {
     a.ldo = ldo;
     a.out_f32 = c.out_f32;
     a.row_tiles = c.row_tiles;
+    a.kernel = c.splits > 0 ? 2 : 1;
+    a.splits = std::max(c.splits, 0);
+    a.split_partials = split.partials.ptr;
+    a.split_partial_bytes = W4SplitScratch::kPartials * sizeof(float);
+    a.split_counters = split.counters.ptr;
+    a.split_counter_count = W4SplitScratch::kCounters;
     // The other m <= 8 choice of warps per block than LinearW4's (kernels/w4a16.h).
     const bool wide = c.n / kernels::kW4TileRows <= kernels::kW4WideMaxRowTiles;
     a.warps = c.m <= 8 && c.row_tiles == 1 ? (wide ? 8 : 16) : 0;
@@ -292,9 +320,30 @@ TYPED_TEST(GemmW4Gpu, EveryDispatchAgainstTheDefinition) {
       {200, 80, 640, 16, false, true, false, true, 0, 0, 0, 1000},
       {7, 48, 576, 64, true, true, false, false, 0, 0, 0, 16, 0},
       {1, 48, 576, 576, false, true, true, false, 0, 0, 0, 16, 0},
+      // The block tiles (from 9 rows): n not a multiple of 256 (a block's last row tiles past
+      // n), one and several blocks, every group kind; k split 2..16 ways (the last block of
+      // each row range sums the partials), or not at all without the scratch; a padded x
+      // stride that is not a multiple of 8 falls back to the k-split warps (above, m = 17).
+      {9, 208, 4096, 128, true, true, false, false, 0, 0, 0, 0, -1, 3},
+      {24, 528, 2048, 64, false, true, true, false, 8, 0, 0, 0, -1, 5},
+      {40, 256, 1152, 32, true, false, false, false, 0, 3, 0, 0, -1, 2},
+      {64, 784, 1024, 16, false, true, false, true, 0, 0, 0, 0, -1, 4},
+      {57, 512, 4096, 4096, false, true, true, true, 8, 8, 0, 0, -1, 16},
+      {33, 1040, 3072, 128, true, true, false, false, 0, 0, 0, 0, -1, 0},
+      {16, 96, 2048, 128, false, true, false, false, 0, 0, 0, 0, -1, 8},
   };
+  W4SplitScratch split;
   uint32_t seed = 11;
-  for (const W4Case& c : cases) RunW4<TypeParam>(*gemm, c, seed++);
+  for (const W4Case& c : cases) RunW4<TypeParam>(*gemm, c, seed++, split);
+  // The default path (LinearW4 with the split scratch) of the same cases again, after every
+  // counter was used: a launch that left one non-zero would fail here.
+  for (const W4Case& c : cases) {
+    if (c.splits > 0) {
+      W4Case d = c;
+      d.splits = -1;
+      RunW4<TypeParam>(*gemm, d, seed++, split);
+    }
+  }
 }
 
 TEST(GemmW4Gpu, RejectsUnsupportedShapes) {

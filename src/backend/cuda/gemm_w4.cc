@@ -76,6 +76,10 @@ Status Gemm::LinearW4Of(const T* x, int64_t ldx, int64_t m, const W4Weight& w, i
   a.ldx = ldx;
   a.ldo = ldo;
   a.out_f32 = out_f32;
+  a.split_partials = scratch.split_partials;
+  a.split_partial_bytes = static_cast<int64_t>(scratch.split_partial_bytes);
+  a.split_counters = scratch.split_counters;
+  a.split_counter_count = scratch.split_counter_count;
   // The hint goes with the first launch only (the others re-read this layer's weights).
   a.prefetch = prefetch.p;
   a.prefetch_bytes = prefetch.bytes / 16 * 16;
