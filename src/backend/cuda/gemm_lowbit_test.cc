@@ -243,6 +243,16 @@ void RunW4(Gemm& gemm, const W4Case& c, uint32_t seed, W4SplitScratch& split) {
     a.warps = c.m <= 8 && c.row_tiles == 1 ? (wide ? 8 : 16) : 0;
     ASSERT_TRUE(kernels::W4GemmSupported(a));
     CUDA_OK(kernels::W4Gemm(a, nullptr));
+    if (c.splits > 1) {
+      // The split sums go in split order whichever block finishes last: a second launch gives
+      // the same bits.
+      CUDA_OK(cudaDeviceSynchronize());
+      const std::vector<uint8_t> first = d_out.Download(out_bytes);
+      d_out.Upload(std::vector<uint8_t>(out_bytes, 0xff));
+      CUDA_OK(kernels::W4Gemm(a, nullptr));
+      CUDA_OK(cudaDeviceSynchronize());
+      EXPECT_EQ(d_out.Download(out_bytes), first) << "split-K output differs between launches";
+    }
   }
   CUDA_OK(cudaDeviceSynchronize());
   const std::vector<uint8_t> out = d_out.Download(out_bytes);
