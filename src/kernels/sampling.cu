@@ -37,6 +37,7 @@
 #include <cstdint>
 
 #include "core/philox.h"
+#include "kernels/launch.h"
 
 namespace kiln::kernels {
 namespace {
@@ -898,10 +899,7 @@ __global__ void __launch_bounds__(kThreads)
 // Blocks per row for the score pass: enough rows x splits to cover the SMs twice, at least
 // 8192 logits per block.
 int32_t NumSplits(int32_t num_rows, int32_t vocab) {
-  int device = 0, sms = 132;
-  if (cudaGetDevice(&device) == cudaSuccess) {
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  }
+  const int32_t sms = CurrentDeviceSmCount();
   const int32_t want = (2 * sms + num_rows - 1) / num_rows;
   const int32_t most = (vocab + 8191) / 8192;
   return std::max(1, std::min({want, most, kMaxSplits}));

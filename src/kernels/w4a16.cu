@@ -4,7 +4,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <atomic>
 #include <type_traits>
 
 #include "kernels/attention_mma.cuh"
@@ -603,26 +602,14 @@ __global__ void __launch_bounds__(kTileWarps * 32, (TileLayout<kTT, kKPG>::kBloc
   }
 }
 
-int NumSms() {
-  static std::atomic<int> cached{0};
-  int sms = cached.load(std::memory_order_relaxed);
-  if (sms == 0) {
-    int device = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      sms = 132;
-    }
-    cached.store(sms, std::memory_order_relaxed);
-  }
-  return sms;
-}
-
 // Splits of k for the block-tile kernel: enough blocks to fill every SM once (kBlocksPerSm),
 // each split at least 4 column tiles (256 columns), within the caller's scratch.
 template <int kTT, int kKPG, typename T>
 int TileSplits(const W4GemmArgsT<T>& a, int64_t blocks_n) {
   const int64_t chunks = a.k / kW4TileCols;
-  int64_t s = a.splits > 0 ? a.splits : TileLayout<kTT, kKPG>::kBlocksPerSm * NumSms() / blocks_n;
+  int64_t s = a.splits > 0
+                  ? a.splits
+                  : TileLayout<kTT, kKPG>::kBlocksPerSm * CurrentDeviceSmCount() / blocks_n;
   s = std::min<int64_t>({s, chunks / 4, 65535});
   if (a.split_partials == nullptr || a.split_counters == nullptr ||
       blocks_n > a.split_counter_count) {
