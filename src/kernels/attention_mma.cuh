@@ -37,6 +37,10 @@ __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool val
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(smem)), "l"(gmem),
                "r"(src_bytes));
 }
+// The same from a shared-memory address (SmemAddr), always valid.
+__device__ __forceinline__ void CpAsync16(uint32_t smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
+}
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
 __device__ __forceinline__ void CpAsyncWait() {

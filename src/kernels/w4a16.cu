@@ -17,6 +17,7 @@ using attention_internal::CpAsync16;
 using attention_internal::CpAsyncCommit;
 using attention_internal::CpAsyncWait;
 using attention_internal::Mma;
+using attention_internal::SmemAddr;
 using dtype_internal::FromFloat;
 using dtype_internal::PackPair;
 using dtype_internal::ToFloat;
@@ -389,8 +390,8 @@ static_assert(kTileRowTiles * kW4TileRows == kW4BlockTileRows);
 // ring.
 template <int kTT, int kKPG>
 struct TileLayout {
-  static constexpr int kBlocksPerSm = kTT <= 2 ? 2 : 1;
-  static constexpr int kTileStages = kTT <= 2 ? 4 : 6;
+  static constexpr int kBlocksPerSm = kTT <= 4 ? 2 : 1;
+  static constexpr int kTileStages = kTT <= 4 ? 4 : 6;
   static constexpr int kGroups = 4 / kKPG;
   static constexpr int kWBytes = kTileRowTiles * 32 * 16;
   static constexpr int kXBytes = kTT * 8 * kXStride * 2;
@@ -426,36 +427,61 @@ __global__ void __launch_bounds__(kTileWarps * 32, (TileLayout<kTT, kKPG>::kBloc
   const int steps =
       static_cast<int>(static_cast<uint32_t>(uint64_t{split + 1} * chunks / splits) - c_begin);
 
+  // Each thread's copies of a stage, offsets fixed for the launch (a chunk adds its column
+  // stride): two 16-byte pieces of codes, at most one of scale words, kXCopies of x. Computed
+  // per chunk, the addresses took a third of the loop's instructions (cuobjdump, 64 rows).
+  constexpr int kWCopies = kTileRowTiles * 32 / kThreads;
+  constexpr int kSzCopies = kGroups * kTileRowTiles * 4;
+  constexpr int kXPieces = kTT * 8 * 8;
+  constexpr int kXCopies = (kXPieces + kThreads - 1) / kThreads;
+  static_assert(kWCopies * kThreads == kTileRowTiles * 32 && kSzCopies <= kThreads);
+  const uint32_t smem0 = SmemAddr(smem);
   // Row tiles past n copy the last tile again; their outputs are never stored.
-  auto load_weights = [&](int stage, uint32_t c) {
-    uint8_t* base = smem + stage * L::kStageBytes;
+  uint32_t w_off[kWCopies];
 #pragma unroll
-    for (int i = tid; i < kTileRowTiles * 32; i += kThreads) {
-      const uint32_t rt = min(rt0 + i / 32, last_tile);
-      CpAsync16(base + i * 16, w + ((rt * chunks + c) * 32 + i % 32), true);
-    }
-    // Scale words of the block's 256 rows, 4 rows per copy, group-major.
-    for (int i = tid; i < kGroups * kTileRowTiles * 4; i += kThreads) {
-      const int gi = i / (kTileRowTiles * 4), q = i % (kTileRowTiles * 4);
-      const uint32_t grp = kKPG == 4 ? group_of_tile.Div(c) : c * kGroups + gi;
-      const uint32_t rt = min(rt0 + q / 4, last_tile);
-      CpAsync16(base + L::kWBytes + L::kXBytes + i * 16,
-                sz + (grp * n32 + rt * kW4TileRows + (q % 4) * 4), true);
-    }
-  };
+  for (int j = 0; j < kWCopies; ++j) {
+    const int i = tid + j * kThreads;
+    w_off[j] = min(rt0 + i / 32, last_tile) * chunks * 32 + i % 32;
+  }
+  // Scale words of the block's 256 rows, 4 rows per copy, group-major.
+  const int sz_q = tid % (kTileRowTiles * 4);
+  const uint32_t sz_off = min(rt0 + sz_q / 4, last_tile) * kW4TileRows + (sz_q % 4) * 4 +
+                          (kKPG == 4 ? 0u : tid / (kTileRowTiles * 4) * n32);
   // Token rows past m copy row m - 1 again: each output column of the mma depends on its own
   // token only, and those columns are never stored.
+  uint32_t x_off[kXCopies], x_dst[kXCopies];
+#pragma unroll
+  for (int j = 0; j < kXCopies; ++j) {
+    const int i = tid + j * kThreads, row = i / 8, piece = i % 8;
+    x_off[j] = static_cast<uint32_t>(min(row, m - 1)) * ldx32 + piece * 8;
+    x_dst[j] = L::kWBytes + (row * kXStride + piece * 8) * 2;
+  }
+  auto load_weights = [&](int stage, uint32_t c) {
+    const uint32_t base = smem0 + stage * L::kStageBytes;
+#pragma unroll
+    for (int j = 0; j < kWCopies; ++j) {
+      CpAsync16(base + (tid + j * kThreads) * 16, w + (w_off[j] + c * 32));
+    }
+    if (kSzCopies == kThreads || tid < kSzCopies) {
+      const uint32_t grp = kKPG == 4 ? group_of_tile.Div(c) : c * kGroups;
+      CpAsync16(base + L::kWBytes + L::kXBytes + tid * 16, sz + (grp * n32 + sz_off));
+    }
+  };
   auto load_x = [&](int stage, uint32_t c) {
-    T* xs = reinterpret_cast<T*>(smem + stage * L::kStageBytes + L::kWBytes);
-    for (int i = tid; i < kTT * 8 * 8; i += kThreads) {
-      const int row = i / 8, piece = i % 8;
-      const uint32_t src = static_cast<uint32_t>(min(row, m - 1));
-      CpAsync16(xs + row * kXStride + piece * 8, x + (src * ldx32 + c * kW4TileCols + piece * 8),
-                true);
+    const uint32_t base = smem0 + stage * L::kStageBytes;
+#pragma unroll
+    for (int j = 0; j < kXCopies; ++j) {
+      if (kXPieces % kThreads == 0 || tid + j * kThreads < kXPieces) {
+        CpAsync16(base + x_dst[j], x + (x_off[j] + c * kW4TileCols));
+      }
     }
   };
 
   float acc[kTileRB][kTT][4] = {};
+  // The mma sums of the current scale group, scaled into acc when the group ends: per group
+  // within a column tile (group 16 / 32), or once per group across the tiles it spans
+  // (group >= 128: one scaling per group, not per tile).
+  float part[kTileRB][kTT][4] = {};
 
   // The weights of the first stages go out before PdlWait (no earlier kernel writes them); the
   // first commit group then holds them all, which only makes its wait a little longer.
@@ -471,32 +497,43 @@ __global__ void __launch_bounds__(kTileWarps * 32, (TileLayout<kTT, kKPG>::kBloc
   for (int i = 0; i < steps; ++i) {
     CpAsyncWait<kTileStages - 2>();
     __syncthreads();  // stage i landed for all; stage i - 1 is free to refill
+    const uint32_t c = c_begin + i;
+    // This tile's codes and scale words first: issued after the next stage's copies, these
+    // reads waited on the copies' registers (ncu: the loop's most stalled instruction).
+    const uint8_t* base = smem + (i % kTileStages) * L::kStageBytes;
+    const T* xs = reinterpret_cast<const T*>(base + L::kWBytes) + g * kXStride + 4 * t;
+    const uint32_t* szs = reinterpret_cast<const uint32_t*>(base + L::kWBytes + L::kXBytes) +
+                          warp * kTileRB * kW4TileRows + g;
+    uint4 wv[kTileRB];
+    uint32_t szw[kTileRB][kGroups][2];
+#pragma unroll
+    for (int r = 0; r < kTileRB; ++r) {
+      wv[r] = reinterpret_cast<const uint4*>(base)[(warp * kTileRB + r) * 32 + lane];
+#pragma unroll
+      for (int gi = 0; gi < kGroups; ++gi) {
+        const uint32_t* s = szs + gi * kTileRowTiles * kW4TileRows + r * kW4TileRows;
+        szw[r][gi][0] = s[0];
+        szw[r][gi][1] = s[8];
+      }
+    }
     const int next = i + kTileStages - 1;
     if (next < steps) {
       load_weights(next % kTileStages, c_begin + next);
       load_x(next % kTileStages, c_begin + next);
     }
     CpAsyncCommit();
-    const uint8_t* base = smem + (i % kTileStages) * L::kStageBytes;
-    const T* xs = reinterpret_cast<const T*>(base + L::kWBytes) + g * kXStride + 4 * t;
-    const uint32_t* szs = reinterpret_cast<const uint32_t*>(base + L::kWBytes + L::kXBytes) +
-                          warp * kTileRB * kW4TileRows + g;
-    uint4 wv[kTileRB];
-#pragma unroll
-    for (int r = 0; r < kTileRB; ++r) {
-      wv[r] = reinterpret_cast<const uint4*>(base)[(warp * kTileRB + r) * 32 + lane];
-    }
+    // Whether this tile ends its scale group (always where a group fits in a tile).
+    const bool group_ends =
+        kKPG < 4 || i == steps - 1 || group_of_tile.Div(c + 1) != group_of_tile.Div(c);
 #pragma unroll
     for (int gi = 0; gi < kGroups; ++gi) {
       float scale[kTileRB][2];
       uint32_t a[kTileRB][kKPG][4];
 #pragma unroll
       for (int r = 0; r < kTileRB; ++r) {
-        const uint32_t* s = szs + gi * kTileRowTiles * kW4TileRows + r * kW4TileRows;
-        DequantGroup<kKPG, T>(wv[r], gi, s[0], s[8], scale[r], a[r]);
+        DequantGroup<kKPG, T>(wv[r], gi, szw[r][gi][0], szw[r][gi][1], scale[r], a[r]);
       }
       // k-step outermost: the kTT x kTileRB mmas of a step are independent.
-      float part[kTileRB][kTT][4] = {};
 #pragma unroll
       for (int jj = 0; jj < kKPG; ++jj) {
         uint2 b[kTT];
@@ -509,15 +546,17 @@ __global__ void __launch_bounds__(kTileWarps * 32, (TileLayout<kTT, kKPG>::kBloc
 #pragma unroll
           for (int r = 0; r < kTileRB; ++r) Mma<T>(part[r][tt], a[r][jj], b[tt].x, b[tt].y);
       }
+      if (group_ends) {
 #pragma unroll
-      for (int r = 0; r < kTileRB; ++r)
+        for (int r = 0; r < kTileRB; ++r)
 #pragma unroll
-        for (int tt = 0; tt < kTT; ++tt) {
-          acc[r][tt][0] = fmaf(part[r][tt][0], scale[r][0], acc[r][tt][0]);
-          acc[r][tt][1] = fmaf(part[r][tt][1], scale[r][0], acc[r][tt][1]);
-          acc[r][tt][2] = fmaf(part[r][tt][2], scale[r][1], acc[r][tt][2]);
-          acc[r][tt][3] = fmaf(part[r][tt][3], scale[r][1], acc[r][tt][3]);
-        }
+          for (int tt = 0; tt < kTT; ++tt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              acc[r][tt][e] = fmaf(part[r][tt][e], scale[r][e / 2], acc[r][tt][e]);
+              part[r][tt][e] = 0.0f;
+            }
+      }
     }
   }
 
@@ -542,7 +581,7 @@ __global__ void __launch_bounds__(kTileWarps * 32, (TileLayout<kTT, kKPG>::kBloc
     __syncthreads();
     if (!last_split) return;
     __threadfence();
-    constexpr int kSumChunk = 16, kSplitBatch = 4;
+    constexpr int kSumChunk = L::kAcc % 16 == 0 ? 16 : 8, kSplitBatch = 4;
     static_assert(L::kAcc % kSumChunk == 0);
     const float* column = partials + size_t{blockIdx.x} * block_floats + tid;
     const size_t split_floats = size_t{gridDim.x} * block_floats;
@@ -648,7 +687,9 @@ cudaError_t LaunchW4Tiles(const W4GemmArgsT<T>& a, cudaStream_t stream) {
 template <int kKPG, typename T>
 cudaError_t DispatchW4Tiles(const W4GemmArgsT<T>& a, cudaStream_t stream) {
   if (a.m <= 16) return LaunchW4Tiles<2, kKPG>(a, stream);
+  if (a.m <= 24) return LaunchW4Tiles<3, kKPG>(a, stream);
   if (a.m <= 32) return LaunchW4Tiles<4, kKPG>(a, stream);
+  if (a.m <= 48) return LaunchW4Tiles<6, kKPG>(a, stream);
   return LaunchW4Tiles<8, kKPG>(a, stream);
 }
 

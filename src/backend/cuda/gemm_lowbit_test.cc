@@ -330,10 +330,11 @@ TYPED_TEST(GemmW4Gpu, EveryDispatchAgainstTheDefinition) {
       {200, 80, 640, 16, false, true, false, true, 0, 0, 0, 1000},
       {7, 48, 576, 64, true, true, false, false, 0, 0, 0, 16, 0},
       {1, 48, 576, 576, false, true, true, false, 0, 0, 0, 16, 0},
-      // The block tiles (from 9 rows): n not a multiple of 256 (a block's last row tiles past
-      // n), one and several blocks, every group kind; k split 2..16 ways (the last block of
-      // each row range sums the partials), or not at all without the scratch; a padded x
-      // stride that is not a multiple of 8 falls back to the k-split warps (above, m = 17).
+      // The block tiles (forced from 9 rows; the default from kW4TileMinRows): n not a multiple
+      // of 256 (a block's last row tiles past n), one and several blocks, every group kind; k
+      // split 2..16 ways (the last block of each row range sums the partials), or not at all
+      // without the scratch; a padded x stride that is not a multiple of 8 falls back to the
+      // k-split warps (above, m = 17).
       {9, 208, 4096, 128, true, true, false, false, 0, 0, 0, 0, -1, 3},
       {24, 528, 2048, 64, false, true, true, false, 8, 0, 0, 0, -1, 5},
       {40, 256, 1152, 32, true, false, false, false, 0, 3, 0, 0, -1, 2},
@@ -341,6 +342,9 @@ TYPED_TEST(GemmW4Gpu, EveryDispatchAgainstTheDefinition) {
       {57, 512, 4096, 4096, false, true, true, true, 8, 8, 0, 0, -1, 16},
       {33, 1040, 3072, 128, true, true, false, false, 0, 0, 0, 0, -1, 0},
       {16, 96, 2048, 128, false, true, false, false, 0, 0, 0, 0, -1, 8},
+      // Three and six token tiles (18-24 and 33-48 rows), the default splits.
+      {21, 784, 2048, 128, true, false, true, false, 0, 0, 0, 0, -1, -1},
+      {46, 528, 4096, 64, false, true, false, false, 8, 3, 0, 0, -1, -1},
   };
   W4SplitScratch split;
   uint32_t seed = 11;
