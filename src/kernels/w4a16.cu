@@ -384,10 +384,11 @@ constexpr int kTileRowTiles = kTileWarps * kTileRB;           // per block
 constexpr int kXStride = static_cast<int>(kW4TileCols) + 16;  // elements: rows 8 banks apart
 static_assert(kTileRowTiles * kW4TileRows == kW4BlockTileRows);
 
-// Up to 16 rows two blocks fit an SM; with more, each holds kTT x 2 x 4 partial sums per lane
-// in registers as well as the totals (the mmas of one k-step must be independent: a warp issues
-// in order, and each mma's result feeds the next k-step's), so one block per SM with a deeper
-// ring.
+// A lane holds kTT x 2 x 4 partial sums of the current scale group in registers as well as the
+// totals (the mmas of one k-step must be independent: a warp issues in order, and each mma's
+// result feeds the next k-step's). Up to 32 rows (kTT 4) that fits 128 registers and two blocks
+// share an SM (measured faster end to end at 25-32 rows than one, though slower per layer
+// alone); beyond, one block per SM with a deeper ring.
 template <int kTT, int kKPG>
 struct TileLayout {
   static constexpr int kBlocksPerSm = kTT <= 4 ? 2 : 1;
