@@ -160,23 +160,41 @@ __device__ __forceinline__ void DecodeSz(uint32_t word, float& scale, uint32_t& 
   sub = __byte_perm(word, 0, 0x3232);
 }
 
+// (v & mask) | bits in one LOP3. Written as C++ with both constants as immediates, the compiler
+// emits an AND and an OR (cuobjdump: twice the LOP3s of the dequantization); with bits in a
+// register one LOP3 does both.
+template <uint32_t kMask>
+__device__ __forceinline__ uint32_t AndOr(uint32_t v, uint32_t bits) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(r) : "r"(v), "n"(kMask), "r"(bits));
+  return r;
+}
+
 // Group gi of a lane's 16-byte code word (the layout above) as mma A fragments: a[jj] for the
-// group's kKPG k-steps, each element (code - zero) exactly as T, and the scales of the lane's
-// rows g and g + 8 (scale words lo and hi).
-template <int kKPG, typename T>
+// group's kKPG k-steps, and the scales of the lane's rows g and g + 8 (scale words lo and hi).
+// kFold false: each element is (code - zero) exactly as T. kFold true: each element is
+// 2^e + (code + 8), and zc[h] is 2^e + 8 + zero as fp32 (the scale word's high half, bf16 only:
+// its bits are the top of an fp32), which the caller subtracts times the sum of x (the mma sums
+// (2^e + code + 8) x; the difference is exact in the operands, one fp32 rounding): one LOP3 (and a
+// shift) per element pair instead of four instructions.
+template <int kKPG, typename T, bool kFold = false>
 __device__ __forceinline__ void DequantGroup(const uint4& wv, int gi, uint32_t lo, uint32_t hi,
-                                             float (&scale)[2], uint32_t (&a)[kKPG][4]) {
+                                             float (&scale)[2], float (&zc)[2],
+                                             uint32_t (&a)[kKPG][4]) {
+  static_assert(!kFold || std::is_same_v<T, __nv_bfloat16>);
   uint32_t sub[2];
   DecodeSz(lo, scale[0], sub[0]);
   DecodeSz(hi, scale[1], sub[1]);
+  zc[0] = __uint_as_float(lo & 0xffff0000u);
+  zc[1] = __uint_as_float(hi & 0xffff0000u);
   const uint32_t* words = reinterpret_cast<const uint32_t*>(&wv);
 #pragma unroll
   for (int jj = 0; jj < kKPG; ++jj) {
     const uint32_t word = words[gi * kKPG + jj];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      const uint32_t bits = ((word >> (4 * q)) & 0x000f000fu) | kMagicPair<T>;
-      a[jj][q] = SubPair<T>(bits, sub[q & 1]);
+      const uint32_t bits = AndOr<0x000f000fu>(word >> (4 * q), kMagicPair<T>);
+      a[jj][q] = kFold ? bits : SubPair<T>(bits, sub[q & 1]);
     }
   }
 }
@@ -281,11 +299,12 @@ __global__ void __launch_bounds__(kW * 32)
       const uint32_t c = c0 + u * kW < chunks ? c0 + u * kW : 0;
 #pragma unroll
       for (int gi = 0; gi < kGroups; ++gi) {
-        float scale[kRB][2];
+        float scale[kRB][2], zc[kRB][2];
         uint32_t a[kRB][kKPG][4];
 #pragma unroll
         for (int r = 0; r < kRB; ++r) {
-          DequantGroup<kKPG, T>(wv[u][r], gi, szv[u][r][gi][0], szv[u][r][gi][1], scale[r], a[r]);
+          DequantGroup<kKPG, T>(wv[u][r], gi, szv[u][r][gi][0], szv[u][r][gi][1], scale[r], zc[r],
+                                a[r]);
         }
 #pragma unroll
         for (int tt = 0; tt < kTT; ++tt) {
@@ -340,10 +359,10 @@ __global__ void __launch_bounds__(kW * 32)
   }
 }
 
-template <int kTT, int kRB, int kKPG, int kU, int kW = kWarps, typename T>
-cudaError_t LaunchW4(const W4GemmArgsT<T>& a, cudaStream_t stream) {
-  const size_t smem = size_t{kW} * kRB * kTT * 4 * 32 * sizeof(float);
-  const dim3 grid(static_cast<unsigned>(a.n / kW4TileRows / kRB));
+// Launches W4GemmKernel or W4GemvKernel (the same parameters) with fp32 or T output.
+template <typename T, typename KernelF32, typename KernelT>
+cudaError_t LaunchRows(const W4GemmArgsT<T>& a, KernelF32 kernel_f32, KernelT kernel_t, dim3 grid,
+                       int threads, size_t smem, cudaStream_t stream) {
   const auto* w = reinterpret_cast<const uint4*>(a.w);
   // kKPG == 4 (groups of 64 columns or more): a tile's group is its index / (group / 64).
   const FastDiv group_of_tile =
@@ -354,13 +373,154 @@ cudaError_t LaunchW4(const W4GemmArgsT<T>& a, cudaStream_t stream) {
           kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
       if (e != cudaSuccess) return e;
     }
-    return LaunchChained(kernel, grid, kW * 32, smem, stream, a.x, a.ldx, a.m, w, a.sz,
+    return LaunchChained(kernel, grid, threads, smem, stream, a.x, a.ldx, a.m, w, a.sz,
                          group_of_tile, a.n, a.k, a.bias, out, a.ldo, a.prefetch, a.prefetch_bytes);
   };
-  if (a.out_f32) {
-    return launch(W4GemmKernel<kTT, kRB, kKPG, kU, kW, T, float>, static_cast<float*>(a.out));
+  if (a.out_f32) return launch(kernel_f32, static_cast<float*>(a.out));
+  return launch(kernel_t, static_cast<T*>(a.out));
+}
+
+template <int kTT, int kRB, int kKPG, int kU, int kW = kWarps, typename T>
+cudaError_t LaunchW4(const W4GemmArgsT<T>& a, cudaStream_t stream) {
+  return LaunchRows(a, W4GemmKernel<kTT, kRB, kKPG, kU, kW, T, float>,
+                    W4GemmKernel<kTT, kRB, kKPG, kU, kW, T, T>,
+                    dim3(static_cast<unsigned>(a.n / kW4TileRows / kRB)), kW * 32,
+                    size_t{kW} * kRB * kTT * 4 * 32 * sizeof(float), stream);
+}
+
+// ---- One token tile (W4GemvKernel): 1-8 rows ----------------------------------------------------
+// W4GemmKernel with one token tile and one row tile per block, trimmed where a batch of 1-8 spends
+// its instructions (measured at 1 row, ncu + cuobjdump, gate_up of an 8B Llama: 129 instructions
+// per lane's 16-byte code word, of them 34 LOP3s and 16 HADD2s dequantizing and ~30 computing
+// per-tile addresses and bounds; here 74, static count):
+// * bf16: the zero point folded out of the dequantization (DequantGroup's kFold), the sums of x
+//   per token from one more mma per k-step with A all ones;
+// * each warp takes a run of consecutive column tiles, kU at a time: a step's addresses are one
+//   base and immediate offsets, and only the run's last, partial step checks bounds;
+// * token rows past m read row m - 1 again (their outputs are never stored) instead of
+//   predicated loads and zeroing.
+// Fewer instructions did not make it much faster alone (ncu: the schedulers still find no warp
+// ready 58 % of cycles, mostly waiting on global loads); two tiles in flight per warp (kU 2,
+// fewer registers, more warps per SM) did, end to end. A cp.async ring per lane (4 or 8 stages,
+// the bytes in flight in shared memory instead of registers) was slower (docs/benchmarks.md).
+template <int kKPG, int kU, int kW, typename T, typename Out>
+__global__ void __launch_bounds__(kW * 32)
+    W4GemvKernel(const T* __restrict__ x, int64_t ldx, int m, const uint4* __restrict__ w,
+                 const uint32_t* __restrict__ sz, FastDiv group_of_tile, int64_t n, int64_t k,
+                 const T* __restrict__ bias, Out* __restrict__ out, int64_t ldo,
+                 const void* prefetch, int64_t prefetch_bytes) {
+  constexpr int kGroups = 4 / kKPG;  // scale groups per 64-column tile
+  extern __shared__ float red[];     // [kW][4][32]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const uint32_t rt = blockIdx.x;  // the block's row tile
+  // 32-bit offsets (W4GemmSupported bounds them); each base one wide multiply-add.
+  const uint32_t chunks = static_cast<uint32_t>(k / kW4TileCols);
+  const uint32_t per_warp = (chunks + kW - 1) / kW;
+  const uint32_t c_begin = min(warp * per_warp, chunks);
+  const uint32_t c_end = min(c_begin + per_warp, chunks);
+  const uint32_t n_bytes = static_cast<uint32_t>(n) * 4;  // one scale group's row of words
+  const uint4* wb = w + rt * chunks * 32 + lane;
+  const char* szb = reinterpret_cast<const char*>(sz + rt * kW4TileRows + g);
+  const T* xt = x + (static_cast<uint32_t>(min(g, m - 1)) * static_cast<uint32_t>(ldx) + 4 * t);
+  constexpr bool kFold = std::is_same_v<T, __nv_bfloat16>;
+  const uint32_t ones[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+
+  uint4 wv[kU];
+  uint32_t szv[kU][kGroups][2];
+  // Every load of a step is issued before any is used. kCheck (the run's last, partial step): a
+  // tile past the run reads the run's first tile again (in bounds) with scale 0, adding nothing.
+  auto load = [&](uint32_t c0, auto check) {
+    constexpr bool kCheck = decltype(check)::value;
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const bool valid = !kCheck || c0 + u < c_end;
+      const uint32_t cs = valid ? c0 + u : c_begin;
+      wv[u] = __ldcs(kCheck ? wb + cs * 32 : wb + c0 * 32 + u * 32);
+#pragma unroll
+      for (int gi = 0; gi < kGroups; ++gi) {
+        // Groups of 16 / 32 columns: several per tile, no division.
+        const uint32_t grp = kKPG == 4 ? group_of_tile.Div(cs) : cs * kGroups + gi;
+        const auto* p = reinterpret_cast<const uint32_t*>(szb + uint64_t{grp} * n_bytes);
+        const uint32_t lo = __ldg(p), hi = __ldg(p + 8);
+        szv[u][gi][0] = valid ? lo : 0u;
+        szv[u][gi][1] = valid ? hi : 0u;
+      }
+    }
+  };
+  auto compute = [&](uint32_t c0, auto check) {
+    constexpr bool kCheck = decltype(check)::value;
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const uint32_t c = !kCheck || c0 + u < c_end ? c0 + u : c_begin;
+#pragma unroll
+      for (int gi = 0; gi < kGroups; ++gi) {
+        float scale[2], zc[2];
+        uint32_t a[kKPG][4];
+        DequantGroup<kKPG, T, kFold>(wv[u], gi, szv[u][gi][0], szv[u][gi][1], scale, zc, a);
+        const T* xr = kCheck ? xt + (c * kW4TileCols + gi * kKPG * 16)
+                             : xt + (c0 * kW4TileCols + (u * 4 + gi * kKPG) * 16);
+        float part[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int jj = 0; jj < kKPG; ++jj) {
+          const uint2 b = __ldg(reinterpret_cast<const uint2*>(xr + jj * 16));
+          Mma<T>(part, a[jj], b.x, b.y);
+          if constexpr (kFold) Mma<T>(sx, ones, b.x, b.y);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float p = kFold ? fmaf(-zc[i / 2], sx[i], part[i]) : part[i];
+          acc[i] = fmaf(p, scale[i / 2], acc[i]);
+        }
+      }
+    }
+  };
+  using Full = std::false_type;
+  using Partial = std::true_type;
+  // The first tiles go out before PdlWait (launch.cuh): weights are no earlier kernel's output.
+  const bool first_full = c_begin + kU <= c_end;
+  if (first_full) {
+    load(c_begin, Full{});
+  } else if (c_begin < c_end) {
+    load(c_begin, Partial{});
   }
-  return launch(W4GemmKernel<kTT, kRB, kKPG, kU, kW, T, T>, static_cast<T*>(a.out));
+  PdlWait();
+  PdlLaunchDependents();
+  uint32_t c0 = c_begin;
+  if (first_full) {
+    for (;;) {
+      compute(c0, Full{});
+      c0 += kU;
+      if (c0 + kU > c_end) break;
+      load(c0, Full{});
+    }
+    if (c0 < c_end) load(c0, Partial{});
+  }
+  if (c0 < c_end) compute(c0, Partial{});
+
+  dtype_internal::PrefetchL2(prefetch, prefetch_bytes);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) red[(warp * 4 + i) * 32 + lane] = acc[i];
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < 4 * 32; idx += kW * 32) {
+    float v = 0.0f;
+#pragma unroll
+    for (int wi = 0; wi < kW; ++wi) v += red[wi * 4 * 32 + idx];
+    const int i = idx / 32, l = idx % 32;
+    const int token = 2 * (l % 4) + (i & 1);
+    const uint32_t row = rt * kW4TileRows + l / 4 + (i >> 1) * 8;
+    if (token < m) {
+      if (bias != nullptr) v += ToFloat(bias[row]);
+      Store(v, out + token * ldo + row);
+    }
+  }
+}
+
+template <int kKPG, int kU, int kW, typename T>
+cudaError_t LaunchW4Gemv(const W4GemmArgsT<T>& a, cudaStream_t stream) {
+  return LaunchRows(a, W4GemvKernel<kKPG, kU, kW, T, float>, W4GemvKernel<kKPG, kU, kW, T, T>,
+                    dim3(static_cast<unsigned>(a.n / kW4TileRows)), kW * 32,
+                    size_t{kW} * 4 * 32 * sizeof(float), stream);
 }
 
 // ---- Block tiles (W4GemmTileKernel) -------------------------------------------------------------
@@ -528,11 +688,11 @@ __global__ void __launch_bounds__(kTileWarps * 32, (TileLayout<kTT, kKPG>::kBloc
         kKPG < 4 || i == steps - 1 || group_of_tile.Div(c + 1) != group_of_tile.Div(c);
 #pragma unroll
     for (int gi = 0; gi < kGroups; ++gi) {
-      float scale[kTileRB][2];
+      float scale[kTileRB][2], zc[kTileRB][2];
       uint32_t a[kTileRB][kKPG][4];
 #pragma unroll
       for (int r = 0; r < kTileRB; ++r) {
-        DequantGroup<kKPG, T>(wv[r], gi, szw[r][gi][0], szw[r][gi][1], scale[r], a[r]);
+        DequantGroup<kKPG, T>(wv[r], gi, szw[r][gi][0], szw[r][gi][1], scale[r], zc[r], a[r]);
       }
       // k-step outermost: the kTT x kTileRB mmas of a step are independent.
 #pragma unroll
@@ -714,8 +874,8 @@ cudaError_t DispatchW4Rows(const W4GemmArgsT<T>& a, cudaStream_t stream) {
   if (a.m <= 8) {
     if (pairs) return LaunchW4<1, 2, kKPG, 2>(a, stream);
     const bool wide = a.warps == 16 || (a.warps == 0 && a.n / kW4TileRows <= kW4WideMaxRowTiles);
-    return wide ? LaunchW4<1, 1, kKPG, 4, kWideWarps>(a, stream)
-                : LaunchW4<1, 1, kKPG, 4>(a, stream);
+    return wide ? LaunchW4Gemv<kKPG, 2, kWideWarps>(a, stream)
+                : LaunchW4Gemv<kKPG, 2, kWarps>(a, stream);
   }
   if (a.m <= 16) {
     return pairs ? LaunchW4<2, 2, kKPG, 2>(a, stream) : LaunchW4<2, 1, kKPG, 4>(a, stream);

@@ -100,7 +100,9 @@ struct W4GemmArgsT {
   uint32_t* split_counters = nullptr;
   int64_t split_counter_count = 0;
   // For benchmarks and tests (gemv_bench --w4 times the alternatives); 0: the default for m.
-  int32_t kernel = 0;     // 1: the k-split warps (W4GemmKernel); 2: the block tiles
+  // 1: the k-split warps (W4GemmKernel; up to 8 rows with one row tile per block, W4GemvKernel);
+  // 2: the block tiles.
+  int32_t kernel = 0;
   int32_t splits = 0;     // block tiles: k splits (at most what the scratch holds)
   int32_t row_tiles = 0;  // k-split warps: 16-row weight tiles per block, 1 or 2 (2: n % 32 == 0)
   int32_t warps = 0;      // k-split warps: warps per block, 8 or 16 (m <= 8, 1 row tile)

@@ -300,6 +300,10 @@ TYPED_TEST(GemmW4Gpu, EveryDispatchAgainstTheDefinition) {
       {7, 64, 576, 32, true, true, false},
       {8, 80, 192, 16, false, false, true},
       {5, 112, 576, 576, true, true, false, true},
+      // Warps' runs of column tiles with a partial last step: 5 tiles a warp (8-warp blocks, n past
+      // 4,096), 3 a warp (16-warp blocks).
+      {1, 4112, 2560, 128, false, true, false},
+      {6, 96, 2560, 64, true, false, true},
       // m <= 16, <= 32 and <= 64, n with and without pairs of row tiles.
       {13, 208, 1152, 128, true, true, true},
       {16, 48, 640, 64, false, true, false, true},
@@ -342,6 +346,11 @@ TYPED_TEST(GemmW4Gpu, EveryDispatchAgainstTheDefinition) {
       {57, 512, 4096, 4096, false, true, true, true, 8, 8, 0, 0, -1, 16},
       {33, 1040, 3072, 128, true, true, false, false, 0, 0, 0, 0, -1, 0},
       {16, 96, 2048, 128, false, true, false, false, 0, 0, 0, 0, -1, 8},
+      // The block tiles forced at 1-8 rows (token rows past m within the tile), split and not.
+      {1, 208, 4096, 128, true, true, false, false, 0, 0, 0, 0, -1, 3},
+      {5, 528, 2048, 64, false, false, true, false, 8, 3, 0, 0, -1, 1},
+      {8, 96, 1152, 16, true, true, false, true, 0, 0, 0, 0, -1, 4},
+      {3, 256, 640, 32, false, true, false, false, 0, 0, 0, 0, -1, 2},
       // Three and six token tiles (18-24 and 33-48 rows), the default splits.
       {21, 784, 2048, 128, true, false, true, false, 0, 0, 0, 0, -1, -1},
       {46, 528, 4096, 64, false, true, false, false, 8, 3, 0, 0, -1, -1},
