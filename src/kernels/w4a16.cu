@@ -233,9 +233,9 @@ __device__ __forceinline__ void Store(float v, T* out) {
 // Per group: partial = sum over the group's k-steps of (code - zero) * x (exact operands, fp32
 // accumulation), then acc += partial * scale in fp32: the scale is applied once per group, not
 // rounded into the weights.
-// Measured alternatives (gemv_bench --w4, H100, docs/kernels.md): two register stages, and a
-// cp.async ring of 8 shared-memory stages per warp, were no faster (at m = 1 the kernel is bound
-// by its instructions per weight byte, not by the bytes in flight).
+// Measured alternatives (gemv_bench --w4, H100, docs/kernels.md; at m = 1, which W4GemvKernel
+// now serves): two register stages, and a cp.async ring of 8 shared-memory stages per warp, were
+// no faster.
 template <int kTT, int kRB, int kKPG, int kU, int kW, typename T, typename Out>
 __global__ void __launch_bounds__(kW * 32)
     W4GemmKernel(const T* __restrict__ x, int64_t ldx, int m, const uint4* __restrict__ w,
