@@ -172,21 +172,16 @@ __device__ __forceinline__ uint32_t AndOr(uint32_t v, uint32_t bits) {
 
 // Group gi of a lane's 16-byte code word (the layout above) as mma A fragments: a[jj] for the
 // group's kKPG k-steps, and the scales of the lane's rows g and g + 8 (scale words lo and hi).
-// kFold false: each element is (code - zero) exactly as T. kFold true: each element is
-// 2^e + (code + 8), and zc[h] is 2^e + 8 + zero as fp32 (the scale word's high half, bf16 only:
-// its bits are the top of an fp32), which the caller subtracts times the sum of x (the mma sums
-// (2^e + code + 8) x; the difference is exact in the operands, one fp32 rounding): one LOP3 (and a
-// shift) per element pair instead of four instructions.
+// kFold false: each element is (code - zero) exactly as T. kFold true (bf16): each element is
+// 2^e + (code + 8), one LOP3 (and a shift) per element pair instead of four instructions; the
+// caller subtracts FoldedZero times the sum of x.
 template <int kKPG, typename T, bool kFold = false>
 __device__ __forceinline__ void DequantGroup(const uint4& wv, int gi, uint32_t lo, uint32_t hi,
-                                             float (&scale)[2], float (&zc)[2],
-                                             uint32_t (&a)[kKPG][4]) {
+                                             float (&scale)[2], uint32_t (&a)[kKPG][4]) {
   static_assert(!kFold || std::is_same_v<T, __nv_bfloat16>);
   uint32_t sub[2];
   DecodeSz(lo, scale[0], sub[0]);
   DecodeSz(hi, scale[1], sub[1]);
-  zc[0] = __uint_as_float(lo & 0xffff0000u);
-  zc[1] = __uint_as_float(hi & 0xffff0000u);
   const uint32_t* words = reinterpret_cast<const uint32_t*>(&wv);
 #pragma unroll
   for (int jj = 0; jj < kKPG; ++jj) {
@@ -197,6 +192,14 @@ __device__ __forceinline__ void DequantGroup(const uint4& wv, int gi, uint32_t l
       a[jj][q] = kFold ? bits : SubPair<T>(bits, sub[q & 1]);
     }
   }
+}
+
+// What DequantGroup<..., kFold = true> leaves in each element beyond code - zero: 2^e + 8 + zero,
+// the bf16 high half of a scale word, read as the top of an fp32. The mma sums
+// (2^e + code + 8) x; subtracting this times the sum of x is exact in the operands, one fp32
+// rounding.
+__device__ __forceinline__ float FoldedZero(uint32_t word) {
+  return __uint_as_float(word & 0xffff0000u);
 }
 
 // v / d for 0 <= v < 2^31 in three 32-bit instructions (d >= 1 fixed per launch; Granlund and
@@ -299,12 +302,11 @@ __global__ void __launch_bounds__(kW * 32)
       const uint32_t c = c0 + u * kW < chunks ? c0 + u * kW : 0;
 #pragma unroll
       for (int gi = 0; gi < kGroups; ++gi) {
-        float scale[kRB][2], zc[kRB][2];
+        float scale[kRB][2];
         uint32_t a[kRB][kKPG][4];
 #pragma unroll
         for (int r = 0; r < kRB; ++r) {
-          DequantGroup<kKPG, T>(wv[u][r], gi, szv[u][r][gi][0], szv[u][r][gi][1], scale[r], zc[r],
-                                a[r]);
+          DequantGroup<kKPG, T>(wv[u][r], gi, szv[u][r][gi][0], szv[u][r][gi][1], scale[r], a[r]);
         }
 #pragma unroll
         for (int tt = 0; tt < kTT; ++tt) {
@@ -455,9 +457,10 @@ __global__ void __launch_bounds__(kW * 32)
       const uint32_t c = !kCheck || c0 + u < c_end ? c0 + u : c_begin;
 #pragma unroll
       for (int gi = 0; gi < kGroups; ++gi) {
-        float scale[2], zc[2];
+        float scale[2];
         uint32_t a[kKPG][4];
-        DequantGroup<kKPG, T, kFold>(wv[u], gi, szv[u][gi][0], szv[u][gi][1], scale, zc, a);
+        DequantGroup<kKPG, T, kFold>(wv[u], gi, szv[u][gi][0], szv[u][gi][1], scale, a);
+        const float zc[2] = {FoldedZero(szv[u][gi][0]), FoldedZero(szv[u][gi][1])};
         const T* xr = kCheck ? xt + (c * kW4TileCols + gi * kKPG * 16)
                              : xt + (c0 * kW4TileCols + (u * 4 + gi * kKPG) * 16);
         float part[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -688,11 +691,11 @@ __global__ void __launch_bounds__(kTileWarps * 32, (TileLayout<kTT, kKPG>::kBloc
         kKPG < 4 || i == steps - 1 || group_of_tile.Div(c + 1) != group_of_tile.Div(c);
 #pragma unroll
     for (int gi = 0; gi < kGroups; ++gi) {
-      float scale[kTileRB][2], zc[kTileRB][2];
+      float scale[kTileRB][2];
       uint32_t a[kTileRB][kKPG][4];
 #pragma unroll
       for (int r = 0; r < kTileRB; ++r) {
-        DequantGroup<kKPG, T>(wv[r], gi, szw[r][gi][0], szw[r][gi][1], scale[r], zc[r], a[r]);
+        DequantGroup<kKPG, T>(wv[r], gi, szw[r][gi][0], szw[r][gi][1], scale[r], a[r]);
       }
       // k-step outermost: the kTT x kTileRB mmas of a step are independent.
 #pragma unroll
