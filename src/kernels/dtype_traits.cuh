@@ -200,6 +200,15 @@ __device__ __forceinline__ uint4 E4m3x8ToVec8(uint2 x) {
 inline constexpr float kFp8Max = 448.0f;
 inline constexpr float kFp8MinScale = 1.0f / (kFp8Max * 512.0f);
 
+// An FP8 GEMM's unscaled sum y made the linear layer's output value: y * row_scale *
+// col_scale (+ bias) in fp32, each operation rounded on its own (no contraction into an FMA), so
+// that kernels::ApplyFp8Scales and the consumers that fuse it (kernels/elementwise.h,
+// Fp8InputScales) compute the same bits; the caller rounds the result to T.
+__device__ __forceinline__ float Fp8ScaledSum(float y, float row_scale, float col_scale,
+                                              float bias) {
+  return __fadd_rn(__fmul_rn(__fmul_rn(y, row_scale), col_scale), bias);
+}
+
 // The e4m3 code of v, rounded to nearest even; |v| beyond 448 saturates to +-448 (never NaN).
 __device__ __forceinline__ __nv_fp8_e4m3 ToE4m3Sat(float v) {
   __nv_fp8_e4m3 r;

@@ -5,6 +5,7 @@
 #include <cuda_fp8.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/dtype_traits.cuh"
 #include "kernels/launch.cuh"
@@ -134,6 +135,20 @@ __device__ __forceinline__ void Store8(float* p, const float (&v)[8]) {
   reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
 }
 
+// Input columns c .. c + 7 of a row whose row scale is rs, scaled in place as Fp8InputScales
+// says (dtype_internal::Fp8ScaledSum, rounded to bf16). The column scales and bias are loaded
+// here, where they are used, not with the row: held in registers for a whole row they would
+// double a thread's registers.
+__device__ __forceinline__ void ScaleInput8(const Fp8InputScales& s, float rs, int64_t c,
+                                            float (&v)[8]) {
+  float col[8], bias[8] = {};
+  Load8(s.col + c, col);
+  if (s.bias != nullptr) dtype_internal::Load8(s.bias + c, bias);
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    v[e] = RoundTo<bf16>(dtype_internal::Fp8ScaledSum(v[e], rs, col[e], bias[e]));
+}
+
 // Which residual update a norm does.
 struct NormResidual {
   bool add = false;   // normalize residual + x (else x alone)
@@ -186,12 +201,14 @@ __global__ void RmsNormKernel(const T* x, int64_t ldx, R* residual, NormResidual
 // REQUIRES: dim and ldx, ldo multiples of 8, pointers 16-byte aligned, dim <= 8 * kVecs *
 // blockDim.
 // O: T, or __nv_fp8_e4m3 with out_scales (RmsNormF32ResidualFp8: the row rounded to T, then
-// quantized as QuantizeRowsFp8 quantizes it).
-template <int kVecs, typename T, typename R, typename O>
+// quantized as QuantizeRowsFp8 quantizes it). kScaled: x is an FP8 GEMM's unscaled output,
+// scaled by xs as it is read (Fp8InputScales; T is bf16).
+template <int kVecs, bool kScaled, typename T, typename R, typename O>
 __global__ void RmsNormVecKernel(const T* x, int64_t ldx, R* residual, NormResidual mode,
                                  const int32_t* row_ids, int32_t dim, const T* weight, float eps,
-                                 O* out, int64_t ldo, float* out_scales,
-                                 const float* static_scale) {
+                                 O* out, int64_t ldo, float* out_scales, const float* static_scale,
+                                 Fp8InputScales xs) {
+  static_assert(!kScaled || std::is_same_v<T, bf16>);
   PdlWait();
   PdlLaunchDependents();
   const int64_t row = row_ids != nullptr ? row_ids[blockIdx.x] : blockIdx.x;
@@ -209,11 +226,13 @@ __global__ void RmsNormVecKernel(const T* x, int64_t ldx, R* residual, NormResid
       wv[j] = reinterpret_cast<const Vec8<T>*>(weight)[i];
     }
   }
+  const float rs = kScaled ? xs.row[row] : 0.0f;
   float sum_sq = 0.0f;
 #pragma unroll
   for (int j = 0; j < kVecs; ++j) {
     const int i = threadIdx.x + j * blockDim.x;
     if (i >= nvec) continue;
+    if constexpr (kScaled) ScaleInput8(xs, rs, 8 * i, v[j]);
     if (rr != nullptr) {
 #pragma unroll
       for (int e = 0; e < 8; ++e) v[j][e] = RoundSum((mode.init ? 0.0f : r[j][e]) + v[j][e], rr);
@@ -260,11 +279,21 @@ __global__ void RmsNormVecKernel(const T* x, int64_t ldx, R* residual, NormResid
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // O: T, or __nv_fp8_e4m3 with out_scales (the vectorized kernel only).
+// Whether x_scales can scale a T input of `cols` columns (Fp8InputScales): none asked for, or
+// bf16 with 16-byte aligned vectors.
+template <typename T>
+bool InputScalesOk(const Fp8InputScales& s) {
+  if (s.row == nullptr) return true;
+  return std::is_same_v<T, bf16> && s.col != nullptr && Aligned16(s.col) &&
+         (s.bias == nullptr || Aligned16(s.bias));
+}
+
 template <typename T, typename R, typename O = T>
 cudaError_t LaunchRmsNorm(const T* x, int64_t ldx, R* residual, NormResidual mode,
                           const int32_t* row_ids, int32_t num_rows, int32_t dim, const T* weight,
                           float eps, O* out, int64_t ldo, cudaStream_t stream,
-                          float* out_scales = nullptr, const float* static_scale = nullptr) {
+                          float* out_scales = nullptr, const float* static_scale = nullptr,
+                          const Fp8InputScales& x_scales = {}) {
   constexpr bool kFp8Out = !std::is_same_v<O, T>;
   if (num_rows == 0) return cudaSuccess;
   if (dim <= 0 || dim > kNormMaxDim) return cudaErrorInvalidValue;
@@ -272,6 +301,10 @@ cudaError_t LaunchRmsNorm(const T* x, int64_t ldx, R* residual, NormResidual mod
   const bool vec = dim % 8 == 0 && ldx % 8 == 0 && ldo % 8 == 0 && Aligned16(x) && out_aligned &&
                    Aligned16(weight) && (residual == nullptr || Aligned16(residual));
   if (kFp8Out && (!vec || out_scales == nullptr)) return cudaErrorInvalidValue;
+  const bool scaled = x_scales.row != nullptr;
+  if (scaled && (!vec || !InputScalesOk<T>(x_scales) || out_scales == x_scales.row)) {
+    return cudaErrorInvalidValue;
+  }
   if constexpr (!kFp8Out) {
     if (!vec) {
       return LaunchChained(RmsNormKernel<T, R>, num_rows, kNormThreads, 0, stream, x, ldx, residual,
@@ -281,21 +314,28 @@ cudaError_t LaunchRmsNorm(const T* x, int64_t ldx, R* residual, NormResidual mod
   const int nvec = dim / 8;
   const int threads = nvec <= 128 ? 128 : kNormThreads;
   const int vecs = (nvec + threads - 1) / threads;  // <= 6 for dim <= kNormMaxDim
-  auto launch = [&](auto kernel) {
-    return LaunchChained(kernel, num_rows, threads, 0, stream, x, ldx, residual, mode, row_ids, dim,
-                         weight, eps, out, ldo, out_scales, static_scale);
+  auto launch = [&]<int kVecs>() {
+    auto run = [&](auto kernel) {
+      return LaunchChained(kernel, num_rows, threads, 0, stream, x, ldx, residual, mode, row_ids,
+                           dim, weight, eps, out, ldo, out_scales, static_scale, x_scales);
+    };
+    // Only bf16 has the scaled instance (InputScalesOk).
+    if constexpr (std::is_same_v<T, bf16>) {
+      if (scaled) return run(RmsNormVecKernel<kVecs, true, T, R, O>);
+    }
+    return run(RmsNormVecKernel<kVecs, false, T, R, O>);
   };
   switch (vecs) {
     case 1:
-      return launch(RmsNormVecKernel<1, T, R, O>);
+      return launch.template operator()<1>();
     case 2:
-      return launch(RmsNormVecKernel<2, T, R, O>);
+      return launch.template operator()<2>();
     case 3:
-      return launch(RmsNormVecKernel<3, T, R, O>);
+      return launch.template operator()<3>();
     case 4:
-      return launch(RmsNormVecKernel<4, T, R, O>);
+      return launch.template operator()<4>();
     default:
-      return launch(RmsNormVecKernel<6, T, R, O>);
+      return launch.template operator()<6>();
   }
 }
 
@@ -303,8 +343,10 @@ cudaError_t LaunchRmsNorm(const T* x, int64_t ldx, R* residual, NormResidual mod
 // tokens still spread over several SMs instead of looping inside one block.
 constexpr int kRopeThreads = 128;
 
-template <typename T, typename C>
+// kScaled: qkv holds the unscaled sums, scaled by a.qkv_scales as they are read (T is bf16).
+template <bool kScaled, typename T, typename C>
 __global__ void RopeStoreKvKernel(RopeKvArgsT<T, C> a) {
+  static_assert(!kScaled || std::is_same_v<T, bf16>);
   PdlWait();
   PdlLaunchDependents();
   const int t = blockIdx.x;
@@ -323,6 +365,15 @@ __global__ void RopeStoreKvKernel(RopeKvArgsT<T, C> a) {
     const int i1 = a.interleaved ? 2 * i + 1 : i + half;
     float x0 = ToFloat(h[i0]);
     float x1 = ToFloat(h[i1]);
+    if constexpr (kScaled) {
+      const Fp8InputScales& qs = a.qkv_scales;
+      const float rs = qs.row[t];
+      const int64_t c0 = int64_t{head} * a.head_dim + i0, c1 = int64_t{head} * a.head_dim + i1;
+      const float b0 = qs.bias != nullptr ? ToFloat(qs.bias[c0]) : 0.0f;
+      const float b1 = qs.bias != nullptr ? ToFloat(qs.bias[c1]) : 0.0f;
+      x0 = RoundTo<T>(dtype_internal::Fp8ScaledSum(x0, rs, qs.col[c0], b0));
+      x1 = RoundTo<T>(dtype_internal::Fp8ScaledSum(x1, rs, qs.col[c1], b1));
+    }
     if (head < a.num_heads + a.num_kv_heads) {
       float s, c;
       sincosf(pos * a.inv_freq[i], &s, &c);
@@ -401,10 +452,13 @@ __global__ void SiluMulVec8Kernel(const T* gate_up, int64_t ld, int32_t dim, T* 
 // SiluMulVec8Kernel's row quantized to e4m3 (SiluMulFp8): one block per row, each thread
 // keeping its kVecs pieces of 8 products in registers between the amax and the codes (a second
 // pass over the row would miss L2 on prompt steps: a CTA's row is up to 64 KiB of gate_up).
-// REQUIRES: dim / 8 <= kVecs * blockDim.x.
-template <int kVecs, typename T>
+// REQUIRES: dim / 8 <= kVecs * blockDim.x. kScaled: gate_up holds the unscaled sums, scaled by
+// gs as they are read (T is bf16).
+template <int kVecs, bool kScaled, typename T>
 __global__ void SiluMulFp8Kernel(const T* gate_up, int64_t ld, int32_t dim, __nv_fp8_e4m3* out,
-                                 int64_t ldo, float* out_scales, const float* static_scale) {
+                                 int64_t ldo, float* out_scales, const float* static_scale,
+                                 Fp8InputScales gs) {
+  static_assert(!kScaled || std::is_same_v<T, bf16>);
   PdlWait();
   PdlLaunchDependents();
   const auto* g = reinterpret_cast<const uint4*>(gate_up + int64_t{blockIdx.x} * ld);
@@ -420,17 +474,32 @@ __global__ void SiluMulFp8Kernel(const T* gate_up, int64_t ld, int32_t dim, __nv
       uv[j] = u[i];
     }
   }
+  const float rs = kScaled ? gs.row[blockIdx.x] : 0.0f;
   float y[kVecs][8];
   float amax = 0.0f;
 #pragma unroll
   for (int j = 0; j < kVecs; ++j) {
-    if (threadIdx.x + j * blockDim.x >= nvec) continue;
+    const int i = threadIdx.x + j * blockDim.x;
+    if (i >= nvec) continue;
     const T* ge = reinterpret_cast<const T*>(&gv[j]);
     const T* ue = reinterpret_cast<const T*>(&uv[j]);
+    if constexpr (kScaled) {
+      float gf[8], uf[8];
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      y[j][k] = ToFloat(SiluTimes(ge[k], ue[k]));
-      amax = fmaxf(amax, fabsf(y[j][k]));
+      for (int k = 0; k < 8; ++k) gf[k] = ToFloat(ge[k]), uf[k] = ToFloat(ue[k]);
+      ScaleInput8(gs, rs, 8 * i, gf);
+      ScaleInput8(gs, rs, dim + 8 * i, uf);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        y[j][k] = ToFloat(SiluTimes(FromFloat<T>(gf[k]), FromFloat<T>(uf[k])));
+        amax = fmaxf(amax, fabsf(y[j][k]));
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        y[j][k] = ToFloat(SiluTimes(ge[k], ue[k]));
+        amax = fmaxf(amax, fabsf(y[j][k]));
+      }
     }
   }
   const float scale = Fp8RowScale(amax, static_scale, out_scales + blockIdx.x);
@@ -464,10 +533,11 @@ cudaError_t LaunchRmsNormF32Residual(const T* x, int64_t ldx, float* residual, b
                                      const int32_t* row_ids, int32_t num_rows, int32_t dim,
                                      const T* weight, float eps, O* out, int64_t ldo,
                                      cudaStream_t stream, float* out_scales = nullptr,
-                                     const float* static_scale = nullptr) {
+                                     const float* static_scale = nullptr,
+                                     const Fp8InputScales& x_scales = {}) {
   if (residual == nullptr || (init && row_ids != nullptr)) return cudaErrorInvalidValue;
   return LaunchRmsNorm(x, ldx, residual, NormResidual{true, init}, row_ids, num_rows, dim, weight,
-                       eps, out, ldo, stream, out_scales, static_scale);
+                       eps, out, ldo, stream, out_scales, static_scale, x_scales);
 }
 
 template <typename T, typename C>
@@ -475,12 +545,17 @@ cudaError_t LaunchRopeStoreKv(const RopeKvArgsT<T, C>& args, cudaStream_t stream
   const bool scales_ok = kIsFp8<C> ? std::isfinite(args.k_scale) && std::isfinite(args.v_scale) &&
                                          args.k_scale > 0.0f && args.v_scale > 0.0f
                                    : args.k_scale == 1.0f && args.v_scale == 1.0f;
-  if (!scales_ok) return cudaErrorInvalidValue;
+  if (!scales_ok || !InputScalesOk<T>(args.qkv_scales)) return cudaErrorInvalidValue;
   if (args.num_tokens == 0) return cudaSuccess;
   if (args.head_dim % 2 != 0) return cudaErrorInvalidValue;
   const int items = (args.num_heads + 2 * args.num_kv_heads) * (args.head_dim / 2);
   const dim3 grid(args.num_tokens, (items + kRopeThreads - 1) / kRopeThreads);
-  return LaunchChained(RopeStoreKvKernel<T, C>, grid, kRopeThreads, 0, stream, args);
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (args.qkv_scales.row != nullptr) {
+      return LaunchChained(RopeStoreKvKernel<true, T, C>, grid, kRopeThreads, 0, stream, args);
+    }
+  }
+  return LaunchChained(RopeStoreKvKernel<false, T, C>, grid, kRopeThreads, 0, stream, args);
 }
 
 template <typename T>
@@ -500,10 +575,12 @@ cudaError_t LaunchSiluMul(const T* gate_up, int64_t ld, int32_t num_rows, int32_
 template <typename T>
 cudaError_t LaunchSiluMulFp8(const T* gate_up, int64_t ld, int32_t num_rows, int32_t dim,
                              __nv_fp8_e4m3* out, int64_t ldo, float* out_scales,
-                             const float* static_scale, cudaStream_t stream) {
+                             const float* static_scale, cudaStream_t stream,
+                             const Fp8InputScales& gs) {
   if (num_rows == 0) return cudaSuccess;
   if (dim % 8 != 0 || ld % 8 != 0 || ldo % 8 != 0 || !Aligned16(gate_up) ||
-      reinterpret_cast<uintptr_t>(out) % 8 != 0 || out_scales == nullptr) {
+      reinterpret_cast<uintptr_t>(out) % 8 != 0 || out_scales == nullptr || !InputScalesOk<T>(gs) ||
+      (gs.row != nullptr && out_scales == gs.row)) {
     return cudaErrorInvalidValue;
   }
   // 8 to 64 values a thread in registers; dim up to 8 * 8 * 1024 = 65,536.
@@ -511,14 +588,21 @@ cudaError_t LaunchSiluMulFp8(const T* gate_up, int64_t ld, int32_t num_rows, int
   const int threads = nvec <= 8 * 256 ? 256 : (nvec <= 8 * 512 ? 512 : 1024);
   const int vecs = (nvec + threads - 1) / threads;
   if (vecs > 8) return cudaErrorInvalidValue;
-  auto launch = [&](auto kernel) {
-    return LaunchChained(kernel, num_rows, threads, 0, stream, gate_up, ld, dim, out, ldo,
-                         out_scales, static_scale);
+  auto launch = [&]<int kVecs>() {
+    auto run = [&](auto kernel) {
+      return LaunchChained(kernel, num_rows, threads, 0, stream, gate_up, ld, dim, out, ldo,
+                           out_scales, static_scale, gs);
+    };
+    // Only bf16 has the scaled instance (InputScalesOk).
+    if constexpr (std::is_same_v<T, bf16>) {
+      if (gs.row != nullptr) return run(SiluMulFp8Kernel<kVecs, true, T>);
+    }
+    return run(SiluMulFp8Kernel<kVecs, false, T>);
   };
-  if (vecs <= 1) return launch(SiluMulFp8Kernel<1, T>);
-  if (vecs <= 2) return launch(SiluMulFp8Kernel<2, T>);
-  if (vecs <= 4) return launch(SiluMulFp8Kernel<4, T>);
-  return launch(SiluMulFp8Kernel<8, T>);
+  if (vecs <= 1) return launch.template operator()<1>();
+  if (vecs <= 2) return launch.template operator()<2>();
+  if (vecs <= 4) return launch.template operator()<4>();
+  return launch.template operator()<8>();
 }
 
 template <typename T>
@@ -572,18 +656,18 @@ cudaError_t RmsNormF32Residual(const __half* x, int64_t ldx, float* residual, bo
 cudaError_t RmsNormF32ResidualFp8(const bf16* x, int64_t ldx, float* residual, bool init,
                                   const int32_t* row_ids, int32_t num_rows, int32_t dim,
                                   const bf16* weight, float eps, __nv_fp8_e4m3* out, int64_t ldo,
-                                  float* out_scales, const float* static_scale,
-                                  cudaStream_t stream) {
+                                  float* out_scales, const float* static_scale, cudaStream_t stream,
+                                  const Fp8InputScales& x_scales) {
   return LaunchRmsNormF32Residual(x, ldx, residual, init, row_ids, num_rows, dim, weight, eps, out,
-                                  ldo, stream, out_scales, static_scale);
+                                  ldo, stream, out_scales, static_scale, x_scales);
 }
 cudaError_t RmsNormF32ResidualFp8(const __half* x, int64_t ldx, float* residual, bool init,
                                   const int32_t* row_ids, int32_t num_rows, int32_t dim,
                                   const __half* weight, float eps, __nv_fp8_e4m3* out, int64_t ldo,
-                                  float* out_scales, const float* static_scale,
-                                  cudaStream_t stream) {
+                                  float* out_scales, const float* static_scale, cudaStream_t stream,
+                                  const Fp8InputScales& x_scales) {
   return LaunchRmsNormF32Residual(x, ldx, residual, init, row_ids, num_rows, dim, weight, eps, out,
-                                  ldo, stream, out_scales, static_scale);
+                                  ldo, stream, out_scales, static_scale, x_scales);
 }
 
 cudaError_t RopeStoreKv(const RopeKvArgs& args, cudaStream_t stream) {
@@ -610,13 +694,17 @@ cudaError_t SiluMul(const __half* gate_up, int64_t ld, int32_t num_rows, int32_t
 
 cudaError_t SiluMulFp8(const bf16* gate_up, int64_t ld, int32_t num_rows, int32_t dim,
                        __nv_fp8_e4m3* out, int64_t ldo, float* out_scales,
-                       const float* static_scale, cudaStream_t stream) {
-  return LaunchSiluMulFp8(gate_up, ld, num_rows, dim, out, ldo, out_scales, static_scale, stream);
+                       const float* static_scale, cudaStream_t stream,
+                       const Fp8InputScales& gate_up_scales) {
+  return LaunchSiluMulFp8(gate_up, ld, num_rows, dim, out, ldo, out_scales, static_scale, stream,
+                          gate_up_scales);
 }
 cudaError_t SiluMulFp8(const __half* gate_up, int64_t ld, int32_t num_rows, int32_t dim,
                        __nv_fp8_e4m3* out, int64_t ldo, float* out_scales,
-                       const float* static_scale, cudaStream_t stream) {
-  return LaunchSiluMulFp8(gate_up, ld, num_rows, dim, out, ldo, out_scales, static_scale, stream);
+                       const float* static_scale, cudaStream_t stream,
+                       const Fp8InputScales& gate_up_scales) {
+  return LaunchSiluMulFp8(gate_up, ld, num_rows, dim, out, ldo, out_scales, static_scale, stream,
+                          gate_up_scales);
 }
 
 cudaError_t FloatToBf16(const float* in, int64_t n, bf16* out, cudaStream_t stream) {

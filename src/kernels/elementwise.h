@@ -15,6 +15,18 @@
 
 namespace kiln::kernels {
 
+// The unscaled output of an FP8 GEMM (cuda::Gemm::Fp8GemmUnscaled: e4m3 x e4m3 sums in bf16),
+// scaled by the consumer as it reads it, instead of in a kernels::ApplyFp8Scales pass of its own:
+// input[r, c] = round_bf16(y[r, c] * row[r] * col[c] (+ bias[c])), the bits ApplyFp8Scales
+// would have written (dtype_internal::Fp8ScaledSum). row null: the input is used as it is. Only
+// bf16 activations (an fp16 model's unscaled sums are bf16 all the same, not its T): the fp16
+// overloads refuse a non-null row with cudaErrorInvalidValue.
+struct Fp8InputScales {
+  const float* row = nullptr;           // [input rows]: the GEMM input's per-token scales
+  const float* col = nullptr;           // [input width]: the weight's per-channel scales
+  const __nv_bfloat16* bias = nullptr;  // [input width] or null
+};
+
 // out[t, :] = table[ids[t], :] for t < num_tokens. REQUIRES: ids < the table's rows.
 cudaError_t EmbeddingLookup(const int32_t* ids, int32_t num_tokens, const __nv_bfloat16* table,
                             int32_t hidden, __nv_bfloat16* out, cudaStream_t stream);
@@ -56,18 +68,20 @@ cudaError_t RmsNormF32Residual(const __half* x, int64_t ldx, float* residual, bo
 // rounded to nearest even), written as out [num_rows, dim] e4m3 (row stride ldo) and
 // out_scales [num_rows]; the row in T is not stored. static_scale: null, or a device scalar, the
 // layer's static activation scale (QuantizeRowsFp8Static's quantization instead).
+// x_scales: x is an FP8 GEMM's unscaled output (Fp8InputScales; the previous o / down
+// projection's), scaled here as it is read; x_scales.row is indexed by x's row (row_ids' pick).
 // cudaErrorInvalidValue unless dim, ldx and ldo are multiples of 8 and x, weight, residual are
-// 16-byte and out 8-byte aligned.
+// 16-byte and out 8-byte aligned, and x_scales' vectors 16-byte aligned.
 cudaError_t RmsNormF32ResidualFp8(const __nv_bfloat16* x, int64_t ldx, float* residual, bool init,
                                   const int32_t* row_ids, int32_t num_rows, int32_t dim,
                                   const __nv_bfloat16* weight, float eps, __nv_fp8_e4m3* out,
                                   int64_t ldo, float* out_scales, const float* static_scale,
-                                  cudaStream_t stream);
+                                  cudaStream_t stream, const Fp8InputScales& x_scales = {});
 cudaError_t RmsNormF32ResidualFp8(const __half* x, int64_t ldx, float* residual, bool init,
                                   const int32_t* row_ids, int32_t num_rows, int32_t dim,
                                   const __half* weight, float eps, __nv_fp8_e4m3* out, int64_t ldo,
-                                  float* out_scales, const float* static_scale,
-                                  cudaStream_t stream);
+                                  float* out_scales, const float* static_scale, cudaStream_t stream,
+                                  const Fp8InputScales& x_scales = {});
 
 // Rotary embedding fused with the KV-cache write. qkv: [num_tokens, (num_heads + 2 *
 // num_kv_heads) * head_dim] rows (q heads, then k heads, then v heads), row stride ld. Rotates the
@@ -82,6 +96,10 @@ cudaError_t RmsNormF32ResidualFp8(const __half* x, int64_t ldx, float* residual,
 // cache of model/quantization.h): k is stored as e4m3(round_T(rotated k) / k_scale) and v as
 // e4m3(v / v_scale), rounded to nearest even; a quotient beyond +-448 (a value beyond
 // 448 * scale) saturates to +-448, never NaN, so an uncalibrated outlier is clipped, not lost.
+// qkv_scales: qkv holds the FP8 qkv projection's unscaled output (Fp8InputScales, rows indexed by
+// token, columns by the qkv row's element): each value is scaled as it is read, the rotated q
+// heads are written back scaled (the k and v heads in qkv stay unscaled: attention reads them
+// from the cache).
 template <typename T, typename C = T>
 struct RopeKvArgsT {
   T* qkv = nullptr;
@@ -100,6 +118,7 @@ struct RopeKvArgsT {
   // An fp8 cache's quantization scales (finite, positive); a T cache's must be 1.
   float k_scale = 1.0f;
   float v_scale = 1.0f;
+  Fp8InputScales qkv_scales;  // 16-byte aligned vectors
 };
 using RopeKvArgs = RopeKvArgsT<__nv_bfloat16>;
 template <typename T>
@@ -119,13 +138,17 @@ cudaError_t SiluMul(const __half* gate_up, int64_t ld, int32_t num_rows, int32_t
 
 // SiluMul's output quantized per row to e4m3 as RmsNormF32ResidualFp8's (the down projection's
 // input). The same alignment requirements (gate_up 16-byte aligned, ld a multiple of 8), and
-// dim <= 65,536.
+// dim <= 65,536. gate_up_scales: gate_up is the FP8 gate_up projection's unscaled output
+// (Fp8InputScales over its 2 * dim columns), scaled as it is read. out_scales must not be
+// gate_up_scales.row.
 cudaError_t SiluMulFp8(const __nv_bfloat16* gate_up, int64_t ld, int32_t num_rows, int32_t dim,
                        __nv_fp8_e4m3* out, int64_t ldo, float* out_scales,
-                       const float* static_scale, cudaStream_t stream);
+                       const float* static_scale, cudaStream_t stream,
+                       const Fp8InputScales& gate_up_scales = {});
 cudaError_t SiluMulFp8(const __half* gate_up, int64_t ld, int32_t num_rows, int32_t dim,
                        __nv_fp8_e4m3* out, int64_t ldo, float* out_scales,
-                       const float* static_scale, cudaStream_t stream);
+                       const float* static_scale, cudaStream_t stream,
+                       const Fp8InputScales& gate_up_scales = {});
 
 // Converts n floats to bf16, resp. fp16 (round to nearest even; fp16 overflows to infinity past
 // 65504), for weight upload.

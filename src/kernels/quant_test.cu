@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/elementwise.h"
@@ -276,6 +278,236 @@ TYPED_TEST(FusedFp8QuantGpu, SiluMulFp8EqualsSiluMulThenQuantize) {
       ExpectSameBytes(ds_b.Download(rows), ds_a.Download(rows), "scales");
     }
   }
+}
+
+// The GEMMs' scale passes fused into the kernels after them (Fp8InputScales): each consumer of
+// an FP8 GEMM's unscaled sums writes what ApplyFp8Scales followed by the plain consumer writes,
+// bit for bit. bf16 only (fp16 models keep the pass: below).
+struct UnscaledSums {
+  std::vector<uint16_t> y;  // bf16 sums as cuBLASLt writes them: up to ~448^2 k in magnitude
+  std::vector<float> row, col;
+  std::vector<uint16_t> bias;
+};
+
+UnscaledSums MakeUnscaledSums(int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::uniform_real_distribution<float> scale(1e-4f, 4e-3f);
+  UnscaledSums u;
+  u.y.resize(rows * cols);
+  for (auto& v : u.y) v = Format<__nv_bfloat16>::FromF32(dist(rng) * 2000.0f);
+  u.row.resize(rows);
+  for (auto& v : u.row) v = scale(rng);
+  u.col.resize(cols);
+  for (auto& v : u.col) v = scale(rng);
+  u.bias.resize(cols);
+  for (auto& v : u.bias) v = Format<__nv_bfloat16>::FromF32(dist(rng));
+  return u;
+}
+
+// The device copies of UnscaledSums and, in `scaled`, ApplyFp8Scales of them (the unfused
+// path's input); Scales() is the fused path's Fp8InputScales.
+struct DevSums {
+  DevSums(const UnscaledSums& u, int64_t rows, int64_t cols, bool with_bias)
+      : y(u.y.size()),
+        scaled(u.y.size()),
+        row(u.row.size()),
+        col(u.col.size()),
+        bias(u.bias.size()),
+        rows(rows),
+        cols(cols),
+        with_bias(with_bias) {
+    y.Upload(u.y);
+    row.Upload(u.row);
+    col.Upload(u.col);
+    bias.Upload(u.bias);
+  }
+  Fp8InputScales Scales() const {
+    return {row.ptr, col.ptr, with_bias ? As<__nv_bfloat16>(bias.ptr) : nullptr};
+  }
+  void ApplyScales() {
+    CUDA_OK(ApplyFp8Scales(As<__nv_bfloat16>(y.ptr), cols, rows, cols, row.ptr, col.ptr,
+                           with_bias ? As<__nv_bfloat16>(bias.ptr) : nullptr,
+                           As<__nv_bfloat16>(scaled.ptr), nullptr));
+  }
+  Dev<uint16_t> y, scaled;
+  Dev<float> row, col;
+  Dev<uint16_t> bias;
+  int64_t rows, cols;
+  bool with_bias;
+};
+
+TEST(FusedFp8ScalesGpu, RmsNormFp8WithInputScalesEqualsApplyFp8ScalesFirst) {
+  REQUIRE_GPU();
+  using T = __nv_bfloat16;
+  for (const auto [rows, dim, pick, with_bias] :
+       std::vector<std::tuple<int32_t, int32_t, bool, bool>>{
+           {5, 576, false, true}, {37, 4096, false, false}, {3, 8200, true, true}}) {
+    SCOPED_TRACE(testing::Message()
+                 << "rows=" << rows << " dim=" << dim << " pick=" << pick << " bias=" << with_bias);
+    DevSums sums(MakeUnscaledSums(rows, dim, static_cast<uint32_t>(rows + dim)), rows, dim,
+                 with_bias);
+    sums.ApplyScales();
+    std::mt19937 rng(static_cast<uint32_t>(dim));
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> residual(int64_t{rows} * dim);
+    for (auto& v : residual) v = dist(rng) * 20.0f;
+    std::vector<uint16_t> w(dim);
+    for (auto& v : w) v = Format<T>::FromF32(1.0f + 0.1f * dist(rng));
+    const int32_t out_rows = pick ? 2 : rows;
+    Dev<uint16_t> dw(dim);
+    Dev<float> dres_a(residual.size()), dres_b(residual.size()), ds_a(out_rows), ds_b(out_rows);
+    Dev<uint8_t> dq_a(int64_t{out_rows} * dim), dq_b(int64_t{out_rows} * dim);
+    Dev<int32_t> dids(2);
+    dw.Upload(w);
+    dres_a.Upload(residual);
+    dres_b.Upload(residual);
+    dids.Upload({2, 0});
+    const int32_t* row_ids = pick ? dids.ptr : nullptr;
+    auto* q_a = reinterpret_cast<__nv_fp8_e4m3*>(dq_a.ptr);
+    auto* q_b = reinterpret_cast<__nv_fp8_e4m3*>(dq_b.ptr);
+    CUDA_OK(RmsNormF32ResidualFp8(As<T>(sums.scaled.ptr), dim, dres_a.ptr, false, row_ids, out_rows,
+                                  dim, As<T>(dw.ptr), 1e-5f, q_a, dim, ds_a.ptr, nullptr, nullptr));
+    CUDA_OK(RmsNormF32ResidualFp8(As<T>(sums.y.ptr), dim, dres_b.ptr, false, row_ids, out_rows, dim,
+                                  As<T>(dw.ptr), 1e-5f, q_b, dim, ds_b.ptr, nullptr, nullptr,
+                                  sums.Scales()));
+    CUDA_OK(cudaDeviceSynchronize());
+    const int64_t n = int64_t{out_rows} * dim;
+    ExpectSameBytes(dq_b.Download(n), dq_a.Download(n), "codes");
+    ExpectSameBytes(ds_b.Download(out_rows), ds_a.Download(out_rows), "scales");
+    ExpectSameBytes(dres_b.Download(residual.size()), dres_a.Download(residual.size()), "residual");
+  }
+}
+
+TEST(FusedFp8ScalesGpu, SiluMulFp8WithInputScalesEqualsApplyFp8ScalesFirst) {
+  REQUIRE_GPU();
+  using T = __nv_bfloat16;
+  // 14336: Llama 8B (7 vectors a thread at 256 threads: the 8-vector instance); 20480 more.
+  for (const auto [rows, dim, with_bias] : std::vector<std::tuple<int32_t, int32_t, bool>>{
+           {1, 1536, true}, {9, 14336, false}, {2, 20480, true}}) {
+    for (const bool static_scale : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "rows=" << rows << " dim=" << dim
+                                      << " static=" << static_scale << " bias=" << with_bias);
+      DevSums sums(MakeUnscaledSums(rows, 2 * dim, static_cast<uint32_t>(rows * dim)), rows,
+                   2 * dim, with_bias);
+      sums.ApplyScales();
+      Dev<uint8_t> dq_a(int64_t{rows} * dim), dq_b(int64_t{rows} * dim);
+      Dev<float> ds_a(rows), ds_b(rows), dstatic(1);
+      dstatic.Upload({0.01f});
+      const float* sscale = static_scale ? dstatic.ptr : nullptr;
+      auto* q_a = reinterpret_cast<__nv_fp8_e4m3*>(dq_a.ptr);
+      auto* q_b = reinterpret_cast<__nv_fp8_e4m3*>(dq_b.ptr);
+      CUDA_OK(SiluMulFp8(As<T>(sums.scaled.ptr), 2 * dim, rows, dim, q_a, dim, ds_a.ptr, sscale,
+                         nullptr));
+      CUDA_OK(SiluMulFp8(As<T>(sums.y.ptr), 2 * dim, rows, dim, q_b, dim, ds_b.ptr, sscale, nullptr,
+                         sums.Scales()));
+      CUDA_OK(cudaDeviceSynchronize());
+      ExpectSameBytes(dq_b.Download(int64_t{rows} * dim), dq_a.Download(int64_t{rows} * dim),
+                      "codes");
+      ExpectSameBytes(ds_b.Download(rows), ds_a.Download(rows), "scales");
+    }
+  }
+}
+
+// RopeStoreKv over unscaled qkv sums: the rotated q heads written back and the k / v heads in
+// the cache (bf16 and e4m3) are those of ApplyFp8Scales then RopeStoreKv.
+template <typename C>
+void CheckRopeWithInputScales(bool with_bias) {
+  using T = __nv_bfloat16;
+  const int tokens = 6, heads = 4, kv_heads = 2, head_dim = 64, block_size = 16;
+  const int64_t width = int64_t{heads + 2 * kv_heads} * head_dim;
+  DevSums sums(MakeUnscaledSums(tokens, width, 7), tokens, width, with_bias);
+  sums.ApplyScales();
+  std::vector<float> inv_freq(head_dim / 2);
+  for (int i = 0; i < head_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / head_dim);
+  std::vector<int32_t> positions = {0, 1, 2, 40, 41, 7};
+  std::vector<int64_t> slots = {3, 4, 5, 17, -1, 30};  // -1: a padding row
+  Dev<float> dinv(inv_freq.size());
+  Dev<int32_t> dpos(tokens);
+  Dev<int64_t> dslots(tokens);
+  dinv.Upload(inv_freq);
+  dpos.Upload(positions);
+  dslots.Upload(slots);
+  const int64_t cache_elems = int64_t{2} * kv_heads * block_size * head_dim;  // 2 blocks
+  Dev<C> kc_a(cache_elems), vc_a(cache_elems), kc_b(cache_elems), vc_b(cache_elems);
+  for (Dev<C>* d : {&kc_a, &vc_a, &kc_b, &vc_b}) {
+    CUDA_OK(cudaMemset(d->ptr, 0, cache_elems * sizeof(C)));
+  }
+  RopeKvArgsT<T, C> a;
+  a.ld = width;
+  a.positions = dpos.ptr;
+  a.slot_mapping = dslots.ptr;
+  a.num_tokens = tokens;
+  a.num_heads = heads;
+  a.num_kv_heads = kv_heads;
+  a.head_dim = head_dim;
+  a.inv_freq = dinv.ptr;
+  a.block_size = block_size;
+  if constexpr (!std::is_same_v<C, T>) a.k_scale = 0.05f, a.v_scale = 0.02f;
+  RopeKvArgsT<T, C> b = a;
+  a.qkv = As<T>(sums.scaled.ptr);
+  a.k_cache = kc_a.ptr;
+  a.v_cache = vc_a.ptr;
+  b.qkv = As<T>(sums.y.ptr);
+  b.k_cache = kc_b.ptr;
+  b.v_cache = vc_b.ptr;
+  b.qkv_scales = sums.Scales();
+  CUDA_OK(RopeStoreKv(a, nullptr));
+  CUDA_OK(RopeStoreKv(b, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<uint16_t> qa = sums.scaled.Download(tokens * width),
+                              qb = sums.y.Download(tokens * width);
+  for (int t = 0; t < tokens; ++t) {  // the q heads: the first heads * head_dim of each row
+    const std::vector<uint16_t> ra(qa.begin() + t * width,
+                                   qa.begin() + t * width + heads * head_dim);
+    const std::vector<uint16_t> rb(qb.begin() + t * width,
+                                   qb.begin() + t * width + heads * head_dim);
+    ExpectSameBytes(rb, ra, "q");
+  }
+  ExpectSameBytes(kc_b.Download(cache_elems), kc_a.Download(cache_elems), "k cache");
+  ExpectSameBytes(vc_b.Download(cache_elems), vc_a.Download(cache_elems), "v cache");
+}
+
+TEST(FusedFp8ScalesGpu, RopeStoreKvWithInputScalesEqualsApplyFp8ScalesFirst) {
+  REQUIRE_GPU();
+  for (const bool with_bias : {false, true}) {
+    SCOPED_TRACE(testing::Message() << "bias=" << with_bias);
+    CheckRopeWithInputScales<__nv_bfloat16>(with_bias);
+    CheckRopeWithInputScales<__nv_fp8_e4m3>(with_bias);
+  }
+}
+
+TEST(FusedFp8ScalesGpu, RejectsFp16AndAliasedScales) {
+  REQUIRE_GPU();
+  Dev<float> dres(64), dscale(4), dcol(128);
+  Dev<uint16_t> dx(64), dw(64), dgu(128);
+  Dev<uint8_t> dq(64);
+  auto* q = reinterpret_cast<__nv_fp8_e4m3*>(dq.ptr);
+  const Fp8InputScales s{dscale.ptr, dcol.ptr, nullptr};
+  // fp16: its unscaled sums would be bf16, not its T.
+  EXPECT_EQ(
+      RmsNormF32ResidualFp8(As<__half>(dx.ptr), 64, dres.ptr, false, nullptr, 1, 64,
+                            As<__half>(dw.ptr), 1e-5f, q, 64, dscale.ptr + 1, nullptr, nullptr, s),
+      cudaErrorInvalidValue);
+  EXPECT_EQ(SiluMulFp8(As<__half>(dgu.ptr), 128, 1, 64, q, 64, dscale.ptr + 1, nullptr, nullptr, s),
+            cudaErrorInvalidValue);
+  // bf16 writing the scales it reads.
+  EXPECT_EQ(RmsNormF32ResidualFp8(As<__nv_bfloat16>(dx.ptr), 64, dres.ptr, false, nullptr, 1, 64,
+                                  As<__nv_bfloat16>(dw.ptr), 1e-5f, q, 64, dscale.ptr, nullptr,
+                                  nullptr, s),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(
+      SiluMulFp8(As<__nv_bfloat16>(dgu.ptr), 128, 1, 64, q, 64, dscale.ptr, nullptr, nullptr, s),
+      cudaErrorInvalidValue);
+  // No column scales.
+  EXPECT_EQ(SiluMulFp8(As<__nv_bfloat16>(dgu.ptr), 128, 1, 64, q, 64, dscale.ptr + 1, nullptr,
+                       nullptr, Fp8InputScales{dscale.ptr, nullptr, nullptr}),
+            cudaErrorInvalidValue);
+  RopeKvArgsT<__half> r;
+  r.num_tokens = 1;
+  r.head_dim = 64;
+  r.qkv_scales = s;
+  EXPECT_EQ(RopeStoreKv(r, nullptr), cudaErrorInvalidValue);
 }
 
 TYPED_TEST(FusedFp8QuantGpu, RejectUnalignedShapes) {

@@ -84,6 +84,18 @@ struct LayerWeights {
   T* down_bias = nullptr;
 };
 
+// Steps of at least this many tokens leave the FP8 GEMMs' scale passes to their consumers
+// (EnqueueForward). H100, Llama-3.1-8B FP8 decode steps, fused vs separate passes: +3 % at 16
+// rows, +1.7 % at 24, even at 32 and 48, -2.6 % at 64, -8.8 % at 128, -14 % at 256.
+constexpr int32_t kFp8FusedScalesMinRows = 48;
+
+// What a consumer of an FP8 GEMM's unscaled sums (Gemm::Fp8GemmUnscaled) scales them by: the
+// GEMM input's per-token scales `row`, w's per-channel ones and its bias (bf16 models only).
+template <typename T>
+kernels::Fp8InputScales ScalesOf(const float* row, const LinearWeight<T>& w, const T* bias) {
+  return {row, w.fp8.scale, reinterpret_cast<const __nv_bfloat16*>(bias)};
+}
+
 // Per-step inputs: one pinned host block and its device twin with the same layout.
 struct StepCapacity {
   int32_t tokens = 0, seqs = 0, rows = 0, max_blocks = 0;
@@ -210,8 +222,9 @@ class CudaRunner final : public CudaRunnerBase {
   Status EnqueueLogits(int32_t num_rows, int32_t row_offset);
   // Layer i's RoPE + KV write and attention, over a cache of element type C (T or e4m3).
   template <typename C>
+  // qkv_scales: qkv_ holds the FP8 qkv projection's unscaled sums (RopeStoreKv scales them).
   Status EnqueueAttention(int i, int32_t num_tokens, int32_t num_seqs, int32_t num_decode,
-                          int32_t max_q_len);
+                          int32_t max_q_len, const kernels::Fp8InputScales& qkv_scales);
   bool fp8_kv() const { return options_.kv_cache_dtype == KvCacheDType::kFp8E4M3; }
   int64_t KvElementBytes() const { return fp8_kv() ? 1 : static_cast<int64_t>(sizeof(T)); }
   // out[m, n] = x[m, k] . w^T (+ bias) in the layer's format (Gemm::Linear or LinearFp8).
@@ -264,6 +277,13 @@ class CudaRunner final : public CudaRunnerBase {
   // FP8 with every qkv, gate_up and down weight in e4m3 (a pre-quantized checkpoint may leave
   // layers in T): the norms and SiluMul may write those layers' e4m3 input (EnqueueForward).
   bool fp8_fused_inputs_ = false;
+  // fp8_fused_inputs_, bf16, and o in e4m3 too: each FP8 GEMM's scale pass is left to the kernel
+  // that reads its output (kernels::Fp8InputScales). Its input scales then alternate between
+  // fp8_scratch_.scale (written by the norms: qkv's and gate_up's inputs) and fp8_scales_b_
+  // (SiluMul's and o's input quantization: down's and o's inputs), so that no kernel reads the
+  // scales it overwrites.
+  bool fp8_fused_scales_ = false;
+  float* fp8_scales_b_ = nullptr;
   cuda::Int8Scratch int8_scratch_;  // INT8: the same in int8, and the GEMM's int32 sums
   // W4A16: x's columns gathered (act-order), and the weights dequantized slice by slice for
   // steps of more rows than one W4Gemm launch takes (prompts, large decode batches).
@@ -468,6 +488,7 @@ Status CudaRunner<T>::Init(const Checkpoint& ckpt) {
       cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, options_.device));
   kernels::SetProgrammaticLaunch(options_.programmatic_launch && cc_major >= 9);
   KILN_ASSIGN_OR_RETURN(gemm_, cuda::Gemm::Create());
+  gemm_->set_fp8_fast_accum(options_.fp8_fast_accum);
   for (StepSlot& slot : slots_) {
     KILN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&slot.start));
     KILN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&slot.end));
@@ -498,6 +519,9 @@ Status CudaRunner<T>::Init(const Checkpoint& ckpt) {
       std::all_of(layers_.begin(), layers_.end(), [](const LayerWeights<T>& l) {
         return l.qkv.fp8.w != nullptr && l.gate_up.fp8.w != nullptr && l.down.fp8.w != nullptr;
       });
+  fp8_fused_scales_ = fp8_fused_inputs_ && std::is_same_v<T, __nv_bfloat16> &&
+                      std::all_of(layers_.begin(), layers_.end(),
+                                  [](const LayerWeights<T>& l) { return l.o.fp8.w != nullptr; });
   return AllocateWorkspace();
 }
 
@@ -876,6 +900,7 @@ Status CudaRunner<T>::AllocateWorkspace() {
       fp8_scratch_.x = a.Take<__nv_fp8_e4m3>(
           t * std::max({h, int64_t{c.q_size()}, int64_t{c.intermediate_size}}));
       fp8_scratch_.scale = a.Take<float>(t);
+      fp8_scales_b_ = a.Take<float>(t);
     }
     const int64_t widest_in = std::max({h, int64_t{c.q_size()}, int64_t{c.intermediate_size}});
     if (options_.quantization == QuantMethod::kInt8) {
@@ -1106,13 +1131,21 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
   // SiluMul write it (and its scales) into fp8_scratch_ themselves, instead of a T row that
   // LinearFp8 would quantize in a pass of its own (the same codes: kernels/elementwise.h).
   const bool fused_fp8 = fp8_fused_inputs_ && num_tokens > gemm_->fp8_gemv_max_rows();
+  // And the GEMMs' scale passes fused into the kernels after them (fp8_fused_scales_): qkv's
+  // into RopeStoreKv, o's and down's into the next norm, gate_up's into SiluMulFp8; the last
+  // down keeps its pass (the final norm reads delta_ as it is). Only from
+  // kFp8FusedScalesMinRows tokens: the norms and SiluMul run one block per token, which then
+  // also streams the weight's column scales; with few tokens those few blocks are slower than
+  // the separate wide passes (measured: docs/benchmarks.md). Both give the same bits.
+  const bool fused_scales = fused_fp8 && fp8_fused_scales_ && num_tokens >= kFp8FusedScalesMinRows;
+  kernels::Fp8InputScales delta_scales;  // what scales delta_ still needs (none: the embeddings)
   // x_ = rms_norm(h += delta_) (layer 0: h = delta_), or its e4m3 codes when fused_fp8.
   // `next`: the linear layer the norm feeds (its static activation scale, if any).
   auto norm = [&](bool init, const T* weight, const LinearWeight<T>& next) -> cudaError_t {
     if (fused_fp8) {
       return kernels::RmsNormF32ResidualFp8(delta_, h, h_, init, nullptr, num_tokens, c.hidden_size,
                                             weight, eps, fp8_scratch_.x, h, fp8_scratch_.scale,
-                                            next.fp8.input_scale, stream_);
+                                            next.fp8.input_scale, stream_, delta_scales);
     }
     return kernels::RmsNormF32Residual(delta_, h, h_, init, nullptr, num_tokens, c.hidden_size,
                                        weight, eps, x_, h, stream_);
@@ -1126,6 +1159,11 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
     }
     return Linear(x, num_tokens, w, n, k, bias, out, prefetch);
   };
+  // fused_scales: the e4m3 GEMM of fp8_scratch_.x alone, its unscaled sums into out.
+  auto unscaled = [&](const LinearWeight<T>& w, int64_t n, int64_t k, T* out) {
+    return gemm_->Fp8GemmUnscaled(fp8_scratch_.x, num_tokens, w.fp8, n, k,
+                                  reinterpret_cast<__nv_bfloat16*>(out), n, stream_);
+  };
   // Each linear layer's L2 hint names the one after it (kernels between them move few bytes).
   // After the last layer's down comes lm_head ([vocab, hidden]).
   for (int i = 0; i < c.num_layers; ++i) {
@@ -1135,28 +1173,64 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
     KILN_LAUNCH(norm(/*init=*/i == 0, l.input_norm, l.qkv));
     Mark("rms_norm");
     const bool last = i + 1 == c.num_layers;
-    KILN_RETURN_IF_ERROR(linear(x_, l.qkv, qkv_rows, h, l.qkv_bias, qkv_, PrefetchOf(l.o, h, q)));
+    kernels::Fp8InputScales qkv_scales;
+    if (fused_scales) {
+      KILN_RETURN_IF_ERROR(unscaled(l.qkv, qkv_rows, h, qkv_));
+      qkv_scales = ScalesOf(fp8_scratch_.scale, l.qkv, l.qkv_bias);
+    } else {
+      KILN_RETURN_IF_ERROR(linear(x_, l.qkv, qkv_rows, h, l.qkv_bias, qkv_, PrefetchOf(l.o, h, q)));
+    }
     Mark("qkv");
     KILN_RETURN_IF_ERROR(
-        fp8_kv() ? EnqueueAttention<__nv_fp8_e4m3>(i, num_tokens, num_seqs, num_decode, max_q_len)
-                 : EnqueueAttention<T>(i, num_tokens, num_seqs, num_decode, max_q_len));
-    KILN_RETURN_IF_ERROR(Linear(attn_, num_tokens, l.o, h, q, l.o_bias, delta_,
-                                PrefetchOf(l.gate_up, 2 * inter, h)));
+        fp8_kv() ? EnqueueAttention<__nv_fp8_e4m3>(i, num_tokens, num_seqs, num_decode, max_q_len,
+                                                   qkv_scales)
+                 : EnqueueAttention<T>(i, num_tokens, num_seqs, num_decode, max_q_len, qkv_scales));
+    if (fused_scales) {
+      // o's input quantized as LinearFp8 would, its scales into fp8_scales_b_.
+      KILN_LAUNCH(l.o.fp8.input_scale != nullptr
+                      ? kernels::QuantizeRowsFp8Static(attn_, q, num_tokens, q, l.o.fp8.input_scale,
+                                                       fp8_scratch_.x, q, fp8_scales_b_, stream_)
+                      : kernels::QuantizeRowsFp8(attn_, q, num_tokens, q, fp8_scratch_.x, q,
+                                                 fp8_scales_b_, stream_));
+      KILN_RETURN_IF_ERROR(unscaled(l.o, h, q, delta_));
+      delta_scales = ScalesOf(fp8_scales_b_, l.o, l.o_bias);
+    } else {
+      KILN_RETURN_IF_ERROR(Linear(attn_, num_tokens, l.o, h, q, l.o_bias, delta_,
+                                  PrefetchOf(l.gate_up, 2 * inter, h)));
+    }
     Mark("o");
     KILN_LAUNCH(norm(/*init=*/false, l.post_norm, l.gate_up));
     Mark("rms_norm");
-    KILN_RETURN_IF_ERROR(linear(x_, l.gate_up, 2 * inter, h, l.gate_up_bias, gate_up_,
-                                PrefetchOf(l.down, h, inter)));
+    kernels::Fp8InputScales gate_up_scales;
+    if (fused_scales) {
+      KILN_RETURN_IF_ERROR(unscaled(l.gate_up, 2 * inter, h, gate_up_));
+      gate_up_scales = ScalesOf(fp8_scratch_.scale, l.gate_up, l.gate_up_bias);
+    } else {
+      KILN_RETURN_IF_ERROR(linear(x_, l.gate_up, 2 * inter, h, l.gate_up_bias, gate_up_,
+                                  PrefetchOf(l.down, h, inter)));
+    }
     Mark("gate_up");
-    KILN_LAUNCH(fused_fp8 ? kernels::SiluMulFp8(gate_up_, 2 * inter, num_tokens,
-                                                c.intermediate_size, fp8_scratch_.x, inter,
-                                                fp8_scratch_.scale, l.down.fp8.input_scale, stream_)
-                          : kernels::SiluMul(gate_up_, 2 * inter, num_tokens, c.intermediate_size,
-                                             act_, inter, stream_));
+    // down's input scales: where SiluMulFp8 writes them.
+    float* down_scales = fused_scales ? fp8_scales_b_ : fp8_scratch_.scale;
+    KILN_LAUNCH(fused_fp8
+                    ? kernels::SiluMulFp8(gate_up_, 2 * inter, num_tokens, c.intermediate_size,
+                                          fp8_scratch_.x, inter, down_scales,
+                                          l.down.fp8.input_scale, stream_, gate_up_scales)
+                    : kernels::SiluMul(gate_up_, 2 * inter, num_tokens, c.intermediate_size, act_,
+                                       inter, stream_));
     Mark("silu_mul");
-    KILN_RETURN_IF_ERROR(linear(act_, l.down, h, inter, l.down_bias, delta_,
-                                last ? PrefetchOf(lm_head_, c.vocab_size, h)
-                                     : PrefetchOf(layers_[i + 1].qkv, qkv_rows, h)));
+    if (fused_scales && !last) {
+      KILN_RETURN_IF_ERROR(unscaled(l.down, h, inter, delta_));
+      delta_scales = ScalesOf(down_scales, l.down, l.down_bias);
+    } else if (fused_scales) {
+      KILN_RETURN_IF_ERROR(gemm_->LinearFp8Quantized(fp8_scratch_.x, down_scales, num_tokens,
+                                                     l.down.fp8, h, inter, l.down_bias, delta_, h,
+                                                     stream_));
+    } else {
+      KILN_RETURN_IF_ERROR(linear(act_, l.down, h, inter, l.down_bias, delta_,
+                                  last ? PrefetchOf(lm_head_, c.vocab_size, h)
+                                       : PrefetchOf(layers_[i + 1].qkv, qkv_rows, h)));
+    }
     Mark("down");
   }
   KILN_RETURN_IF_ERROR(EnqueueLogits(std::min(num_rows, logit_chunk_), 0));
@@ -1167,7 +1241,8 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
 template <typename T>
 template <typename C>
 Status CudaRunner<T>::EnqueueAttention(int i, int32_t num_tokens, int32_t num_seqs,
-                                       int32_t num_decode, int32_t max_q_len) {
+                                       int32_t num_decode, int32_t max_q_len,
+                                       const kernels::Fp8InputScales& qkv_scales) {
   const ModelConfig& c = config_;
   const int64_t q = c.q_size(), qkv_rows = q + 2 * c.kv_size();
   const kernels::AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim,
@@ -1186,6 +1261,7 @@ Status CudaRunner<T>::EnqueueAttention(int i, int32_t num_tokens, int32_t num_se
   rope.k_cache = static_cast<C*>(k_cache_[i]);
   rope.v_cache = static_cast<C*>(v_cache_[i]);
   rope.block_size = block_size_;
+  rope.qkv_scales = qkv_scales;
   if constexpr (!std::is_same_v<C, T>) {
     rope.k_scale = k_scale_[i];
     rope.v_scale = v_scale_[i];

@@ -73,6 +73,9 @@ struct CudaRunnerOptions {
   // SiluMulFp8) instead of a T row that Gemm::LinearFp8 quantizes in a pass of its own. The
   // codes are the same either way.
   bool fuse_activation_quant = true;
+  // FP8 GEMMs (steps of more rows than the W8A16 GEMV's) accumulate with cuBLASLt's fast
+  // accumulation (cuda::Gemm::set_fp8_fast_accum).
+  bool fp8_fast_accum = false;
   // Skinny linear layers (decode steps of a few rows) ask L2 for up to this many bytes of the
   // next linear layer's weights as each block's stream ends (cuda::L2Prefetch), so that DRAM
   // streams through the tail and the norms, RoPE, attention and SiluMul between them. 0: none.

@@ -112,6 +112,11 @@ Result<Gemm::Plan*> Gemm::GetPlan(const GemmShape& s, int num_candidates) {
   KILN_CUBLAS_RETURN_IF_ERROR(
       s.int8 ? cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32I, CUDA_R_32I)
              : cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  if (s.fp8 && fp8_fast_accum_) {
+    const int8_t on = 1;
+    KILN_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &on, sizeof(on)));
+  }
   const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
   KILN_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
       plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
@@ -280,17 +285,31 @@ Status Gemm::LinearFp8QuantizedOf(const __nv_fp8_e4m3* xq, const float* x_scales
                                   Fp8Weight w, int64_t n, int64_t k, const T* bias, T* out,
                                   int64_t ldo, cudaStream_t stream) {
   if (m == 0) return Status::Ok();
-  KILN_RETURN_IF_ERROR(CheckFp8GemmShape(n, k, ldo));
+  KILN_RETURN_IF_ERROR(Fp8GemmUnscaledOf(xq, m, w, n, k, out, ldo, kDTypeOf<T>, stream));
   // The bias is added with the scales (the shape has none).
-  const GemmShape shape{m,           n, k, k, ldo, /*out_f32=*/false, /*bias=*/false, kDTypeOf<T>,
-                        /*fp8=*/true};
+  KILN_CUDA_RETURN_IF_ERROR(kernels::ApplyFp8Scales(reinterpret_cast<__nv_bfloat16*>(out), ldo, m,
+                                                    n, x_scales, w.scale, bias, out, stream));
+  return Status::Ok();
+}
+
+Status Gemm::Fp8GemmUnscaled(const __nv_fp8_e4m3* xq, int64_t m, Fp8Weight w, int64_t n, int64_t k,
+                             __nv_bfloat16* out, int64_t ldo, cudaStream_t stream) {
+  if (m == 0) return Status::Ok();
+  return Fp8GemmUnscaledOf(xq, m, w, n, k, out, ldo, DType::kBF16, stream);
+}
+
+// The e4m3 GEMM alone, its sums in bf16 into out (an fp16 model's out buffer too); dtype: the
+// model's, which keys the plan (the shapes tuned at start-up carry it).
+Status Gemm::Fp8GemmUnscaledOf(const __nv_fp8_e4m3* xq, int64_t m, Fp8Weight w, int64_t n,
+                               int64_t k, void* out, int64_t ldo, DType dtype,
+                               cudaStream_t stream) {
+  KILN_RETURN_IF_ERROR(CheckFp8GemmShape(n, k, ldo));
+  const GemmShape shape{m, n, k, k, ldo, /*out_f32=*/false, /*bias=*/false, dtype, /*fp8=*/true};
   KILN_ASSIGN_OR_RETURN(Plan * plan, GetPlan(shape, 1));
   const float alpha = 1.0f, beta = 0.0f;
   KILN_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_, plan->desc, &alpha, w.w, plan->a, xq, plan->b,
                                              &beta, out, plan->d, out, plan->d, &plan->algo,
                                              workspace_.data(), workspace_.size(), stream));
-  KILN_CUDA_RETURN_IF_ERROR(kernels::ApplyFp8Scales(reinterpret_cast<__nv_bfloat16*>(out), ldo, m,
-                                                    n, x_scales, w.scale, bias, out, stream));
   return Status::Ok();
 }
 

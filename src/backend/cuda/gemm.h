@@ -178,6 +178,14 @@ class Gemm {
                             int64_t n, int64_t k, const __half* bias, __half* out, int64_t ldo,
                             cudaStream_t stream);
 
+  // LinearFp8Quantized without its scale pass: the e4m3 GEMM's unscaled sums, in bf16, into out,
+  // for a consumer that scales them as it reads them (kernels::Fp8InputScales with row =
+  // x_scales, col = w.scale and the layer's bias): the layer's output is then
+  // ApplyFp8Scales(out) bit for bit. For bf16 models (the shape's dtype is bf16, as
+  // LinearFp8Quantized's for them).
+  Status Fp8GemmUnscaled(const __nv_fp8_e4m3* xq, int64_t m, Fp8Weight w, int64_t n, int64_t k,
+                         __nv_bfloat16* out, int64_t ldo, cudaStream_t stream);
+
   // W4A16 linear layer (model/quantization.h, kernels/w4a16.h): out = x . w^T (+ bias).
   // Up to w4_gemm_max_rows() rows: w dequantized in registers (kernels::W4Gemm, tensor cores,
   // fp32 accumulation, exact products; from kernels::kW4TileMinRows rows its block tiles, k split
@@ -237,6 +245,12 @@ class Gemm {
   int32_t fp8_gemv_max_rows() const { return fp8_gemv_max_rows_; }
   // The same for LinearInt8 (kernels::GemvInt8). Default kInt8GemvDefaultRows.
   void set_int8_gemv_max_rows(int32_t rows) { int8_gemv_max_rows_ = rows; }
+  // FP8 GEMMs with cuBLASLt's fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM): the tensor
+  // cores' partial sums are not periodically promoted to fp32, which is faster and less exact
+  // (docs/quantization.md measures both). Set before the first FP8 plan is made (plans are
+  // cached per shape). Default off.
+  void set_fp8_fast_accum(bool on) { fp8_fast_accum_ = on; }
+  bool fp8_fast_accum() const { return fp8_fast_accum_; }
   int32_t int8_gemv_max_rows() const { return int8_gemv_max_rows_; }
   // The most rows LinearW4 runs on kernels::W4Gemm when given a dequantization scratch.
   // Default kernels::kW4GemmMaxRows (one launch; beyond it the weights would stream again).
@@ -260,6 +274,8 @@ class Gemm {
   Status LinearFp8QuantizedOf(const __nv_fp8_e4m3* xq, const float* x_scales, int64_t m,
                               Fp8Weight w, int64_t n, int64_t k, const T* bias, T* out, int64_t ldo,
                               cudaStream_t stream);
+  Status Fp8GemmUnscaledOf(const __nv_fp8_e4m3* xq, int64_t m, Fp8Weight w, int64_t n, int64_t k,
+                           void* out, int64_t ldo, DType dtype, cudaStream_t stream);
   template <typename T>
   Status LinearW4Of(const T* x, int64_t ldx, int64_t m, const W4Weight& w, int64_t n, int64_t k,
                     const T* bias, void* out, int64_t ldo, bool out_f32, const W4Scratch& scratch,
@@ -275,6 +291,7 @@ class Gemm {
   int32_t gemv_max_rows_ = kGemvDefaultRows;
   int32_t fp8_gemv_max_rows_ = kFp8GemvDefaultRows;
   int32_t int8_gemv_max_rows_ = kInt8GemvDefaultRows;
+  bool fp8_fast_accum_ = false;
   int32_t w4_gemm_max_rows_ = kW4GemmDefaultRows;
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;

@@ -151,6 +151,22 @@ TYPED_TEST(GemmGpu, LinearFp8OnBothPaths) {
   EXPECT_EQ(odd.code(), StatusCode::kUnsupported) << odd.ToString();
 }
 
+// Fast accumulation (Gemm::set_fp8_fast_accum: no periodic promotion of the tensor cores'
+// partial sums to fp32) keeps the W8A8 path within the same bound, 2^-12 of the products'
+// magnitude sum, up to Llama-8B's down projection depth (k = 14,336).
+TYPED_TEST(GemmGpu, LinearFp8WithFastAccumulationStaysWithinTheBound) {
+  REQUIRE_GPU();
+  std::unique_ptr<Gemm> gemm = NewGemm();
+  ASSERT_NE(gemm, nullptr);
+  gemm->set_fp8_fast_accum(true);
+  uint32_t seed = 300;
+  for (int32_t m : {17, 300}) {
+    RunLinearFp8<TypeParam>(*gemm, {m, 784, 592, 0, 8, /*bias=*/true, /*out_f32=*/false}, seed++);
+    RunLinearFp8<TypeParam>(*gemm, {m, 256, 4096, 0, 0, false, false}, seed++);
+    RunLinearFp8<TypeParam>(*gemm, {m, 128, 14336, 0, 0, false, false}, seed++);
+  }
+}
+
 TYPED_TEST(GemmGpu, TunedFp8PlanComputesTheSame) {
   REQUIRE_GPU();
   std::unique_ptr<Gemm> gemm = NewGemm();
