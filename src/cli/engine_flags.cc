@@ -39,9 +39,10 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
   cmd->add_flag("--no-fused-quant", f->no_fused_quant,
                 "CUDA FP8: quantize each linear layer's input in a pass of its own instead of in "
                 "the norm / SiluMul before it (the same codes; for measuring the fusion)");
-  cmd->add_flag("--fp8-fast-accum", f->fp8_fast_accum,
-                "CUDA FP8: the GEMMs of steps past 3 tokens accumulate without cuBLASLt's periodic "
-                "promotion to fp32 (faster, less exact: docs/quantization.md)");
+  cmd->add_flag("--no-fp8-fast-accum", f->no_fp8_fast_accum,
+                "CUDA FP8: the GEMMs of steps past 3 tokens promote their partial sums to fp32 "
+                "periodically (cuBLASLt's default; slower) instead of fast accumulation "
+                "(docs/quantization.md)");
   cmd->add_flag("--no-pdl", f->no_pdl,
                 "CUDA: launch the decode kernels without programmatic dependent launch "
                 "(Hopper and later overlap each kernel's start with the previous one's end)");
@@ -91,7 +92,7 @@ Result<LlmOptions> ToLlmOptions(const EngineFlags& f) {
   options.gpu_memory_utilization = f.gpu_memory_utilization;
   options.enable_cuda_graphs = !f.no_cuda_graphs;
   options.programmatic_launch = !f.no_pdl;
-  options.fp8_fast_accum = f.fp8_fast_accum;
+  options.fp8_fast_accum = !f.no_fp8_fast_accum;
   options.fuse_activation_quant = !f.no_fused_quant;
   if (!f.l2_prefetch.empty()) {
     auto bytes = f.l2_prefetch == "0" ? Result<int64_t>(int64_t{0}) : ParseByteSize(f.l2_prefetch);

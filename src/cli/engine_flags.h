@@ -22,7 +22,7 @@ struct EngineFlags {
   bool no_pdl = false;
   std::string l2_prefetch;  // --l2-prefetch: a byte size, empty = the runner's default
   bool no_fused_quant = false;
-  bool fp8_fast_accum = false;
+  bool no_fp8_fast_accum = false;
   int32_t block_size = 16;
   int32_t max_num_seqs = 256;
   int32_t max_num_batched_tokens = 2048;

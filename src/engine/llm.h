@@ -64,7 +64,7 @@ struct LlmOptions {
   // CUDA FP8: quantize activations inside the norms / SiluMul (CudaRunnerOptions).
   bool fuse_activation_quant = true;
   // CUDA FP8: cuBLASLt's fast accumulation in the FP8 GEMMs (CudaRunnerOptions).
-  bool fp8_fast_accum = false;
+  bool fp8_fast_accum = true;
   // CUDA: bytes of the next linear layer's weights each decode linear layer asks L2 for
   // (CudaRunnerOptions::l2_prefetch_bytes); unset: the runner's default.
   std::optional<int64_t> l2_prefetch_bytes;
