@@ -278,9 +278,8 @@ __global__ void RmsNormVecKernel(const T* x, int64_t ldx, R* residual, NormResid
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// O: T, or __nv_fp8_e4m3 with out_scales (the vectorized kernel only).
-// Whether x_scales can scale a T input of `cols` columns (Fp8InputScales): none asked for, or
-// bf16 with 16-byte aligned vectors.
+// Whether s can scale a T input (Fp8InputScales): none asked for, or bf16 with 16-byte aligned
+// vectors.
 template <typename T>
 bool InputScalesOk(const Fp8InputScales& s) {
   if (s.row == nullptr) return true;
@@ -288,6 +287,7 @@ bool InputScalesOk(const Fp8InputScales& s) {
          (s.bias == nullptr || Aligned16(s.bias));
 }
 
+// O: T, or __nv_fp8_e4m3 with out_scales (the vectorized kernel only).
 template <typename T, typename R, typename O = T>
 cudaError_t LaunchRmsNorm(const T* x, int64_t ldx, R* residual, NormResidual mode,
                           const int32_t* row_ids, int32_t num_rows, int32_t dim, const T* weight,

@@ -221,8 +221,8 @@ class CudaRunner final : public CudaRunnerBase {
                         int32_t num_rows);
   Status EnqueueLogits(int32_t num_rows, int32_t row_offset);
   // Layer i's RoPE + KV write and attention, over a cache of element type C (T or e4m3).
-  template <typename C>
   // qkv_scales: qkv_ holds the FP8 qkv projection's unscaled sums (RopeStoreKv scales them).
+  template <typename C>
   Status EnqueueAttention(int i, int32_t num_tokens, int32_t num_seqs, int32_t num_decode,
                           int32_t max_q_len, const kernels::Fp8InputScales& qkv_scales);
   bool fp8_kv() const { return options_.kv_cache_dtype == KvCacheDType::kFp8E4M3; }
