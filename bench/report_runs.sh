@@ -6,8 +6,10 @@
 # usage: bench/report_runs.sh KILN MODEL_DIR OUT_DIR PHASE
 #   KILN       the kiln binary (or a wrapper that runs it, e.g. the GPU bundle's `run kiln`)
 #   MODEL_DIR  a Llama-3.1-8B checkpoint, e.g. from `kiln synth --preset llama-3.1-8b --out DIR`
-#   PHASE      offline | serve | hf | fp8 | fp8-latency
+#   PHASE      offline | serve | hf | fp8 | fp8-tuned | fp8-latency
 #              fp8: the FP8 rows of issue 8 (--quantization fp8 --kv-cache-dtype fp8) offline;
+#              fp8-tuned: the same rows with TensorRT-LLM's kind of batch options (a large
+#              --max-num-seqs, --capacity-policy guaranteed_no_evict);
 #              fp8-latency: batch-1 decode in bf16, FP8 weights, and FP8 weights + KV cache
 # Request counts are smaller than TensorRT-LLM's (its matrix sends 1,500-30,000 requests per
 # row): each row is sized to run in about a minute or two on an H100 while holding the engine
@@ -61,14 +63,16 @@ serve)
   $kiln bench latency "$model" "${engine[@]}" --batch-size 64 --input-len 1024 \
     --output-len 256 --iterations 3 --json "$out/latency-b64.json"
   ;;
-fp8)
+fp8 | fp8-tuned)
   # TensorRT-LLM v0.17's FP8 rows (H100: 15,245 / 28,837 / 3,557 output tok/s).
+  batch=()
+  [ "$phase" = fp8-tuned ] && batch=(--max-num-seqs 2048 --capacity-policy guaranteed_no_evict)
   for row in 1000:1000:1000 128:128:4000 2048:128:500; do
     IFS=: read -r isl osl n <<<"$row"
-    echo "== kiln bench offline FP8 $isl/$osl, $((n * scale)) requests"
-    $kiln bench offline "$model" "${engine[@]}" --quantization fp8 --kv-cache-dtype fp8 \
-      --dataset random --input-len "$isl" --output-len "$osl" --num-requests $((n * scale)) \
-      --warmup 8 --json "$out/offline-fp8-$isl-$osl.json"
+    echo "== kiln bench offline FP8 $isl/$osl, $((n * scale)) requests ${batch[*]}"
+    $kiln bench offline "$model" "${engine[@]}" "${batch[@]}" --quantization fp8 \
+      --kv-cache-dtype fp8 --dataset random --input-len "$isl" --output-len "$osl" \
+      --num-requests $((n * scale)) --warmup 8 --json "$out/offline-$phase-$isl-$osl.json"
   done
   ;;
 fp8-latency)
