@@ -94,6 +94,31 @@ __device__ __forceinline__ void Load8(const T* p, float (&v)[8]) {
     v[2 * e + 1] = f.y;
   }
 }
+// The same for 8 floats (32 bytes, 16-byte aligned), and 8 int32 converted to float (the INT8
+// GEMM's exact sums; one rounding past 2^24).
+__device__ __forceinline__ void Load8(const float* p, float (&v)[8]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void Load8(const int32_t* p, float (&v)[8]) {
+  const int4 a = reinterpret_cast<const int4*>(p)[0], b = reinterpret_cast<const int4*>(p)[1];
+  const int32_t e[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] = static_cast<float>(e[i]);
+}
+
+// v stored as the 8 elements at p (16-byte aligned): rounded to T, or as floats.
+template <typename T>
+__device__ __forceinline__ void Store8(T* p, const float (&v)[8]) {
+  Vec8<T> b;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) b.h[e] = FloatsToPair<T>(v[2 * e], v[2 * e + 1]);
+  *reinterpret_cast<Vec8<T>*>(p) = b;
+}
+__device__ __forceinline__ void Store8(float* p, const float (&v)[8]) {
+  reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+  reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
 
 // Asks L2 for this block's share of [p, p + bytes): the next linear layer's weights, fetched
 // as this block's own stream ends, while the other blocks finish and the small kernels between

@@ -14,7 +14,6 @@ namespace kiln::kernels {
 namespace {
 
 using bf16 = __nv_bfloat16;
-using dtype_internal::FloatsToPair;
 using dtype_internal::FromFloat;
 using dtype_internal::kFp8Max;
 using dtype_internal::kFp8MinScale;
@@ -119,21 +118,7 @@ __device__ __forceinline__ float Load(const T* p) {
 __device__ __forceinline__ float Load(const float* p) { return *p; }
 
 using dtype_internal::Load8;
-__device__ __forceinline__ void Load8(const float* p, float (&v)[8]) {
-  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
-  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
-template <typename T>
-__device__ __forceinline__ void Store8(T* p, const float (&v)[8]) {
-  Vec8<T> b;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) b.h[e] = FloatsToPair<T>(v[2 * e], v[2 * e + 1]);
-  *reinterpret_cast<Vec8<T>*>(p) = b;
-}
-__device__ __forceinline__ void Store8(float* p, const float (&v)[8]) {
-  reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
-  reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
-}
+using dtype_internal::Store8;
 
 // Input columns c .. c + 7 of a row whose row scale is rs, scaled in place as Fp8InputScales
 // says (dtype_internal::Fp8ScaledSum, rounded to bf16). The column scales and bias are loaded
@@ -143,7 +128,7 @@ __device__ __forceinline__ void ScaleInput8(const Fp8InputScales& s, float rs, i
                                             float (&v)[8]) {
   float col[8], bias[8] = {};
   Load8(s.col + c, col);
-  if (s.bias != nullptr) dtype_internal::Load8(s.bias + c, bias);
+  if (s.bias != nullptr) Load8(s.bias + c, bias);
 #pragma unroll
   for (int e = 0; e < 8; ++e)
     v[e] = RoundTo<bf16>(dtype_internal::Fp8ScaledSum(v[e], rs, col[e], bias[e]));

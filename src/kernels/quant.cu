@@ -147,30 +147,6 @@ __global__ void ApplyScalesKernel(const In* y, int64_t ldy, int64_t cols,
   }
 }
 
-// 8 sums (16 or 32 bytes, aligned) as floats; 8 outputs stored.
-__device__ __forceinline__ void LoadSums8(const __nv_bfloat16* p, float (&v)[8]) { Load8(p, v); }
-__device__ __forceinline__ void LoadSums8(const int32_t* p, float (&v)[8]) {
-  const int4 a = reinterpret_cast<const int4*>(p)[0], b = reinterpret_cast<const int4*>(p)[1];
-  const int32_t e[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-  for (int i = 0; i < 8; ++i) v[i] = static_cast<float>(e[i]);
-}
-__device__ __forceinline__ void LoadFloats8(const float* p, float (&v)[8]) {
-  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
-  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
-__device__ __forceinline__ void StoreOut8(float* p, const float (&v)[8]) {
-  reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
-  reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
-}
-template <typename T>
-__device__ __forceinline__ void StoreOut8(T* p, const float (&v)[8]) {
-  dtype_internal::Vec8<T> o;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) o.h[i] = dtype_internal::FloatsToPair<T>(v[2 * i], v[2 * i + 1]);
-  *reinterpret_cast<dtype_internal::Vec8<T>*>(p) = o;
-}
-
 // ApplyScalesKernel over 8 elements a thread with 16-byte accesses, for widths and strides that
 // are multiples of 8 (every FP8 / INT8 GEMM's: their n is a multiple of 16): the scalar kernel's
 // 2-byte accesses left a prompt step's pass far below the copy bandwidth. The same arithmetic.
@@ -185,13 +161,13 @@ __global__ void ApplyScalesVec8Kernel(const In* y, int64_t ldy, int64_t cols,
   const int64_t r = blockIdx.y;
   if (c >= cols) return;
   float v[8], cs[8], b[8] = {};
-  LoadSums8(y + r * ldy + c, v);
-  LoadFloats8(col_scale + c, cs);
+  Load8(y + r * ldy + c, v);
+  Load8(col_scale + c, cs);
   if (bias != nullptr) Load8(bias + c, b);
   const float rs = row_scale[r];
 #pragma unroll
   for (int i = 0; i < 8; ++i) v[i] = dtype_internal::Fp8ScaledSum(v[i], rs, cs[i], b[i]);
-  StoreOut8(out + r * ldo + c, v);
+  dtype_internal::Store8(out + r * ldo + c, v);
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }

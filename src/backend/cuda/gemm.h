@@ -245,13 +245,13 @@ class Gemm {
   int32_t fp8_gemv_max_rows() const { return fp8_gemv_max_rows_; }
   // The same for LinearInt8 (kernels::GemvInt8). Default kInt8GemvDefaultRows.
   void set_int8_gemv_max_rows(int32_t rows) { int8_gemv_max_rows_ = rows; }
+  int32_t int8_gemv_max_rows() const { return int8_gemv_max_rows_; }
   // FP8 GEMMs with cuBLASLt's fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM): the tensor
   // cores' partial sums are not periodically promoted to fp32, which is faster and less exact
   // (docs/quantization.md measures both). Set before the first FP8 plan is made (plans are
   // cached per shape). Default off.
   void set_fp8_fast_accum(bool on) { fp8_fast_accum_ = on; }
   bool fp8_fast_accum() const { return fp8_fast_accum_; }
-  int32_t int8_gemv_max_rows() const { return int8_gemv_max_rows_; }
   // The most rows LinearW4 runs on kernels::W4Gemm when given a dequantization scratch.
   // Default kernels::kW4GemmMaxRows (one launch; beyond it the weights would stream again).
   void set_w4_gemm_max_rows(int32_t rows) { w4_gemm_max_rows_ = rows; }
