@@ -59,8 +59,10 @@ using attention_internal::CpAsync16;
 using attention_internal::CpAsyncCommit;
 using attention_internal::CpAsyncWait;
 using attention_internal::kSmemStride;
+using attention_internal::Ldmatrix4;
 using attention_internal::LoadQFragments;
 using attention_internal::WarpAttendTile;
+using attention_internal::WarpAttendTileM;
 using attention_internal::WarpState;
 using dtype_internal::E4m3x8ToVec8;
 using dtype_internal::FloatsToPair;
@@ -74,8 +76,12 @@ constexpr float kLog2e = 1.4426950408889634f;
 // 128, 1.35x faster at head_dim 64 (docs/kernels.md).
 constexpr int kPrefillWarps = 4;
 constexpr int kPrefillTileN = 64;  // keys per K/V tile
-constexpr int kDecodeTileN = 16;   // keys per decode tile (never straddles a cache block)
-constexpr int kDecodeStages = 4;   // cp.async pipeline depth of one decode warp
+// The prefill kernel takes two row tiles a warp when that grid still has this many CTAs an SM
+// (two waves at two CTAs an SM): fewer, larger CTAs left SMs idle (H100, 512 new tokens on 3,584
+// cached, 8 kv heads: 128 CTAs, 1.13x slower than one row tile's 256).
+constexpr int64_t kPrefillTwoTileMinCtasPerSm = 4;
+constexpr int kDecodeTileN = 16;  // keys per decode tile (never straddles a cache block)
+constexpr int kDecodeStages = 4;  // cp.async pipeline depth of one decode warp
 // The fp8 cache's depth. Its warps also convert every tile, so they are bound by their own
 // latency rather than by bytes in flight: fewer stages leave room for more warps an SM, which
 // won (H100, head_dim 128: 2 stages, 16.5 KiB a CTA, 12 CTAs an SM by registers, beat 4 stages /
@@ -134,11 +140,12 @@ __device__ __forceinline__ void ConvertFp8Tile(const uint8_t* src, T* k_dst, T* 
 // Q, K and V tiles of 16-bit elements (bf16 and fp16 alike). A T cache double-buffers the K/V
 // tiles (the cp.async targets); an fp8 cache has one T tile each and double-buffered fp8 staging
 // tiles ([2][K, V][kPrefillTileN][kHeadDim] bytes): 83 KiB against 85 KiB at head_dim 128.
-template <int kHeadDim, typename C>
+template <int kHeadDim, typename C, int kM>
 constexpr size_t PrefillSmemBytes() {
   constexpr size_t tiles = kIsFp8<C> ? 2 : 2 * 2;
   constexpr size_t staging = kIsFp8<C> ? 2 * 2 * kPrefillTileN * kHeadDim : 0;
-  return sizeof(uint16_t) * kSmemStride<kHeadDim> * (kPrefillWarps * 16 + tiles * kPrefillTileN) +
+  return sizeof(uint16_t) * kSmemStride<kHeadDim> *
+             (kPrefillWarps * 16 * kM + tiles * kPrefillTileN) +
          staging;
 }
 
@@ -158,7 +165,7 @@ int32_t BlockShift(int32_t block_size) {
   return (block_size & (block_size - 1)) == 0 ? __builtin_ctz(block_size) : -1;
 }
 
-template <int kHeadDim, typename T, typename C>
+template <int kHeadDim, int kM, typename T, typename C>
 __global__ void __launch_bounds__(kPrefillWarps * 32, kPrefillWarps <= 4 ? 2 : 1)
     PagedPrefillKernel(const PrefillParams<T, C> p) {
   constexpr bool kFp8 = kIsFp8<C>;
@@ -166,7 +173,8 @@ __global__ void __launch_bounds__(kPrefillWarps * 32, kPrefillWarps <= 4 ? 2 : 1
   constexpr int kChunks = kHeadDim / 8;                         // 16-byte chunks per row of T
   constexpr int kCacheChunks = kHeadDim * int{sizeof(C)} / 16;  // per cache row
   constexpr int kChunkElems = 16 / int{sizeof(C)};
-  constexpr int kRows = kPrefillWarps * 16;
+  constexpr int kWarpRows = 16 * kM;
+  constexpr int kRows = kPrefillWarps * kWarpRows;
   constexpr int kThreads = kPrefillWarps * 32;
   constexpr int kTileBufs = kFp8 ? 1 : 2;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -234,14 +242,26 @@ __global__ void __launch_bounds__(kPrefillWarps * 32, kPrefillWarps <= 4 ? 2 : 1
   const int warp = tid / 32;
   const int lane = tid % 32;
   // Rows past the sequence's last token borrow its position; they are computed, never stored.
-  int max_pos[2];
-  for (int r = 0; r < 2; ++r) {
-    const int m = row0 + warp * 16 + lane / 4 + 8 * r;
-    max_pos[r] = ctx_off + min(m / p.group, q_len - 1);
+  int max_pos[2 * kM];
+  for (int i = 0; i < 2 * kM; ++i) {
+    const int m = row0 + warp * kWarpRows + (i / 2) * 16 + lane / 4 + 8 * (i % 2);
+    max_pos[i] = ctx_off + min(m / p.group, q_len - 1);
   }
-  WarpState<kHeadDim> st;
+  WarpState<kHeadDim, kM> st;
   st.Init();
-  uint32_t qf[kHeadDim / 16][4];
+  // One row tile: Q's fragments in registers; two: reloaded from shared memory (WarpAttendTileM).
+  const T* warp_q = q_smem + warp * kWarpRows * kStride;
+  uint32_t qf[kM == 1 ? kHeadDim / 16 : 1][4];
+  const int q_row = (lane & 7) + (((lane >> 3) & 1) << 3);
+  const int q_col = (lane >> 4) << 3;
+  auto q_frag = [&](int kk, int mi, uint32_t(&a)[4]) {
+    if constexpr (kM == 1) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) a[e] = qf[kk][e];
+    } else {
+      Ldmatrix4(a, warp_q + (mi * 16 + q_row) * kStride + kk * 16 + q_col);
+    }
+  };
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int buf = tile & 1;
     if (tile + 1 < num_tiles) {
@@ -261,34 +281,38 @@ __global__ void __launch_bounds__(kPrefillWarps * 32, kPrefillWarps <= 4 ? 2 : 1
       k_tile = k_smem;
       v_tile = v_smem;
     }
-    if (tile == 0) LoadQFragments<kHeadDim>(q_smem + warp * 16 * kStride, qf);
+    if constexpr (kM == 1) {
+      if (tile == 0) LoadQFragments<kHeadDim>(warp_q, qf);
+    }
     const int key0 = tile * kPrefillTileN;
-    WarpAttendTile<kHeadDim, kPrefillTileN>(qf, k_tile, v_tile, p.scale_log2,
-                                            key0 + kPrefillTileN - 1 > min_pos, key0, max_pos, st);
+    WarpAttendTileM<kHeadDim, kPrefillTileN, kM>(q_frag, k_tile, v_tile, p.scale_log2,
+                                                 key0 + kPrefillTileN - 1 > min_pos, key0, max_pos,
+                                                 st);
     __syncthreads();  // the next iteration's copy (fp8: conversion) overwrites this buffer
   }
 
   // O / l -> T through this warp's (now unused) Q rows, then 16-byte coalesced stores.
-  float inv_l[2];
+  float inv_l[2 * kM];
   st.Finish(inv_l);
-  inv_l[0] *= p.v_scale;
-  inv_l[1] *= p.v_scale;
-  T* o_smem = q_smem + warp * 16 * kStride;
+  for (float& v : inv_l) v *= p.v_scale;
+  T* o_smem = q_smem + warp * kWarpRows * kStride;
   const int g = lane / 4;
   const int t = lane % 4;
 #pragma unroll
-  for (int d = 0; d < kHeadDim / 8; ++d) {
+  for (int i = 0; i < 2 * kM; ++i) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      *reinterpret_cast<Pair<T>*>(o_smem + (g + 8 * r) * kStride + d * 8 + 2 * t) =
-          FloatsToPair<T>(st.o[d][2 * r] * inv_l[r], st.o[d][2 * r + 1] * inv_l[r]);
+    for (int d = 0; d < kHeadDim / 8; ++d) {
+      const float* o = st.o[i / 2][d];
+      *reinterpret_cast<Pair<T>*>(o_smem + ((i / 2) * 16 + g + 8 * (i % 2)) * kStride + d * 8 +
+                                  2 * t) =
+          FloatsToPair<T>(o[2 * (i % 2)] * inv_l[i], o[2 * (i % 2) + 1] * inv_l[i]);
     }
   }
   __syncwarp();
-  for (int c = lane; c < 16 * kChunks; c += 32) {
+  for (int c = lane; c < kWarpRows * kChunks; c += 32) {
     const int r = c / kChunks;
     const int ch = c % kChunks;
-    const int m = row0 + warp * 16 + r;
+    const int m = row0 + warp * kWarpRows + r;
     if (m >= num_rows) continue;
     const int head = kv_head * p.group + m % p.group;
     *reinterpret_cast<uint4*>(p.out + (q_begin + m / p.group) * p.out_stride + head * kHeadDim +
@@ -456,7 +480,7 @@ __global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams<
 #pragma unroll
       for (int d = 0; d < kHeadDim / 8; ++d) {
         *reinterpret_cast<Pair<T>*>(o + d * 8 + 2 * t) =
-            FloatsToPair<T>(st.o[d][2 * r] * inv_l[r], st.o[d][2 * r + 1] * inv_l[r]);
+            FloatsToPair<T>(st.o[0][d][2 * r] * inv_l[r], st.o[0][d][2 * r + 1] * inv_l[r]);
       }
     }
     return;
@@ -470,7 +494,7 @@ __global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams<
 #pragma unroll
     for (int d = 0; d < kHeadDim / 8; ++d) {
       *reinterpret_cast<float2*>(o + d * 8 + 2 * t) =
-          make_float2(st.o[d][2 * r] * inv_l[r], st.o[d][2 * r + 1] * inv_l[r]);
+          make_float2(st.o[0][d][2 * r] * inv_l[r], st.o[0][d][2 * r + 1] * inv_l[r]);
     }
     if (t == 0) *reinterpret_cast<float2*>(p.partial_ml + slot * 2) = make_float2(st.m[r], st.l[r]);
   }
@@ -525,14 +549,18 @@ struct DeviceFigures {
 // per SM of its decode kernel (head_dim 64, 128).
 template <typename T, typename C>
 cudaError_t SetUpKernels(int (&decode_blocks_per_sm)[2]) {
-  cudaError_t e = cudaFuncSetAttribute(PagedPrefillKernel<64, T, C>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(PrefillSmemBytes<64, C>()));
-  if (e == cudaSuccess) {
-    e = cudaFuncSetAttribute(PagedPrefillKernel<128, T, C>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(PrefillSmemBytes<128, C>()));
-  }
+  cudaError_t e = cudaSuccess;
+  auto set_prefill_smem = [&]<int kHeadDim, int kM>() {
+    if (e == cudaSuccess) {
+      e = cudaFuncSetAttribute(PagedPrefillKernel<kHeadDim, kM, T, C>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(PrefillSmemBytes<kHeadDim, C, kM>()));
+    }
+  };
+  set_prefill_smem.template operator()<64, 1>();
+  set_prefill_smem.template operator()<64, 2>();
+  set_prefill_smem.template operator()<128, 1>();
+  set_prefill_smem.template operator()<128, 2>();
   if (e == cudaSuccess) {
     e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
         &decode_blocks_per_sm[0], PagedDecodeSplitKernel<64, T, C>, 32, DecodeSmemBytes<64, C>());
@@ -688,16 +716,25 @@ cudaError_t LaunchPrefill(const T* q, int64_t q_stride, const PagedKvCacheT<T, C
   PrefillParams<T, C> p{};
   FillCommon(q, q_stride, kv, seq_lens, dims, out, out_stride, &p);
   p.cu_seqlens_q = cu_seqlens_q;
-  const int64_t row_tiles =
-      (int64_t{max_q_len} * p.group + kPrefillWarps * 16 - 1) / (kPrefillWarps * 16);
+  // Two row tiles a warp (128 packed rows a CTA, WarpAttendTileM) when their grid fills the GPU:
+  // half the shared-memory reads per FLOP and half the FP8 conversions per row; each row's
+  // arithmetic is the same, so the outputs are bitwise those of one row tile.
+  const int64_t rows = int64_t{max_q_len} * p.group;
+  const int64_t two_tile_rows = kPrefillWarps * 16 * 2;
+  const bool two = (rows + two_tile_rows - 1) / two_tile_rows * dims.num_kv_heads * num_seqs >=
+                   kPrefillTwoTileMinCtasPerSm * f.num_sms;
+  const int64_t tile_rows = two ? two_tile_rows : two_tile_rows / 2;
+  const int64_t row_tiles = (rows + tile_rows - 1) / tile_rows;
   if (row_tiles > 0x7fffffff || dims.num_kv_heads > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(row_tiles), dims.num_kv_heads, num_seqs);
+  auto launch = [&]<int kHeadDim, int kM>() {
+    PagedPrefillKernel<kHeadDim, kM, T, C>
+        <<<grid, kPrefillWarps * 32, PrefillSmemBytes<kHeadDim, C, kM>(), stream>>>(p);
+  };
   if (dims.head_dim == 64) {
-    PagedPrefillKernel<64, T, C>
-        <<<grid, kPrefillWarps * 32, PrefillSmemBytes<64, C>(), stream>>>(p);
+    two ? launch.template operator()<64, 2>() : launch.template operator()<64, 1>();
   } else {
-    PagedPrefillKernel<128, T, C>
-        <<<grid, kPrefillWarps * 32, PrefillSmemBytes<128, C>(), stream>>>(p);
+    two ? launch.template operator()<128, 2>() : launch.template operator()<128, 1>();
   }
   return cudaGetLastError();
 }

@@ -97,26 +97,35 @@ __device__ __forceinline__ void LoadQFragments(const T* q_smem, uint32_t (&qf)[k
   }
 }
 
-// One warp's running softmax state for its 16 query rows: thread (g, t) owns rows g and g + 8.
-// m is the running maximum in log2 units (score * scale * log2 e); l the running sum of
-// exp2(score - m) over this thread's columns only (the quad's partial sums are added at the end).
-template <int kHeadDim>
+// One warp's running softmax state for its kM tiles of 16 query rows: thread (g, t) owns rows g
+// and g + 8 of each tile (index 2 * mi + r). m is the running maximum in log2 units (score *
+// scale * log2 e); l the running sum of exp2(score - m) over this thread's columns only (the
+// quad's partial sums are added at the end).
+template <int kHeadDim, int kM = 1>
 struct WarpState {
-  float o[kHeadDim / 8][4];
-  float m[2];
-  float l[2];
+  float o[kM][kHeadDim / 8][4];
+  float m[2 * kM];
+  float l[2 * kM];
 
   __device__ __forceinline__ void Init() {
 #pragma unroll
-    for (int i = 0; i < kHeadDim / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-    m[0] = m[1] = -INFINITY;
-    l[0] = l[1] = 0.0f;
+    for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+      for (int i = 0; i < kHeadDim / 8; ++i) {
+        o[mi][i][0] = o[mi][i][1] = o[mi][i][2] = o[mi][i][3] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2 * kM; ++r) {
+      m[r] = -INFINITY;
+      l[r] = 0.0f;
+    }
   }
 
   // Adds the quad's partial sums; returns 1/l per row (0 for a row that saw no key).
-  __device__ __forceinline__ void Finish(float (&inv_l)[2]) {
+  __device__ __forceinline__ void Finish(float (&inv_l)[2 * kM]) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 2 * kM; ++r) {
       l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
       l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
       inv_l[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
@@ -124,22 +133,29 @@ struct WarpState {
   }
 };
 
-// Attends the warp's 16 query rows (qf) to kTileN keys whose K and V rows sit in shared memory
-// (kSmemStride apart), updating the online softmax state. Key key0 + j is masked for row r when
-// key0 + j > max_pos[r] (causal mask and sequence end); masking is skipped when !need_mask.
-// Masked keys' V rows must be finite (the loaders zero-fill them): 0 * NaN would poison O.
-// P is rounded to T, V's type, for the P V product (half an ulp: at most 2^-8 relative in bf16,
-// 2^-11 in fp16).
-template <int kHeadDim, int kTileN, typename T>
-__device__ __forceinline__ void WarpAttendTile(const uint32_t (&qf)[kHeadDim / 16][4],
-                                               const T* k_smem, const T* v_smem, float scale_log2,
-                                               bool need_mask, int key0, const int (&max_pos)[2],
-                                               WarpState<kHeadDim>& st) {
+// Attends the warp's kM tiles of 16 query rows to kTileN keys whose K and V rows sit in shared
+// memory (kSmemStride apart), updating the online softmax state. q_frag(kk, mi, a) yields the A
+// fragment of columns 16 kk .. 16 kk + 15 of row tile mi (held in registers, or loaded from
+// shared memory: with kM = 2 each K / V fragment feeds twice the mma's, halving the shared-memory
+// reads per FLOP, and Q's are reloaded instead of taking 64 registers). Key key0 + j is masked
+// for row index i (2 * mi + r) when key0 + j > max_pos[i] (causal mask and sequence end); masking
+// is skipped when !need_mask. Masked keys' V rows must be finite (the loaders zero-fill them):
+// 0 * NaN would poison O. P is rounded to T, V's type, for the P V product (half an ulp: at most
+// 2^-8 relative in bf16, 2^-11 in fp16).
+template <int kHeadDim, int kTileN, int kM, typename T, typename QFrag>
+__device__ __forceinline__ void WarpAttendTileM(const QFrag& q_frag, const T* k_smem,
+                                                const T* v_smem, float scale_log2, bool need_mask,
+                                                int key0, const int (&max_pos)[2 * kM],
+                                                WarpState<kHeadDim, kM>& st) {
   constexpr int kStride = kSmemStride<kHeadDim>;
   const int lane = threadIdx.x % 32;
-  float s[kTileN / 8][4];
+  float s[kM][kTileN / 8][4];
 #pragma unroll
-  for (int j = 0; j < kTileN / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+  for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+    for (int j = 0; j < kTileN / 8; ++j)
+      s[mi][j][0] = s[mi][j][1] = s[mi][j][2] = s[mi][j][3] = 0.0f;
+  }
 
   // S = Q K^T. K is [key][dim] in smem, i.e. B = K^T already column major: plain ldmatrix.
   {
@@ -147,12 +163,18 @@ __device__ __forceinline__ void WarpAttendTile(const uint32_t (&qf)[kHeadDim / 1
     const int k = ((lane >> 3) & 1) << 3;
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      uint32_t a[kM][4];
+#pragma unroll
+      for (int mi = 0; mi < kM; ++mi) q_frag(kk, mi, a[mi]);
 #pragma unroll
       for (int nn = 0; nn < kTileN / 16; ++nn) {
         uint32_t b[4];
         Ldmatrix4(b, k_smem + (nn * 16 + n) * kStride + kk * 16 + k);
-        Mma<T>(s[2 * nn], qf[kk], b[0], b[1]);
-        Mma<T>(s[2 * nn + 1], qf[kk], b[2], b[3]);
+#pragma unroll
+        for (int mi = 0; mi < kM; ++mi) {
+          Mma<T>(s[mi][2 * nn], a[mi], b[0], b[1]);
+          Mma<T>(s[mi][2 * nn + 1], a[mi], b[2], b[3]);
+        }
       }
     }
   }
@@ -160,41 +182,50 @@ __device__ __forceinline__ void WarpAttendTile(const uint32_t (&qf)[kHeadDim / 1
   const int t = lane & 3;
   if (need_mask) {
 #pragma unroll
-    for (int j = 0; j < kTileN / 8; ++j) {
+    for (int mi = 0; mi < kM; ++mi) {
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int key = key0 + j * 8 + 2 * t + (c & 1);
-        if (key > max_pos[c >> 1]) s[j][c] = -INFINITY;
+      for (int j = 0; j < kTileN / 8; ++j) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int key = key0 + j * 8 + 2 * t + (c & 1);
+          if (key > max_pos[2 * mi + (c >> 1)]) s[mi][j][c] = -INFINITY;
+        }
       }
     }
   }
 
-  // Online softmax, rows g (r = 0) and g + 8 (r = 1).
+  // Online softmax, rows g (r = 0) and g + 8 (r = 1) of each row tile.
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float mx = -INFINITY;
+  for (int mi = 0; mi < kM; ++mi) {
 #pragma unroll
-    for (int j = 0; j < kTileN / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(st.m[r], mx * scale_log2);
-    // NOTE: a row with every key so far masked keeps m = -inf; subtract 0 then so that
-    // exp2(-inf - base) is 0 rather than NaN.
-    const float base = m_new == -INFINITY ? 0.0f : m_new;
-    const float alpha = FastExp2(st.m[r] - base);
-    st.m[r] = m_new;
-    float sum = 0.0f;
+    for (int r = 0; r < 2; ++r) {
+      const int i = 2 * mi + r;
+      float mx = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < kTileN / 8; ++j) {
-      s[j][2 * r] = FastExp2(s[j][2 * r] * scale_log2 - base);
-      s[j][2 * r + 1] = FastExp2(s[j][2 * r + 1] * scale_log2 - base);
-      sum += s[j][2 * r] + s[j][2 * r + 1];
-    }
-    st.l[r] = st.l[r] * alpha + sum;
+      for (int j = 0; j < kTileN / 8; ++j) {
+        mx = fmaxf(mx, fmaxf(s[mi][j][2 * r], s[mi][j][2 * r + 1]));
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(st.m[i], mx * scale_log2);
+      // NOTE: a row with every key so far masked keeps m = -inf; subtract 0 then so that
+      // exp2(-inf - base) is 0 rather than NaN.
+      const float base = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = FastExp2(st.m[i] - base);
+      st.m[i] = m_new;
+      float sum = 0.0f;
 #pragma unroll
-    for (int d = 0; d < kHeadDim / 8; ++d) {
-      st.o[d][2 * r] *= alpha;
-      st.o[d][2 * r + 1] *= alpha;
+      for (int j = 0; j < kTileN / 8; ++j) {
+        s[mi][j][2 * r] = FastExp2(s[mi][j][2 * r] * scale_log2 - base);
+        s[mi][j][2 * r + 1] = FastExp2(s[mi][j][2 * r + 1] * scale_log2 - base);
+        sum += s[mi][j][2 * r] + s[mi][j][2 * r + 1];
+      }
+      st.l[i] = st.l[i] * alpha + sum;
+#pragma unroll
+      for (int d = 0; d < kHeadDim / 8; ++d) {
+        st.o[mi][d][2 * r] *= alpha;
+        st.o[mi][d][2 * r + 1] *= alpha;
+      }
     }
   }
 
@@ -204,19 +235,40 @@ __device__ __forceinline__ void WarpAttendTile(const uint32_t (&qf)[kHeadDim / 1
     const int dim = (lane >> 4) << 3;
 #pragma unroll
     for (int kk = 0; kk < kTileN / 16; ++kk) {
-      const uint32_t a[4] = {dtype_internal::PackPair<T>(s[2 * kk][0], s[2 * kk][1]),
-                             dtype_internal::PackPair<T>(s[2 * kk][2], s[2 * kk][3]),
-                             dtype_internal::PackPair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             dtype_internal::PackPair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      uint32_t a[kM][4];
+#pragma unroll
+      for (int mi = 0; mi < kM; ++mi) {
+        a[mi][0] = dtype_internal::PackPair<T>(s[mi][2 * kk][0], s[mi][2 * kk][1]);
+        a[mi][1] = dtype_internal::PackPair<T>(s[mi][2 * kk][2], s[mi][2 * kk][3]);
+        a[mi][2] = dtype_internal::PackPair<T>(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
+        a[mi][3] = dtype_internal::PackPair<T>(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int dd = 0; dd < kHeadDim / 16; ++dd) {
         uint32_t b[4];
         Ldmatrix4Trans(b, v_smem + (kk * 16 + key) * kStride + dd * 16 + dim);
-        Mma<T>(st.o[2 * dd], a, b[0], b[1]);
-        Mma<T>(st.o[2 * dd + 1], a, b[2], b[3]);
+#pragma unroll
+        for (int mi = 0; mi < kM; ++mi) {
+          Mma<T>(st.o[mi][2 * dd], a[mi], b[0], b[1]);
+          Mma<T>(st.o[mi][2 * dd + 1], a[mi], b[2], b[3]);
+        }
       }
     }
   }
+}
+
+// WarpAttendTileM for one row tile whose Q fragments are held in registers (qf).
+template <int kHeadDim, int kTileN, typename T>
+__device__ __forceinline__ void WarpAttendTile(const uint32_t (&qf)[kHeadDim / 16][4],
+                                               const T* k_smem, const T* v_smem, float scale_log2,
+                                               bool need_mask, int key0, const int (&max_pos)[2],
+                                               WarpState<kHeadDim>& st) {
+  WarpAttendTileM<kHeadDim, kTileN, 1>(
+      [&](int kk, int, uint32_t(&a)[4]) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) a[e] = qf[kk][e];
+      },
+      k_smem, v_smem, scale_log2, need_mask, key0, max_pos, st);
 }
 
 }  // namespace kiln::kernels::attention_internal

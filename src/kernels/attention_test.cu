@@ -343,6 +343,18 @@ TYPED_TEST(PagedPrefillAttentionGpu, MixedBatchWithStridesAndPadding) {
   RunMixedBatch<TypeParam>(11, "");
 }
 
+// Grids of at least 4 CTAs an SM (on GPUs of up to 152 SMs) take two row tiles a warp (128 packed
+// rows a CTA); the cases above, one. Full prompts, a chunk on a longer context, a decode row and a
+// padding sequence in one launch, rows of one token split across a warp's two tiles (g3, g8).
+TYPED_TEST(PagedPrefillAttentionGpu, TwoRowTilesPerWarp) {
+  REQUIRE_GPU();
+  RunPrefill<TypeParam>({32, 8, 128, 16}, {700, 700, 350, 1, 0}, {700, 1400, 350, 900, 0}, 12,
+                        "two tiles hd128 g4 q=700,700,350,1,0");
+  RunPrefill<TypeParam>({48, 16, 64, 32}, {700, 77, 700}, {700, 1500, 800}, 13,
+                        "two tiles hd64 bs32 g3 q=700,77,700");
+  RunPrefill<TypeParam>({64, 8, 128, 16}, {600, 2}, {600, 2}, 14, "two tiles hd128 g8 q=600,2");
+}
+
 // Decode: one query row per sequence; rows with seq_len 0 must stay untouched. num_splits > 0
 // forces the context splits (1: the split kernel writes the output itself).
 template <typename T, typename C = T>
@@ -565,6 +577,11 @@ TYPED_TEST(PagedAttentionFp8CacheGpu, PrefillChunksOnCachedPrefix) {
                      kTopBinades);
   RunPrefill<T, Fp8>({16, 2, 64, 16}, {129}, {300}, 2005,
                      "fp8 chunked hd64 g8 q=129 ctx=300" + ScalesName<Fp8>(kSmallK), kSmallK);
+  // Two row tiles a warp (PagedPrefillAttentionGpu.TwoRowTilesPerWarp).
+  RunPrefill<T, Fp8>({32, 8, 128, 16}, {700, 700, 350, 1}, {700, 1400, 350, 900}, 2006,
+                     "fp8 two tiles hd128 g4" + ScalesName<Fp8>(kSmallK), kSmallK);
+  RunPrefill<T, Fp8>({48, 16, 64, 32}, {700, 77, 700}, {700, 1500, 800}, 2007,
+                     "fp8 two tiles hd64 bs32 g3" + ScalesName<Fp8>(kLargeK), kLargeK);
 }
 
 TYPED_TEST(PagedAttentionFp8CacheGpu, PrefillMixedBatchWithStrides) {
