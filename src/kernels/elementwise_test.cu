@@ -872,7 +872,9 @@ TYPED_TEST(RopeStoreKvGpu, ScalingsLayoutsAndStrides) {
         c.scaling = scalings[s];
         c.theta = s == 2 ? 500000.0 : 10000.0;
         c.interleaved = interleaved;
-        c.ld_pad = 2 * c.num_kv_heads * c.head_dim + 3;  // odd stride: qkv inside a wider row
+        // Odd stride (qkv inside a wider row): the scalar kernel; the other cases take the
+        // 8-pair one (RopeStoreKvVec8Kernel).
+        c.ld_pad = 2 * c.num_kv_heads * c.head_dim + 3;
         RunRope<TypeParam>(c, 83, seed++,
                            "rope hd" + std::to_string(c.head_dim) + " " +
                                std::to_string(c.num_heads) + "/" + std::to_string(c.num_kv_heads) +
