@@ -5,7 +5,8 @@
 //   - decode batches (m = 16, 64, 256): cuBLASLt's heuristic pick against Gemm::Tune's choice;
 //   - with --prefill, prompt steps instead (m = 2,048, 8,192, 16,384): the same two in TFLOP/s,
 //     on random-looking operands (constant ones flatter the tensor cores), next to the bf16
-//     8192^3 GEMM (tuned) of the same run.
+//     8192^3 GEMM (tuned) of the same run; --prefill --fp8: the e4m3 GEMMs of the FP8 layers
+//     alone, heuristic / tuned of 16 / slow accumulation, against the FP8 8192^3 GEMM;
 // Achieved bandwidth = (weight + activation bytes) / time; every run reads another copy of the
 // weights (16 or more copies, as the 32 layers of a forward pass do), so none comes from L2.
 //
@@ -25,7 +26,7 @@
 //     same run (the best of Gemv and tuned cuBLASLt), each next to its roofline: the bytes it
 //     must move (weights, scales, x, out) over the copy bandwidth.
 //
-//   build/bench/gemv_bench [--json F] [--prefill | --fp8 | --w4 [--w4-slice-mib 8,16,...]
+//   build/bench/gemv_bench [--json F] [--prefill [--fp8] | --fp8 | --w4 [--w4-slice-mib 8,16,...]
 //                          [--w4-splits 1,2,...] --int8]
 //   (--w4-slice-mib: the many-row W4A16 path also with dequantization slices of these sizes;
 //   --w4-splits: the block tiles, 9 .. 64 rows, also with these k splits; --rows: only these m)
@@ -60,6 +61,13 @@ struct Layer {
   bool out_f32;
 };
 
+// The linear layers of a Llama-3.1-8B decoder layer (hidden 4096, 32 q / 8 kv heads of 128,
+// intermediate 14336).
+constexpr Layer kLlama8bLayers[] = {{"qkv", 6144, 4096, false},
+                                    {"o", 4096, 4096, false},
+                                    {"gate_up", 28672, 4096, false},
+                                    {"down", 4096, 14336, false}};
+
 // Seconds per call (median of 5 rounds over every weight copy, after one warm-up round that
 // also runs the heuristic query).
 double TimeLinear(cuda::Gemm& gemm, const std::vector<const bf16*>& weights, const bf16* x,
@@ -84,10 +92,7 @@ void FillRandom(DeviceBuffer& b, uint16_t exponent_bits) {
 // GEMM of the same run.
 int RunPrefill(const std::string& json_path) {
   Json out;
-  const Layer layers[] = {{"qkv", 6144, 4096, false},
-                          {"o", 4096, 4096, false},
-                          {"gate_up", 28672, 4096, false},
-                          {"down", 4096, 14336, false}};
+  const auto& layers = kLlama8bLayers;
   constexpr int64_t kMaxRows = 16384;
   DeviceBuffer x = DeviceBuffer::Allocate(kMaxRows * 14336 * 2).value();
   DeviceBuffer result = DeviceBuffer::Allocate(kMaxRows * 28672 * 2).value();
@@ -139,16 +144,106 @@ int RunPrefill(const std::string& json_path) {
   return 0;
 }
 
+// FP8 prompt-step GEMMs (the e4m3 cuBLASLt GEMM alone, Gemm::Fp8GemmUnscaled, as the runner
+// calls it from 48 rows): TFLOP/s of cuBLASLt's heuristic pick and of Tune's best of 16, with and
+// without fast accumulation, against the FP8 8192^3 GEMM (tuned, fast accumulation) of the run.
+int RunPrefillFp8(const std::string& json_path) {
+  Json out;
+  const auto& layers = kLlama8bLayers;
+  constexpr int64_t kMaxRows = 16384;
+  constexpr int kCandidates = 16;
+  DeviceBuffer x16 = DeviceBuffer::Allocate(kMaxRows * 14336 * 2).value();
+  DeviceBuffer xq = DeviceBuffer::Allocate(kMaxRows * 14336).value();
+  DeviceBuffer sx = DeviceBuffer::Allocate(kMaxRows * 4).value();
+  DeviceBuffer result = DeviceBuffer::Allocate(kMaxRows * 28672 * 2).value();
+  FillRandom(x16, 0x3c00);
+  BENCH_CHECK(kernels::QuantizeRowsFp8(static_cast<const bf16*>(x16.data()), 14336, kMaxRows, 14336,
+                                       static_cast<__nv_fp8_e4m3*>(xq.data()), 14336,
+                                       static_cast<float*>(sx.data()), nullptr) == cudaSuccess);
+  // e4m3 weights (two copies) quantized from random bf16, per-channel scales.
+  struct Fp8Copies {
+    DeviceBuffer w, s;
+    std::vector<cuda::Fp8Weight> weights;
+    std::vector<const __nv_fp8_e4m3*> raw;
+  };
+  auto make_weights = [](int64_t n, int64_t k) {
+    Fp8Copies c;
+    DeviceBuffer w16 = DeviceBuffer::Allocate(n * k * 2).value();
+    FillRandom(w16, 0x3f00);
+    c.w = DeviceBuffer::Allocate(2 * n * k).value();
+    c.s = DeviceBuffer::Allocate(2 * n * 4).value();
+    for (int i = 0; i < 2; ++i) {
+      auto* w8 = static_cast<__nv_fp8_e4m3*>(c.w.data()) + i * n * k;
+      auto* s = static_cast<float*>(c.s.data()) + i * n;
+      BENCH_CHECK(kernels::QuantizeRowsFp8(static_cast<const bf16*>(w16.data()), k, n, k, w8, k, s,
+                                           nullptr) == cudaSuccess);
+      c.weights.push_back({w8, s});
+      c.raw.push_back(w8);
+    }
+    return c;
+  };
+  const auto* xqp = static_cast<const __nv_fp8_e4m3*>(xq.data());
+  auto* outp = static_cast<bf16*>(result.data());
+  auto time = [&](cuda::Gemm& g, const Fp8Copies& c, int64_t m, int64_t n, int64_t k) {
+    const double round = bench::MedianEventSeconds(1, 5, [&] {
+      for (const cuda::Fp8Weight& w : c.weights) {
+        BENCH_CHECK(g.Fp8GemmUnscaled(xqp, m, w, n, k, outp, n, nullptr).ok());
+      }
+    });
+    return round / static_cast<double>(c.weights.size());
+  };
+  double peak = 0;
+  {
+    const Fp8Copies c = make_weights(8192, 8192);
+    auto g = cuda::Gemm::Create();
+    BENCH_CHECK(g.ok());
+    (*g)->set_fp8_fast_accum(true);
+    cuda::GemmShape shape{8192, 8192, 8192, 8192, 8192, false, false};
+    shape.fp8 = true;
+    BENCH_CHECK((*g)->Tune(shape, kCandidates, nullptr, std::span(c.raw)).ok());
+    peak = 2.0 * 8192 * 8192 * 8192 / time(**g, c, 8192, 8192, 8192);
+  }
+  out["gemm_fp8_8192_tflops"] = peak / 1e12;
+  std::printf("fp8 8192^3 (tuned, fast accumulation): %.0f TFLOP/s\n%-8s %6s %14s %14s %14s\n",
+              peak / 1e12, "layer", "m", "heuristic", "tuned (of 16)", "slow accum");
+  for (const Layer& l : layers) {
+    const Fp8Copies c = make_weights(l.n, l.k);
+    for (int64_t m : {2048, 4096, 8192, 16384}) {
+      const double flops = 2.0 * m * l.n * l.k;
+      double t[3];
+      for (int v = 0; v < 3; ++v) {  // heuristic (fast), tuned (fast), tuned (slow accumulation)
+        auto g = cuda::Gemm::Create();
+        BENCH_CHECK(g.ok());
+        (*g)->set_fp8_fast_accum(v < 2);
+        if (v > 0) {
+          cuda::GemmShape shape{m, l.n, l.k, l.k, l.n, false, false};
+          shape.fp8 = true;
+          BENCH_CHECK((*g)->Tune(shape, kCandidates, nullptr, std::span(c.raw)).ok());
+        }
+        t[v] = time(**g, c, m, l.n, l.k);
+      }
+      out["prefill_fp8"].push_back({{"layer", l.name},
+                                    {"m", m},
+                                    {"heuristic_tflops", flops / t[0] / 1e12},
+                                    {"tuned_tflops", flops / t[1] / 1e12},
+                                    {"tuned_slow_accum_tflops", flops / t[2] / 1e12}});
+      std::printf("%-8s %6ld %8.0f (%3.0f%%) %8.0f (%3.0f%%) %8.0f (%3.0f%%)\n", l.name,
+                  static_cast<long>(m), flops / t[0] / 1e12, 100 * flops / t[0] / peak,
+                  flops / t[1] / 1e12, 100 * flops / t[1] / peak, flops / t[2] / 1e12,
+                  100 * flops / t[2] / peak);
+    }
+  }
+  if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
+  return 0;
+}
+
 // FP8 layers against bf16 ones, weights streamed from HBM as in a forward pass.
 int RunFp8(const std::string& json_path) {
   const double copy_bw = bench::DeviceCopyBandwidth();
   std::printf("copy bandwidth %.0f GB/s\n", copy_bw / 1e9);
   Json out;
   out["copy_bandwidth_gb_s"] = copy_bw / 1e9;
-  const Layer layers[] = {{"qkv", 6144, 4096, false},
-                          {"o", 4096, 4096, false},
-                          {"gate_up", 28672, 4096, false},
-                          {"down", 4096, 14336, false}};
+  const auto& layers = kLlama8bLayers;
   constexpr int64_t kMaxRows = 16384;
   DeviceBuffer x = DeviceBuffer::Allocate(kMaxRows * 14336 * 2).value();
   DeviceBuffer result = DeviceBuffer::Allocate(kMaxRows * 28672 * 2).value();
@@ -257,10 +352,7 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8, const std::vecto
   std::printf("copy bandwidth %.0f GB/s\n", copy_bw / 1e9);
   Json out;
   out["copy_bandwidth_gb_s"] = copy_bw / 1e9;
-  const Layer layers[] = {{"qkv", 6144, 4096, false},
-                          {"o", 4096, 4096, false},
-                          {"gate_up", 28672, 4096, false},
-                          {"down", 4096, 14336, false}};
+  const auto& layers = kLlama8bLayers;
   constexpr int64_t kMaxRows = 2048, kGroup = 128;
   for (const int m : rows) {
     if (m < 1 || m > kMaxRows) {
@@ -537,7 +629,7 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr,
-                   "usage: gemv_bench [--json F] [--prefill | --fp8 | --w4 [--w4-slice-mib "
+                   "usage: gemv_bench [--json F] [--prefill [--fp8] | --fp8 | --w4 [--w4-slice-mib "
                    "8,16,...] [--w4-splits 1,2,...] --int8 [--rows 1,16,...]]\n");
       return 2;
     }
@@ -547,6 +639,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gemv_bench: needs a CUDA device\n");
     return 2;
   }
+  if (prefill && fp8) return RunPrefillFp8(json_path);
   if (prefill) return RunPrefill(json_path);
   if (fp8) return RunFp8(json_path);
   if (w4 || int8) return RunLowbit(json_path, w4, int8, slice_mib, w4_splits, rows);
