@@ -22,11 +22,11 @@
 // m = token * group + head_in_group, so every K/V tile is read once per kv head, not once per
 // query head (4x fewer K/V bytes for Llama-3.1-8B).
 //
-// Prefill: one CTA of kPrefillWarps warps per (row tile of 16 * kPrefillWarps packed rows, kv head,
-// sequence); K/V tiles of 64 keys double-buffered, shared by all warps; heaviest row tiles are
-// scheduled first (causal work grows with the tile index). Napkin math, Llama-3.1-8B 4,096-token
-// causal prefill: 4 * 32 heads * 128 * 4096^2 / 2 = 137 GFLOP, 0.18 ms at 779 TFLOP/s (wgmma peak);
-// mma.sync on Hopper reaches roughly half of that, so ~0.4 ms is the realistic floor.
+// Prefill: one CTA of kPrefillWarps<head_dim> warps per (row tile of 16 or 32 packed rows a warp,
+// kv head, sequence); K/V tiles of 64 keys double-buffered, shared by all warps; heaviest row tiles
+// are scheduled first (causal work grows with the tile index). Napkin math, Llama-3.1-8B
+// 4,096-token causal prefill: 4 * 32 heads * 128 * 4096^2 / 2 = 137 GFLOP, 0.18 ms at 779 TFLOP/s
+// (wgmma peak); mma.sync on Hopper reaches roughly half of that, so ~0.4 ms is the realistic floor.
 //
 // Decode: one warp per (split, kv head x head chunk, sequence) walks its share of the sequence's
 // 16-key tiles with a kDecodeStages-deep cp.async pipeline (fp8: kDecodeStagesFp8, all in flight
@@ -72,16 +72,15 @@ using dtype_internal::Pair;
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-// 4 warps (64 packed query rows) and two CTAs per SM: as fast as 8 warps and one CTA at head_dim
-// 128, 1.35x faster at head_dim 64 (docs/kernels.md).
-constexpr int kPrefillWarps = 4;
+// Prefill warps a CTA. head_dim 64: 4 (two CTAs an SM), 1.35x faster than 8 with one row tile a
+// warp (docs/kernels.md); head_dim 128: 8 (one CTA an SM), which shares each K/V tile and its
+// FP8 conversion among twice the rows (H100, attention_bench: 1 x 4,096 causal 0.93x, 512 new on
+// 3,584 cached 0.85-0.87x the time of 4 warps).
+template <int kHeadDim>
+inline constexpr int kPrefillWarps = kHeadDim == 128 ? 8 : 4;
 constexpr int kPrefillTileN = 64;  // keys per K/V tile
-// The prefill kernel takes two row tiles a warp when that grid still has this many CTAs an SM
-// (two waves at two CTAs an SM): fewer, larger CTAs left SMs idle (H100, 512 new tokens on 3,584
-// cached, 8 kv heads: 128 CTAs, 1.13x slower than one row tile's 256).
-constexpr int64_t kPrefillTwoTileMinCtasPerSm = 4;
-constexpr int kDecodeTileN = 16;  // keys per decode tile (never straddles a cache block)
-constexpr int kDecodeStages = 4;  // cp.async pipeline depth of one decode warp
+constexpr int kDecodeTileN = 16;   // keys per decode tile (never straddles a cache block)
+constexpr int kDecodeStages = 4;   // cp.async pipeline depth of one decode warp
 // The fp8 cache's depth. Its warps also convert every tile, so they are bound by their own
 // latency rather than by bytes in flight: fewer stages leave room for more warps an SM, which
 // won (H100, head_dim 128: 2 stages, 16.5 KiB a CTA, 12 CTAs an SM by registers, beat 4 stages /
@@ -145,7 +144,7 @@ constexpr size_t PrefillSmemBytes() {
   constexpr size_t tiles = kIsFp8<C> ? 2 : 2 * 2;
   constexpr size_t staging = kIsFp8<C> ? 2 * 2 * kPrefillTileN * kHeadDim : 0;
   return sizeof(uint16_t) * kSmemStride<kHeadDim> *
-             (kPrefillWarps * 16 * kM + tiles * kPrefillTileN) +
+             (kPrefillWarps<kHeadDim> * 16 * kM + tiles * kPrefillTileN) +
          staging;
 }
 
@@ -166,7 +165,8 @@ int32_t BlockShift(int32_t block_size) {
 }
 
 template <int kHeadDim, int kM, typename T, typename C>
-__global__ void __launch_bounds__(kPrefillWarps * 32, kPrefillWarps <= 4 ? 2 : 1)
+__global__ void __launch_bounds__(kPrefillWarps<kHeadDim> * 32,
+                                  kPrefillWarps<kHeadDim> <= 4 ? 2 : 1)
     PagedPrefillKernel(const PrefillParams<T, C> p) {
   constexpr bool kFp8 = kIsFp8<C>;
   constexpr int kStride = kSmemStride<kHeadDim>;
@@ -174,8 +174,8 @@ __global__ void __launch_bounds__(kPrefillWarps * 32, kPrefillWarps <= 4 ? 2 : 1
   constexpr int kCacheChunks = kHeadDim * int{sizeof(C)} / 16;  // per cache row
   constexpr int kChunkElems = 16 / int{sizeof(C)};
   constexpr int kWarpRows = 16 * kM;
-  constexpr int kRows = kPrefillWarps * kWarpRows;
-  constexpr int kThreads = kPrefillWarps * 32;
+  constexpr int kRows = kPrefillWarps<kHeadDim> * kWarpRows;
+  constexpr int kThreads = kPrefillWarps<kHeadDim> * 32;
   constexpr int kTileBufs = kFp8 ? 1 : 2;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* q_smem = reinterpret_cast<T*>(smem_raw);  // [kRows][kStride]
@@ -716,20 +716,24 @@ cudaError_t LaunchPrefill(const T* q, int64_t q_stride, const PagedKvCacheT<T, C
   PrefillParams<T, C> p{};
   FillCommon(q, q_stride, kv, seq_lens, dims, out, out_stride, &p);
   p.cu_seqlens_q = cu_seqlens_q;
-  // Two row tiles a warp (128 packed rows a CTA, WarpAttendTileM) when their grid fills the GPU:
+  // Two row tiles a warp (WarpAttendTileM) when that grid still makes two waves of resident CTAs:
   // half the shared-memory reads per FLOP and half the FP8 conversions per row; each row's
-  // arithmetic is the same, so the outputs are bitwise those of one row tile.
+  // arithmetic is the same, so the outputs are bitwise those of one row tile. Fewer, larger CTAs
+  // left SMs idle (H100, 512 new tokens on 3,584 cached, 8 kv heads, 4 warps: 128 CTAs of two
+  // tiles, 1.13x slower than 256 of one).
+  const int warps = dims.head_dim == 128 ? kPrefillWarps<128> : kPrefillWarps<64>;
   const int64_t rows = int64_t{max_q_len} * p.group;
-  const int64_t two_tile_rows = kPrefillWarps * 16 * 2;
+  const int64_t two_tile_rows = int64_t{warps} * 16 * 2;
+  const int64_t resident = warps <= 4 ? 2 : 1;  // CTAs an SM (the kernel's launch bounds)
   const bool two = (rows + two_tile_rows - 1) / two_tile_rows * dims.num_kv_heads * num_seqs >=
-                   kPrefillTwoTileMinCtasPerSm * f.num_sms;
+                   2 * resident * f.num_sms;
   const int64_t tile_rows = two ? two_tile_rows : two_tile_rows / 2;
   const int64_t row_tiles = (rows + tile_rows - 1) / tile_rows;
   if (row_tiles > 0x7fffffff || dims.num_kv_heads > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(row_tiles), dims.num_kv_heads, num_seqs);
   auto launch = [&]<int kHeadDim, int kM>() {
     PagedPrefillKernel<kHeadDim, kM, T, C>
-        <<<grid, kPrefillWarps * 32, PrefillSmemBytes<kHeadDim, C, kM>(), stream>>>(p);
+        <<<grid, kPrefillWarps<kHeadDim> * 32, PrefillSmemBytes<kHeadDim, C, kM>(), stream>>>(p);
   };
   if (dims.head_dim == 64) {
     two ? launch.template operator()<64, 2>() : launch.template operator()<64, 1>();

@@ -343,9 +343,10 @@ TYPED_TEST(PagedPrefillAttentionGpu, MixedBatchWithStridesAndPadding) {
   RunMixedBatch<TypeParam>(11, "");
 }
 
-// Grids of at least 4 CTAs an SM (on GPUs of up to 152 SMs) take two row tiles a warp (128 packed
-// rows a CTA); the cases above, one. Full prompts, a chunk on a longer context, a decode row and a
-// padding sequence in one launch, rows of one token split across a warp's two tiles (g3, g8).
+// Grids of two waves of resident CTAs (these, on GPUs of up to 152 SMs) take two row tiles a
+// warp (32 packed rows); the cases above, one. Full prompts, a chunk on a longer context, a decode
+// row and a padding sequence in one launch, rows of one token split across a warp's two tiles
+// (g3, g8).
 TYPED_TEST(PagedPrefillAttentionGpu, TwoRowTilesPerWarp) {
   REQUIRE_GPU();
   RunPrefill<TypeParam>({32, 8, 128, 16}, {700, 700, 350, 1, 0}, {700, 1400, 350, 900, 0}, 12,
