@@ -410,25 +410,31 @@ TEST(FusedFp8ScalesGpu, SiluMulFp8WithInputScalesEqualsApplyFp8ScalesFirst) {
 }
 
 // RopeStoreKv over unscaled qkv sums: the rotated q heads written back and the k / v heads in
-// the cache (bf16 and e4m3) are those of ApplyFp8Scales then RopeStoreKv.
+// the cache (bf16 and e4m3) are those of ApplyFp8Scales then RopeStoreKv. tokens: few take the
+// one-pair-a-thread kernel, many the 8-pair one.
 template <typename C>
-void CheckRopeWithInputScales(bool with_bias) {
+void CheckRopeWithInputScales(bool with_bias, int tokens) {
   using T = __nv_bfloat16;
-  const int tokens = 6, heads = 4, kv_heads = 2, head_dim = 64, block_size = 16;
+  const int heads = 4, kv_heads = 2, head_dim = 64, block_size = 16;
   const int64_t width = int64_t{heads + 2 * kv_heads} * head_dim;
   DevSums sums(MakeUnscaledSums(tokens, width, 7), tokens, width, with_bias);
   sums.ApplyScales();
   std::vector<float> inv_freq(head_dim / 2);
   for (int i = 0; i < head_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / head_dim);
-  std::vector<int32_t> positions = {0, 1, 2, 40, 41, 7};
-  std::vector<int64_t> slots = {3, 4, 5, 17, -1, 30};  // -1: a padding row
+  const int num_blocks = tokens / block_size + 2;
+  std::vector<int32_t> positions(tokens);
+  std::vector<int64_t> slots(tokens);
+  for (int t = 0; t < tokens; ++t) {
+    positions[t] = (t * 37) % 300;
+    slots[t] = t == tokens / 2 ? -1 : num_blocks * block_size - 1 - t;  // -1: a padding row
+  }
   Dev<float> dinv(inv_freq.size());
   Dev<int32_t> dpos(tokens);
   Dev<int64_t> dslots(tokens);
   dinv.Upload(inv_freq);
   dpos.Upload(positions);
   dslots.Upload(slots);
-  const int64_t cache_elems = int64_t{2} * kv_heads * block_size * head_dim;  // 2 blocks
+  const int64_t cache_elems = int64_t{num_blocks} * kv_heads * block_size * head_dim;
   Dev<C> kc_a(cache_elems), vc_a(cache_elems), kc_b(cache_elems), vc_b(cache_elems);
   for (Dev<C>* d : {&kc_a, &vc_a, &kc_b, &vc_b}) {
     CUDA_OK(cudaMemset(d->ptr, 0, cache_elems * sizeof(C)));
@@ -472,8 +478,10 @@ TEST(FusedFp8ScalesGpu, RopeStoreKvWithInputScalesEqualsApplyFp8ScalesFirst) {
   REQUIRE_GPU();
   for (const bool with_bias : {false, true}) {
     SCOPED_TRACE(testing::Message() << "bias=" << with_bias);
-    CheckRopeWithInputScales<__nv_bfloat16>(with_bias);
-    CheckRopeWithInputScales<__nv_fp8_e4m3>(with_bias);
+    for (const int tokens : {6, 40}) {
+      CheckRopeWithInputScales<__nv_bfloat16>(with_bias, tokens);
+      CheckRopeWithInputScales<__nv_fp8_e4m3>(with_bias, tokens);
+    }
   }
 }
 
