@@ -83,16 +83,28 @@ struct alignas(16) Vec8 {
   Pair<T> h[4];
 };
 
-// v = the 8 elements at p (16-byte aligned), widened to float.
+// v = the 8 elements of b widened to float, and back (each rounded to T).
 template <typename T>
-__device__ __forceinline__ void Load8(const T* p, float (&v)[8]) {
-  const Vec8<T> b = *reinterpret_cast<const Vec8<T>*>(p);
+__device__ __forceinline__ void Unpack8(const Vec8<T>& b, float (&v)[8]) {
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     const float2 f = PairToFloat2<T>(b.h[e]);
     v[2 * e] = f.x;
     v[2 * e + 1] = f.y;
   }
+}
+template <typename T>
+__device__ __forceinline__ Vec8<T> Pack8(const float (&v)[8]) {
+  Vec8<T> b;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) b.h[e] = FloatsToPair<T>(v[2 * e], v[2 * e + 1]);
+  return b;
+}
+
+// v = the 8 elements at p (16-byte aligned), widened to float.
+template <typename T>
+__device__ __forceinline__ void Load8(const T* p, float (&v)[8]) {
+  Unpack8(*reinterpret_cast<const Vec8<T>*>(p), v);
 }
 // The same for 8 floats (32 bytes, 16-byte aligned), and 8 int32 converted to float (the INT8
 // GEMM's exact sums; one rounding past 2^24).
@@ -110,10 +122,7 @@ __device__ __forceinline__ void Load8(const int32_t* p, float (&v)[8]) {
 // v stored as the 8 elements at p (16-byte aligned): rounded to T, or as floats.
 template <typename T>
 __device__ __forceinline__ void Store8(T* p, const float (&v)[8]) {
-  Vec8<T> b;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) b.h[e] = FloatsToPair<T>(v[2 * e], v[2 * e + 1]);
-  *reinterpret_cast<Vec8<T>*>(p) = b;
+  *reinterpret_cast<Vec8<T>*>(p) = Pack8<T>(v);
 }
 __device__ __forceinline__ void Store8(float* p, const float (&v)[8]) {
   reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);

@@ -15,7 +15,6 @@ namespace kiln::kernels {
 namespace {
 
 using bf16 = __nv_bfloat16;
-using dtype_internal::FloatsToPair;
 using dtype_internal::FromFloat;
 using dtype_internal::kFp8Max;
 using dtype_internal::kFp8MinScale;
@@ -120,7 +119,9 @@ __device__ __forceinline__ float Load(const T* p) {
 __device__ __forceinline__ float Load(const float* p) { return *p; }
 
 using dtype_internal::Load8;
+using dtype_internal::Pack8;
 using dtype_internal::Store8;
+using dtype_internal::Unpack8;
 
 // Input columns c .. c + 7 of a row whose row scale is rs, scaled in place as Fp8InputScales
 // says (dtype_internal::Fp8ScaledSum, rounded to bf16). The column scales and bias are loaded
@@ -483,10 +484,15 @@ __global__ void RopeStoreKvVec8Kernel(RopeKvArgsT<T, C> a) {
 
 // silu(g) * u at HF's rounding points: act_fn(gate) is rounded to the model's dtype before the
 // product with up.
+// SiluTimesExact: for g and u already T values held as floats, the product as a float (a T
+// value).
+template <typename T>
+__device__ __forceinline__ float SiluTimesExact(float x, float u) {
+  return RoundTo<T>(RoundTo<T>(x / (1.0f + __expf(-x))) * u);
+}
 template <typename T>
 __device__ __forceinline__ T SiluTimes(T g, T u) {
-  const float x = ToFloat(g);
-  return FromFloat<T>(RoundTo<T>(x / (1.0f + __expf(-x))) * ToFloat(u));
+  return FromFloat<T>(SiluTimesExact<T>(ToFloat(g), ToFloat(u)));
 }
 
 // Rows on the grid's x (up to 2^31 - 1; y stops at 65535), column blocks on y.
@@ -525,12 +531,6 @@ __global__ void SiluMulVec8Kernel(const T* gate_up, int64_t ld, int32_t dim, T* 
   }
 }
 
-// SiluTimes of g and u that are already T values (held as floats), as a float (a T value).
-template <typename T>
-__device__ __forceinline__ float SiluTimesExact(float x, float u) {
-  return RoundTo<T>(RoundTo<T>(x / (1.0f + __expf(-x))) * u);
-}
-
 // SiluMulVec8Kernel's row quantized to e4m3 (SiluMulFp8): one block per row, each thread
 // keeping its kVecs pieces of 8 products in registers, as pairs of T (they are T values),
 // between the amax and the codes (a second pass over the row would miss L2 on prompt steps: a
@@ -563,22 +563,18 @@ __global__ void SiluMulFp8Kernel(const T* gate_up, int64_t ld, int32_t dim, __nv
     const int i = threadIdx.x + j * blockDim.x;
     if (i >= nvec) continue;
     float gf[8], uf[8];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 a = PairToFloat2<T>(gv[j].h[e]), b = PairToFloat2<T>(uv[j].h[e]);
-      gf[2 * e] = a.x, gf[2 * e + 1] = a.y, uf[2 * e] = b.x, uf[2 * e + 1] = b.y;
-    }
+    Unpack8(gv[j], gf);
+    Unpack8(uv[j], uf);
     if constexpr (kScaled) {
       ScaleInput8(gs, rs, 8 * i, gf);
       ScaleInput8(gs, rs, dim + 8 * i, uf);
     }
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float y0 = SiluTimesExact<T>(gf[2 * e], uf[2 * e]);
-      const float y1 = SiluTimesExact<T>(gf[2 * e + 1], uf[2 * e + 1]);
-      amax = fmaxf(amax, fmaxf(fabsf(y0), fabsf(y1)));
-      gv[j].h[e] = FloatsToPair<T>(y0, y1);  // the products replace the gate values
+    for (int e = 0; e < 8; ++e) {
+      gf[e] = SiluTimesExact<T>(gf[e], uf[e]);
+      amax = fmaxf(amax, fabsf(gf[e]));
     }
+    gv[j] = Pack8<T>(gf);  // the products replace the gate values (exactly: they are T values)
   }
   const float scale = Fp8RowScale(amax, static_scale, out_scales + blockIdx.x);
 #pragma unroll
@@ -586,11 +582,7 @@ __global__ void SiluMulFp8Kernel(const T* gate_up, int64_t ld, int32_t dim, __nv
     const int i = threadIdx.x + j * blockDim.x;
     if (i >= nvec) continue;
     float y[8];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 f = PairToFloat2<T>(gv[j].h[e]);
-      y[2 * e] = f.x, y[2 * e + 1] = f.y;
-    }
+    Unpack8(gv[j], y);
     StoreFp8x8(o + 8 * i, y, scale);
   }
 }
