@@ -3,12 +3,14 @@
 // bf16 GEMM at 8192^3.
 //
 //   attention_bench [--json PATH] [--split-sweep] [--block-sweep] [--decode-only] [--fp8-kv]
+//                   [--engine-like]
 //
 // --decode-only: decode at batch 64 and 256 x 1,024 and 224 x 1,536 (a runner-sized pool), each
 // next to a read-only kernel over the same block tables (the access pattern's ceiling).
 // --fp8-kv: the bf16 cache against the fp8 (e4m3) cache: decode at batch 64 and 256 x 1,024 and
 // 4,096, each with the read-only ceiling of its bytes, and prefill (1 x 4,096 causal, 512 new on
 // 3,584 cached); a table of the fp8 / bf16 time ratios last.
+// --engine-like: decode as a 1000/1000 offline run's steps see it (BenchDecodeEngineLike).
 //
 // Prefill figures are TFLOP/s (causal FLOPs: 4 * heads * head_dim per (query, visible key)) over
 // the GEMM peak; decode figures are K/V bytes read per second over the copy bandwidth. Decode runs
@@ -161,7 +163,26 @@ struct Pool {
     const int64_t need = int64_t{num_seqs} * max_blocks_per_seq;
     const int64_t fit = int64_t(budget_bytes / (2 * block_bytes)) / need;
     const int num_sets = int(std::clamp<int64_t>(fit, 1, max_sets));
-    num_blocks = int(std::max<int64_t>(need * num_sets, min_pool_bytes / (2 * block_bytes)));
+    Allocate(int(std::max<int64_t>(need * num_sets, min_pool_bytes / (2 * block_bytes))),
+             block_bytes, elem_bytes);
+    std::vector<int32_t> perm(num_blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::mt19937 rng(5);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int s = 0; s < num_sets; ++s) {
+      AddTable(std::vector<int32_t>(perm.begin() + s * need, perm.begin() + (s + 1) * need));
+    }
+  }
+  // A pool of num_blocks blocks with the given table sets ([sequence][max_blocks_per_seq] each).
+  Pool(const AttentionDims& d, int block_size, int num_blocks_, int max_blocks_per_seq_,
+       const std::vector<std::vector<int32_t>>& table_sets, int elem_bytes) {
+    max_blocks_per_seq = max_blocks_per_seq_;
+    Allocate(num_blocks_, size_t(block_size) * d.num_kv_heads * d.head_dim * elem_bytes,
+             elem_bytes);
+    for (const auto& t : table_sets) AddTable(t);
+  }
+  void Allocate(int blocks, size_t block_bytes, int elem_bytes) {
+    num_blocks = blocks;
     CK(cudaMalloc(&k, num_blocks * block_bytes));
     CK(cudaMalloc(&v, num_blocks * block_bytes));
     if (elem_bytes == 1) {
@@ -172,16 +193,12 @@ struct Pool {
       Fill(static_cast<__nv_bfloat16*>(k), num_blocks * block_bytes / 2, 11);
       Fill(static_cast<__nv_bfloat16*>(v), num_blocks * block_bytes / 2, 12);
     }
-    std::vector<int32_t> perm(num_blocks);
-    std::iota(perm.begin(), perm.end(), 0);
-    std::mt19937 rng(5);
-    std::shuffle(perm.begin(), perm.end(), rng);
-    for (int s = 0; s < num_sets; ++s) {
-      int32_t* t;
-      CK(cudaMalloc(&t, need * 4));
-      CK(cudaMemcpy(t, perm.data() + s * need, need * 4, cudaMemcpyHostToDevice));
-      tables.push_back(t);
-    }
+  }
+  void AddTable(const std::vector<int32_t>& host) {
+    int32_t* t;
+    CK(cudaMalloc(&t, host.size() * 4));
+    CK(cudaMemcpy(t, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+    tables.push_back(t);
   }
   ~Pool() {
     for (int32_t* t : tables) cudaFree(t);
@@ -335,22 +352,18 @@ Row BenchRead(const std::string& name, const AttentionDims& d, int num_seqs, int
           copy_bw / 1e9, "GB/s"};
 }
 
-// block_size and pool_bytes (the block sweep): the cache block size and a pool of at least that
-// many bytes (K + V) that the sequences' blocks are drawn from at random.
-Row BenchDecode(const std::string& name, const AttentionDims& d, int num_seqs, int seq_len,
-                double copy_bw, cudaStream_t stream, int splits = 0, int max_seq_len = 0,
-                int block_size = 16, size_t pool_bytes = 0, bool fp8 = false) {
-  const int bs = block_size;
-  const int limit = max_seq_len > 0 ? max_seq_len : seq_len;
-  const int elem_bytes = fp8 ? 1 : 2;
-  Pool pool(d, bs, num_seqs, limit, size_t{3} << 29, 64, pool_bytes, elem_bytes);
+// Milliseconds per launch of decode attention over every table set of `pool` for sequences of
+// the given lengths, block_size-token blocks of an fp8 or bf16 cache; limit is the max_seq_len
+// passed (the runner's graphs pass max_model_len); splits > 0 forces the split count.
+float DecodeMsPerSet(const Pool& pool, const AttentionDims& d, const std::vector<int32_t>& lens_h,
+                     int limit, int block_size, int splits, bool fp8, cudaStream_t stream) {
+  const int num_seqs = int(lens_h.size());
   const int64_t width = int64_t{d.num_heads} * d.head_dim;
   __nv_bfloat16 *q, *out;
   int32_t* lens;
   CK(cudaMalloc(&q, num_seqs * width * 2));
   CK(cudaMalloc(&out, num_seqs * width * 2));
   Fill(q, num_seqs * width, 31);
-  std::vector<int32_t> lens_h(num_seqs, seq_len);
   CK(cudaMalloc(&lens, num_seqs * 4));
   CK(cudaMemcpy(lens, lens_h.data(), num_seqs * 4, cudaMemcpyHostToDevice));
   const size_t ws_bytes =
@@ -358,6 +371,7 @@ Row BenchDecode(const std::string& name, const AttentionDims& d, int num_seqs, i
                  : kiln::kernels::PagedDecodeWorkspaceBytes(num_seqs, limit, d);
   void* ws;
   CK(cudaMalloc(&ws, ws_bytes));
+  const int bs = block_size;
   const float ms = GraphMsPerSet(pool, stream, [&](int s) {
     if (fp8) {
       CK(kiln::kernels::PagedDecodeAttention(q, width, pool.Cache<__nv_fp8_e4m3>(s, bs), lens,
@@ -368,19 +382,109 @@ Row BenchDecode(const std::string& name, const AttentionDims& d, int num_seqs, i
                                              ws, ws_bytes, out, width, stream, splits));
     }
   });
-  const double bytes = DecodeBytes(d, num_seqs, seq_len, elem_bytes);
   CK(cudaFree(q));
   CK(cudaFree(out));
   CK(cudaFree(lens));
   CK(cudaFree(ws));
+  return ms;
+}
+
+// block_size and pool_bytes (the block sweep): the cache block size and a pool of at least that
+// many bytes (K + V) that the sequences' blocks are drawn from at random.
+Row BenchDecode(const std::string& name, const AttentionDims& d, int num_seqs, int seq_len,
+                double copy_bw, cudaStream_t stream, int splits = 0, int max_seq_len = 0,
+                int block_size = 16, size_t pool_bytes = 0, bool fp8 = false) {
+  const int limit = max_seq_len > 0 ? max_seq_len : seq_len;
+  const int elem_bytes = fp8 ? 1 : 2;
+  Pool pool(d, block_size, num_seqs, limit, size_t{3} << 29, 64, pool_bytes, elem_bytes);
+  const float ms = DecodeMsPerSet(pool, d, std::vector<int32_t>(num_seqs, seq_len), limit,
+                                  block_size, splits, fp8, stream);
+  const double bytes = DecodeBytes(d, num_seqs, seq_len, elem_bytes);
   return {name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, copy_bw / 1e9, "GB/s"};
+}
+
+// Decode as a runner's long-output step sees it (--engine-like): batch 256 with lengths drawn
+// uniformly from [1,000, 2,000] (a 1000/1000 offline run's decode steps), blocks handed out the
+// way the runner's allocator does (each sequence's prompt blocks in one run, then one block per
+// sequence in turn as the batch decodes), from one layer's pool of a 68 GB cache (2.1 GB of K + V
+// at fp8). Each launch's block set is disjoint from the previous one's (two sets, L2 cold). The
+// read-only kernel over the same tables (the first 1,000 positions) gives the ceiling.
+// num_seqs sequences of lengths uniform in [prompt, max_len]; splits > 0 forces the split count.
+std::vector<Row> BenchDecodeEngineLike(const AttentionDims& d, bool fp8, int num_seqs, int prompt,
+                                       int max_len, const std::vector<int>& split_counts,
+                                       double copy_bw, cudaStream_t stream) {
+  const int bs = 16;
+  const int elem_bytes = fp8 ? 1 : 2;
+  const size_t block_bytes = size_t(bs) * d.num_kv_heads * d.head_dim * elem_bytes;
+  // One layer's share at fp8 (twice that at bf16: the same number of positions), or more where
+  // two sets need it.
+  const size_t need_blocks = size_t{2} * num_seqs * ((max_len + bs - 1) / bs) * 11 / 10;
+  // (Each set's blocks fit its half: need_blocks is twice a set's, with 10 % to spare.)
+  const size_t pool_bytes =
+      std::max(size_t{21} * (size_t{1} << 30) / 10 * elem_bytes, need_blocks * 2 * block_bytes);
+  const int num_blocks = int(pool_bytes / (2 * block_bytes));
+  // The runner's graphs pass max_model_len as the limit (8,192 here); tables are that wide.
+  const int limit = 8192;
+  const int max_blocks = limit / bs;
+  std::mt19937 rng(7);
+  std::vector<int32_t> lens(num_seqs);
+  for (int32_t& l : lens) l = prompt + int(rng() % (max_len - prompt + 1));
+  // Two disjoint sets: set s allocates from its own half of the pool, in the runner's order.
+  const int sets = 2;
+  std::vector<std::vector<int32_t>> table_sets;
+  for (int s = 0; s < sets; ++s) {
+    std::vector<int32_t>& t = table_sets.emplace_back(size_t(num_seqs) * max_blocks, 0);
+    int next = s * (num_blocks / sets);
+    const int prompt_blocks = (prompt + bs - 1) / bs;
+    for (int q = 0; q < num_seqs; ++q) {
+      for (int j = 0; j < prompt_blocks; ++j) t[size_t(q) * max_blocks + j] = next++;
+    }
+    for (int j = prompt_blocks; j < max_blocks; ++j) {
+      for (int q = 0; q < num_seqs; ++q) {
+        if (j * bs < lens[q]) t[size_t(q) * max_blocks + j] = next++;
+      }
+    }
+  }
+  const Pool pool(d, bs, num_blocks, max_blocks, table_sets, elem_bytes);
+  std::vector<Row> rows;
+  double bytes = 0;
+  for (int32_t l : lens) bytes += DecodeBytes(d, 1, l, elem_bytes);
+  const std::string kind = fp8 ? "fp8" : "bf16";
+  for (int splits : split_counts) {
+    const float attn_ms = DecodeMsPerSet(pool, d, lens, limit, bs, splits, fp8, stream);
+    rows.push_back({"engine-like b" + std::to_string(num_seqs) + " x " + std::to_string(prompt) +
+                        "-" + std::to_string(max_len) + " " + kind + " splits " +
+                        (splits > 0 ? std::to_string(splits) : std::string("auto")),
+                    attn_ms * 1e3, bytes / (attn_ms * 1e-3) / 1e9, copy_bw / 1e9, "GB/s"});
+  }
+  // The read-only kernel takes one length for all sequences: the prompt's (every sequence has it).
+  uint4* sink;
+  CK(cudaMalloc(&sink, 16));
+  const float read_ms = GraphMsPerSet(pool, stream, [&](int s) {
+    const dim3 grid(d.num_kv_heads, num_seqs);
+    if (fp8) {
+      PagedReadKernel<1><<<grid, 256, 0, stream>>>(pool.k, pool.v, pool.tables[s], max_blocks, bs,
+                                                   d.num_kv_heads, prompt, sink);
+    } else {
+      PagedReadKernel<2><<<grid, 256, 0, stream>>>(pool.k, pool.v, pool.tables[s], max_blocks, bs,
+                                                   d.num_kv_heads, prompt, sink);
+    }
+  });
+  CK(cudaGetLastError());
+  rows.push_back({"read-only b" + std::to_string(num_seqs) + " x " + std::to_string(prompt) +
+                      " engine-like " + kind,
+                  read_ms * 1e3,
+                  DecodeBytes(d, num_seqs, prompt, elem_bytes) / (read_ms * 1e-3) / 1e9,
+                  copy_bw / 1e9, "GB/s"});
+  CK(cudaFree(sink));
+  return rows;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string json_path;
-  bool sweep = false, block_sweep = false, decode_only = false, fp8_kv = false;
+  bool sweep = false, block_sweep = false, decode_only = false, fp8_kv = false, engine_like = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--json" && i + 1 < argc) {
       json_path = argv[++i];
@@ -392,10 +496,12 @@ int main(int argc, char** argv) {
       decode_only = true;
     } else if (std::string(argv[i]) == "--fp8-kv") {
       fp8_kv = true;
+    } else if (std::string(argv[i]) == "--engine-like") {
+      engine_like = true;
     } else {
       std::fprintf(stderr,
                    "usage: %s [--json PATH] [--split-sweep] [--block-sweep] [--decode-only] "
-                   "[--fp8-kv]\n",
+                   "[--fp8-kv] [--engine-like]\n",
                    argv[0]);
       return 2;
     }
@@ -458,7 +564,23 @@ int main(int argc, char** argv) {
     rows.push_back(BenchRead("read-only b224 x 1536, 1.8 GB pool", llama, 224, 1536, copy_bw,
                              stream, size_t{18} * (size_t{1} << 30) / 10));
   }
-  if (!decode_only && !fp8_kv) {
+  if (engine_like) {
+    // (batch, shortest, longest) as a 1000/1000 run (256 and 512 sequences), a 128/128 run and
+    // smaller decode batches.
+    const int shapes[][3] = {{256, 1000, 2000}, {512, 1000, 2000}, {256, 128, 256},
+                             {128, 1000, 2000}, {64, 1000, 2000},  {32, 1000, 2000},
+                             {64, 1024, 1024},  {256, 1024, 1024}};
+    for (bool fp8 : {true, false}) {
+      for (const auto& sh : shapes) {
+        std::vector<int> splits = {0, 1, 2, 3, 4, 6, 8, 12, 16, 24};
+        for (Row& r :
+             BenchDecodeEngineLike(llama, fp8, sh[0], sh[1], sh[2], splits, copy_bw, stream)) {
+          rows.push_back(r);
+        }
+      }
+    }
+  }
+  if (!decode_only && !fp8_kv && !engine_like) {
     rows.push_back(
         BenchPrefill("prefill llama8b 1x4096 causal", llama, 1, 4096, 4096, gemm_peak, stream));
     rows.push_back(

@@ -88,6 +88,7 @@ constexpr int kDecodeStages = 4;   // cp.async pipeline depth of one decode warp
 constexpr int kDecodeStagesFp8 = 2;
 constexpr int kDecodeRows = 16;  // query heads per decode warp (the mma M)
 constexpr int kMinTilesPerSplit = 2;
+constexpr int kMaxReduceHeads = 8;  // heads a merge CTA takes
 constexpr int kMaxSplits = 256;
 
 // What both kernels read: the contract's pointers and strides, plus derived constants.
@@ -327,17 +328,23 @@ template <typename T, typename C>
 struct DecodeParams : AttentionParams<T, C> {
   int32_t head_chunks;  // ceil(group / kDecodeRows)
   int32_t num_splits;
-  float* partial_ml;  // [num_seqs, num_heads, num_splits, 2]: m (log2 units), l
-  float* partial_o;   // [num_seqs, num_heads, num_splits, head_dim]: o / l
+  int32_t min_tiles;        // the fewest tiles a split takes (SplitRange)
+  int32_t one_split_below;  // sequences of fewer tiles take one split (SplitRange)
+  float* partial_ml;        // [num_seqs, num_heads, num_splits, 2]: m (log2 units), l
+  float* partial_o;         // [num_seqs, num_heads, num_splits, head_dim]: o / l
 };
 
-// The tiles [begin, end) of split `split` for a sequence of seq_len positions: the sequence's
-// tiles are dealt evenly over the splits, at least kMinTilesPerSplit each, so short sequences use
-// fewer splits. Returns the number of non-empty splits.
-__device__ __forceinline__ int SplitRange(int seq_len, int num_splits, int split, int* begin,
+// The tiles [begin, end) of split `split` for a sequence of seq_len > 0 positions: the
+// sequence's tiles are dealt evenly over the splits, at least p.min_tiles each, so short
+// sequences use fewer splits, and one split below p.one_split_below tiles. Returns the number of
+// non-empty splits.
+template <typename P>
+__device__ __forceinline__ int SplitRange(int seq_len, const P& p, int split, int* begin,
                                           int* end) {
   const int num_tiles = (seq_len + kDecodeTileN - 1) / kDecodeTileN;
-  const int per_split = max((num_tiles + num_splits - 1) / num_splits, kMinTilesPerSplit);
+  const int per_split = num_tiles < p.one_split_below
+                            ? num_tiles
+                            : max((num_tiles + p.num_splits - 1) / p.num_splits, p.min_tiles);
   *begin = split * per_split;
   *end = min(num_tiles, *begin + per_split);
   return (num_tiles + per_split - 1) / per_split;
@@ -378,15 +385,23 @@ __global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams<
   // fp8 only: [kStages][K, V][16][kHeadDim] codes, the cp.async targets.
   auto* staging = reinterpret_cast<uint8_t*>(v_smem + kTileBufs * kStageElems);
 
-  const int split = blockIdx.x;
-  const int kv_head = blockIdx.y / p.head_chunks;
-  const int head0 = kv_head * p.group + (blockIdx.y % p.head_chunks) * kDecodeRows;
+  // Grid (splits, kv heads x chunks, sequences): a sequence's splits are scheduled together. With
+  // balancing splits (one_split_below > 0) the split is the slowest index instead, (kv heads x
+  // chunks, sequences, splits): every sequence's first split is scheduled before any second one,
+  // so the CTAs of splits the short sequences do not use (they return at once) come last, behind
+  // the work (attention_bench --engine-like, batch 256 of 128-256 positions: 72 against 87 us;
+  // 1,000-2,000 positions: 328 against 318 us).
+  const bool split_slowest = p.one_split_below > 0;
+  const int split = split_slowest ? blockIdx.z : blockIdx.x;
+  const int head_index = split_slowest ? blockIdx.x : blockIdx.y;
+  const int kv_head = head_index / p.head_chunks;
+  const int head0 = kv_head * p.group + (head_index % p.head_chunks) * kDecodeRows;
   const int num_rows = min(kDecodeRows, (kv_head + 1) * p.group - head0);
-  const int seq = blockIdx.z;
+  const int seq = split_slowest ? blockIdx.y : blockIdx.z;
   const int seq_len = p.seq_lens[seq];
   if (seq_len <= 0) return;  // padding row
   int tile_begin, tile_end;
-  SplitRange(seq_len, p.num_splits, split, &tile_begin, &tile_end);
+  const int num_active = SplitRange(seq_len, p, split, &tile_begin, &tile_end);
   if (tile_begin >= tile_end) return;
   const int lane = threadIdx.x;
   const int32_t* table = p.block_tables + int64_t{seq} * p.max_blocks_per_seq;
@@ -470,8 +485,9 @@ __global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams<
   inv_l[1] *= p.v_scale;
   const int g = lane / 4;
   const int t = lane % 4;
-  if (p.num_splits == 1) {
-    // One split: this is the whole softmax; write the output and skip the merge kernel.
+  if (num_active == 1) {
+    // One split: this is the whole softmax; write the output (the merge kernel skips the
+    // sequence, or is not launched).
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = g + 8 * r;
@@ -500,21 +516,26 @@ __global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams<
   }
 }
 
-// Merges the splits of one (head, sequence): out = sum_j w_j o_j / sum_j w_j with
-// w_j = l_j * 2^(m_j - max m). One thread per output element.
+// Merges the splits of the heads of a sequence that has more than one: out = sum_j w_j o_j /
+// sum_j w_j with w_j = l_j * 2^(m_j - max m). One thread per output element, blockDim.x /
+// kHeadDim heads a CTA (up to kMaxReduceHeads: fewer CTAs to schedule where most sequences
+// return at once).
 template <int kHeadDim, typename T, typename C>
-__global__ void __launch_bounds__(kHeadDim) PagedDecodeReduceKernel(const DecodeParams<T, C> p) {
+__global__ void __launch_bounds__(kMaxReduceHeads* kHeadDim)
+    PagedDecodeReduceKernel(const DecodeParams<T, C> p) {
   PdlWait();
   PdlLaunchDependents();
-  const int head = blockIdx.x;
+  const int head = blockIdx.x * (blockDim.x / kHeadDim) + threadIdx.x / kHeadDim;
+  const int dim = threadIdx.x % kHeadDim;
   const int seq = blockIdx.y;
   const int seq_len = p.seq_lens[seq];
   if (seq_len <= 0) return;
   int begin, end;
-  const int num_active = SplitRange(seq_len, p.num_splits, 0, &begin, &end);
+  const int num_active = SplitRange(seq_len, p, 0, &begin, &end);
+  if (num_active <= 1) return;  // the split kernel wrote the output
   const int64_t slot0 = (int64_t{seq} * p.num_heads + head) * p.num_splits;
   const float* ml = p.partial_ml + slot0 * 2;
-  const float* o = p.partial_o + slot0 * kHeadDim + threadIdx.x;
+  const float* o = p.partial_o + slot0 * kHeadDim + dim;
   float m_max = -INFINITY;
   for (int j = 0; j < num_active; ++j) m_max = fmaxf(m_max, ml[2 * j]);
   float num = 0.0f;
@@ -524,8 +545,7 @@ __global__ void __launch_bounds__(kHeadDim) PagedDecodeReduceKernel(const Decode
     num += w * o[int64_t{j} * kHeadDim];
     den += w;
   }
-  p.out[seq * p.out_stride + head * kHeadDim + threadIdx.x] =
-      FromFloat<T>(den > 0.0f ? num / den : 0.0f);
+  p.out[seq * p.out_stride + head * kHeadDim + dim] = FromFloat<T>(den > 0.0f ? num / den : 0.0f);
 }
 
 // ---- Host side -----------------------------------------------------------------------------
@@ -655,18 +675,47 @@ int DecodeHeadChunks(const AttentionDims& d) {
 // rounding up to just over one wave, as before, left the second wave's few warps running alone:
 // H100, batch 64 x 1,024 / 4,096, 1.07-1.24x slower than rounding down, bf16 and fp8 caches
 // alike), no more splits than kMinTilesPerSplit-tile pieces of the longest sequence, at least
-// one. Depends only on
-// launch-time constants, so a captured graph replays with the same value the workspace was sized
-// for.
-int DecodeSplits(int32_t num_seqs, int32_t max_seq_len, const AttentionDims& d,
-                 const DeviceFigures& f, CacheKind kind) {
-  const int64_t items = int64_t{num_seqs} * d.num_kv_heads * DecodeHeadChunks(d);
+// one.
+// An fp8 cache whose batch leaves that rule at one split (more than half a wave of items) takes
+// about kFp8BalanceWaves waves instead: its warps are bound by their own latency, not by DRAM,
+// so a CTA's time follows its sequence's length, and one or two waves of sequences of unequal
+// lengths end with a few long CTAs running alone (H100, attention_bench --engine-like, batch 256
+// of 1,000-2,000 positions: 1 split 413 us, 4 splits 321 us; batch 128: 216 vs 172 us (8);
+// batch 512: 667 vs 608 us (4); equal lengths, batch 256 x 1,024: 228 vs 219 us (4); 128-256
+// positions: 68 vs 69 us). Those splits take at least kFp8BalanceMinTiles tiles, and sequences
+// under kFp8BalanceOneSplitBelow tiles (512 positions) one split: split short sequences were
+// slower, not faster (engine decode step, batch 128 of 128-256 positions: 5.50 ms with one
+// split, 5.87 with 2-tile splits, 6.14 with 8-tile splits; attention_bench batch 256: 66 / 71 /
+// 81 us). A bf16 / fp16 cache's kernel streams at ~90 % of copy
+// bandwidth with one split already and loses with more (128-256 positions: 91 vs 103 us at 2).
+// Depends only on launch-time constants, so a captured graph replays with the same value the
+// workspace was sized for.
+constexpr int kFp8BalanceWaves = 5;
+constexpr int kFp8BalanceMinTiles = 8;
+constexpr int kFp8BalanceOneSplitBelow = 32;
+
+struct DecodeSplit {
+  int splits = 1;
+  int min_tiles = kMinTilesPerSplit;  // DecodeParams::min_tiles
+  int one_split_below = 0;            // DecodeParams::one_split_below
+};
+
+DecodeSplit DecodeSplits(int32_t num_seqs, int32_t max_seq_len, const AttentionDims& d,
+                         const DeviceFigures& f, CacheKind kind) {
+  const int64_t items =
+      std::max<int64_t>(int64_t{num_seqs} * d.num_kv_heads * DecodeHeadChunks(d), 1);
   const int64_t target =
       int64_t{f.num_sms} * std::max(1, f.decode_blocks_per_sm[kind][d.head_dim == 128 ? 1 : 0]);
   const int64_t max_tiles = (int64_t{max_seq_len} + kDecodeTileN - 1) / kDecodeTileN;
-  int64_t splits = target / std::max<int64_t>(items, 1);
-  splits = std::min<int64_t>(splits, (max_tiles + kMinTilesPerSplit - 1) / kMinTilesPerSplit);
-  return static_cast<int>(std::clamp<int64_t>(splits, 1, kMaxSplits));
+  int64_t splits = target / items;
+  int min_tiles = kMinTilesPerSplit;
+  if (kind == kCacheFp8 && splits <= 1) {
+    splits = (kFp8BalanceWaves * target + items / 2) / items;  // rounded to nearest
+    min_tiles = kFp8BalanceMinTiles;
+  }
+  splits = std::min<int64_t>(splits, (max_tiles + min_tiles - 1) / min_tiles);
+  return {static_cast<int>(std::clamp<int64_t>(splits, 1, kMaxSplits)), min_tiles,
+          min_tiles == kFp8BalanceMinTiles ? kFp8BalanceOneSplitBelow : 0};
 }
 
 template <typename T, typename C>
@@ -764,8 +813,10 @@ cudaError_t LaunchDecode(const T* q, int64_t q_stride, const PagedKvCacheT<T, C>
   DeviceFigures f;
   if (cudaError_t e = GetDeviceFigures(&f); e != cudaSuccess) return e;
   if (num_splits < 0 || num_splits > kMaxSplits) return cudaErrorInvalidValue;
-  const int splits =
-      num_splits > 0 ? num_splits : DecodeSplits(num_seqs, max_seq_len, dims, f, KindOf<C>());
+  const DecodeSplit split = num_splits > 0
+                                ? DecodeSplit{num_splits, kMinTilesPerSplit}
+                                : DecodeSplits(num_seqs, max_seq_len, dims, f, KindOf<C>());
+  const int splits = split.splits;
   const size_t need = DecodeWorkspaceFor(num_seqs, splits, dims);
   if (!workspace || workspace_bytes < need || !IsAligned16(workspace)) {
     LOG(ERROR) << "PagedDecodeAttention: the workspace must be 16-byte aligned and hold " << need
@@ -776,20 +827,29 @@ cudaError_t LaunchDecode(const T* q, int64_t q_stride, const PagedKvCacheT<T, C>
   FillCommon(q, q_stride, kv, seq_lens, dims, out, out_stride, &p);
   p.head_chunks = DecodeHeadChunks(dims);
   p.num_splits = splits;
+  p.min_tiles = split.min_tiles;
+  p.one_split_below = split.one_split_below;
   const size_t slots = size_t(num_seqs) * dims.num_heads * splits;
   p.partial_ml = static_cast<float*>(workspace);
   p.partial_o =
       reinterpret_cast<float*>(static_cast<char*>(workspace) + AlignUp(slots * 2 * sizeof(float)));
-  const int64_t y = int64_t{dims.num_kv_heads} * p.head_chunks;
-  if (y > 65535) return cudaErrorInvalidValue;
-  const dim3 grid(splits, static_cast<unsigned>(y), num_seqs);
-  const dim3 reduce_grid(dims.num_heads, num_seqs);
+  const int64_t head_items = int64_t{dims.num_kv_heads} * p.head_chunks;
+  if (head_items > 65535) return cudaErrorInvalidValue;
+  const unsigned h = static_cast<unsigned>(head_items);
+  const dim3 grid = p.one_split_below > 0 ? dim3(h, num_seqs, splits)   // split slowest
+                                          : dim3(splits, h, num_seqs);  // a sequence's together
+  // Merge CTAs of several heads only with balancing splits, where most CTAs of short sequences
+  // return at once; otherwise one head a CTA, whose small CTAs fit beside the split kernel's
+  // last ones (8 heads a CTA: engine decode step at batch 64 +0.8 %).
+  int reduce_heads = p.one_split_below > 0 ? kMaxReduceHeads : 1;
+  while (dims.num_heads % reduce_heads != 0) reduce_heads /= 2;
+  const dim3 reduce_grid(dims.num_heads / reduce_heads, num_seqs);
   auto launch = [&]<int kHeadDim>() {
     cudaError_t e = LaunchChained(PagedDecodeSplitKernel<kHeadDim, T, C>, grid, 32,
                                   DecodeSmemBytes<kHeadDim, C>(), stream, p);
     if (e == cudaSuccess && splits > 1) {
-      e = LaunchChained(PagedDecodeReduceKernel<kHeadDim, T, C>, reduce_grid, kHeadDim, 0, stream,
-                        p);
+      e = LaunchChained(PagedDecodeReduceKernel<kHeadDim, T, C>, reduce_grid,
+                        reduce_heads * kHeadDim, 0, stream, p);
     }
     return e;
   };
@@ -844,8 +904,8 @@ size_t PagedDecodeWorkspaceBytes(int32_t max_num_seqs, int32_t max_seq_len,
   size_t bytes = 0;
   for (int32_t n = 1; n <= max_num_seqs; ++n) {
     for (CacheKind kind : {kCacheT, kCacheFp8}) {
-      bytes =
-          std::max(bytes, DecodeWorkspaceFor(n, DecodeSplits(n, max_seq_len, dims, f, kind), dims));
+      bytes = std::max(
+          bytes, DecodeWorkspaceFor(n, DecodeSplits(n, max_seq_len, dims, f, kind).splits, dims));
     }
   }
   return bytes;
