@@ -679,15 +679,17 @@ int DecodeHeadChunks(const AttentionDims& d) {
 // An fp8 cache whose batch leaves that rule at one split (more than half a wave of items) takes
 // about kFp8BalanceWaves waves instead: its warps are bound by their own latency, not by DRAM,
 // so a CTA's time follows its sequence's length, and one or two waves of sequences of unequal
-// lengths end with a few long CTAs running alone (H100, attention_bench --engine-like, batch 256
-// of 1,000-2,000 positions: 1 split 413 us, 4 splits 321 us; batch 128: 216 vs 172 us (8);
-// batch 512: 667 vs 608 us (4); equal lengths, batch 256 x 1,024: 228 vs 219 us (4); 128-256
-// positions: 68 vs 69 us). Those splits take at least kFp8BalanceMinTiles tiles, and sequences
-// under kFp8BalanceOneSplitBelow tiles (512 positions) one split: split short sequences were
-// slower, not faster (engine decode step, batch 128 of 128-256 positions: 5.50 ms with one
-// split, 5.87 with 2-tile splits, 6.14 with 8-tile splits; attention_bench batch 256: 66 / 71 /
-// 81 us). A bf16 / fp16 cache's kernel streams at ~90 % of copy
-// bandwidth with one split already and loses with more (128-256 positions: 91 vs 103 us at 2).
+// lengths end with a few long CTAs running alone (H100, attention_bench --engine-like, 1,000-2,000
+// positions, one split against this rule: batch 128 214 vs 173 us (8 splits), 256 397 vs 327
+// (4), 512 669 vs 636 (2); equal lengths, batch 256 x 1,024: 231 vs 225). Those splits take at
+// least kFp8BalanceMinTiles tiles, and sequences under kFp8BalanceOneSplitBelow tiles (512
+// positions) one split, with the split index slowest in the grid (PagedDecodeSplitKernel): split
+// short sequences, or their unused splits' CTAs between the working ones, were slower (batch 256
+// of 128-256 positions: 67 us with one split, 71-87 us in the variants tried, 72 now; the engine's
+// batch-128 decode step of such lengths 5.39 ms with one split, up to 6.36 in those variants,
+// 5.42 now; docs/benchmarks.md, session 20). A bf16 / fp16 cache's kernel streams at ~90 % of
+// copy bandwidth with one split already and keeps the rule above (more splits: no gain at
+// 256-512 sequences, 13 % slower at 128-256 positions).
 // Depends only on launch-time constants, so a captured graph replays with the same value the
 // workspace was sized for.
 constexpr int kFp8BalanceWaves = 5;
