@@ -371,15 +371,14 @@ float DecodeMsPerSet(const Pool& pool, const AttentionDims& d, const std::vector
                  : kiln::kernels::PagedDecodeWorkspaceBytes(num_seqs, limit, d);
   void* ws;
   CK(cudaMalloc(&ws, ws_bytes));
-  const int bs = block_size;
   const float ms = GraphMsPerSet(pool, stream, [&](int s) {
     if (fp8) {
-      CK(kiln::kernels::PagedDecodeAttention(q, width, pool.Cache<__nv_fp8_e4m3>(s, bs), lens,
-                                             num_seqs, limit, d, ws, ws_bytes, out, width, stream,
-                                             splits));
+      CK(kiln::kernels::PagedDecodeAttention(q, width, pool.Cache<__nv_fp8_e4m3>(s, block_size),
+                                             lens, num_seqs, limit, d, ws, ws_bytes, out, width,
+                                             stream, splits));
     } else {
-      CK(kiln::kernels::PagedDecodeAttention(q, width, pool.Cache(s, bs), lens, num_seqs, limit, d,
-                                             ws, ws_bytes, out, width, stream, splits));
+      CK(kiln::kernels::PagedDecodeAttention(q, width, pool.Cache(s, block_size), lens, num_seqs,
+                                             limit, d, ws, ws_bytes, out, width, stream, splits));
     }
   });
   CK(cudaFree(q));
@@ -403,13 +402,13 @@ Row BenchDecode(const std::string& name, const AttentionDims& d, int num_seqs, i
   return {name, ms * 1e3, bytes / (ms * 1e-3) / 1e9, copy_bw / 1e9, "GB/s"};
 }
 
-// Decode as a runner's long-output step sees it (--engine-like): batch 256 with lengths drawn
-// uniformly from [1,000, 2,000] (a 1000/1000 offline run's decode steps), blocks handed out the
-// way the runner's allocator does (each sequence's prompt blocks in one run, then one block per
-// sequence in turn as the batch decodes), from one layer's pool of a 68 GB cache (2.1 GB of K + V
-// at fp8). Each launch's block set is disjoint from the previous one's (two sets, L2 cold). The
-// read-only kernel over the same tables (the first 1,000 positions) gives the ceiling.
-// num_seqs sequences of lengths uniform in [prompt, max_len]; splits > 0 forces the split count.
+// Decode as a runner's steps see it (--engine-like): num_seqs sequences with lengths drawn
+// uniformly from [prompt, max_len] (1,000-2,000: a 1000/1000 offline run's decode steps), blocks
+// handed out the way the runner's allocator does (each sequence's prompt blocks in one run, then
+// one block per sequence in turn as the batch decodes), from at least one layer's share of a
+// 68 GB cache (2.1 GB of K + V at fp8). Each launch's block set is disjoint from the previous
+// one's (two sets, L2 cold). One row per entry of split_counts (0: the kernel's choice), then the
+// read-only kernel over the same tables (the first `prompt` positions): the ceiling.
 std::vector<Row> BenchDecodeEngineLike(const AttentionDims& d, bool fp8, int num_seqs, int prompt,
                                        int max_len, const std::vector<int>& split_counts,
                                        double copy_bw, cudaStream_t stream) {
@@ -417,9 +416,9 @@ std::vector<Row> BenchDecodeEngineLike(const AttentionDims& d, bool fp8, int num
   const int elem_bytes = fp8 ? 1 : 2;
   const size_t block_bytes = size_t(bs) * d.num_kv_heads * d.head_dim * elem_bytes;
   // One layer's share at fp8 (twice that at bf16: the same number of positions), or more where
-  // two sets need it.
+  // two sets need it: need_blocks is twice a set's most, with 10 % to spare, so each set's
+  // blocks fit its half.
   const size_t need_blocks = size_t{2} * num_seqs * ((max_len + bs - 1) / bs) * 11 / 10;
-  // (Each set's blocks fit its half: need_blocks is twice a set's, with 10 % to spare.)
   const size_t pool_bytes =
       std::max(size_t{21} * (size_t{1} << 30) / 10 * elem_bytes, need_blocks * 2 * block_bytes);
   const int num_blocks = int(pool_bytes / (2 * block_bytes));
@@ -573,9 +572,9 @@ int main(int argc, char** argv) {
     const int shapes[][3] = {{256, 1000, 2000}, {512, 1000, 2000}, {256, 128, 256},
                              {128, 1000, 2000}, {64, 1000, 2000},  {32, 1000, 2000},
                              {64, 1024, 1024},  {256, 1024, 1024}};
+    const std::vector<int> splits = {0, 1, 2, 3, 4, 6, 8, 12, 16, 24};
     for (bool fp8 : {true, false}) {
       for (const auto& sh : shapes) {
-        std::vector<int> splits = {0, 1, 2, 3, 4, 6, 8, 12, 16, 24};
         for (Row& r :
              BenchDecodeEngineLike(llama, fp8, sh[0], sh[1], sh[2], splits, copy_bw, stream)) {
           rows.push_back(r);

@@ -710,14 +710,15 @@ DecodeSplit DecodeSplits(int32_t num_seqs, int32_t max_seq_len, const AttentionD
       int64_t{f.num_sms} * std::max(1, f.decode_blocks_per_sm[kind][d.head_dim == 128 ? 1 : 0]);
   const int64_t max_tiles = (int64_t{max_seq_len} + kDecodeTileN - 1) / kDecodeTileN;
   int64_t splits = target / items;
-  int min_tiles = kMinTilesPerSplit;
+  DecodeSplit r;
   if (kind == kCacheFp8 && splits <= 1) {
     splits = (kFp8BalanceWaves * target + items / 2) / items;  // rounded to nearest
-    min_tiles = kFp8BalanceMinTiles;
+    r.min_tiles = kFp8BalanceMinTiles;
+    r.one_split_below = kFp8BalanceOneSplitBelow;
   }
-  splits = std::min<int64_t>(splits, (max_tiles + min_tiles - 1) / min_tiles);
-  return {static_cast<int>(std::clamp<int64_t>(splits, 1, kMaxSplits)), min_tiles,
-          min_tiles == kFp8BalanceMinTiles ? kFp8BalanceOneSplitBelow : 0};
+  splits = std::min<int64_t>(splits, (max_tiles + r.min_tiles - 1) / r.min_tiles);
+  r.splits = static_cast<int>(std::clamp<int64_t>(splits, 1, kMaxSplits));
+  return r;
 }
 
 template <typename T, typename C>
