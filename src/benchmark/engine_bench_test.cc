@@ -9,12 +9,14 @@
 namespace kiln::benchmark {
 namespace {
 
-std::unique_ptr<Engine> MakeEngine(int32_t num_kv_blocks = 256, int32_t max_num_seqs = 64) {
+std::unique_ptr<Engine> MakeEngine(int32_t num_kv_blocks = 256, int32_t max_num_seqs = 64,
+                                   CapacityPolicy policy = CapacityPolicy::kAuto) {
   auto runner = std::make_unique<kiln::testing::FakeRunner>(/*vocab_size=*/300, /*eos=*/2);
   EngineOptions o;
   o.block_size = 4;
   o.num_kv_blocks = num_kv_blocks;
   o.scheduler.max_num_seqs = max_num_seqs;
+  o.scheduler.capacity_policy = policy;
   o.check_invariants = true;
   auto engine = Engine::Create(std::move(runner), o);
   CHECK(engine.ok()) << engine.status().ToString();
@@ -67,7 +69,7 @@ TEST(OfflineBenchTest, EveryRequestGetsItsExactLengthAndTimings) {
 }
 
 TEST(OfflineBenchTest, ASmallPoolPreemptsAndStillFinishesEverything) {
-  auto engine = MakeEngine(/*num_kv_blocks=*/40);
+  auto engine = MakeEngine(/*num_kv_blocks=*/40, 64, CapacityPolicy::kMaxUtilization);
   const auto requests = Requests(30, 16, 20);
   auto run = RunOffline(*engine, requests, {});
   ASSERT_TRUE(run.ok()) << run.status().ToString();

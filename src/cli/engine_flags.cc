@@ -50,7 +50,10 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
                   "CUDA: bytes of the next linear layer's weights each decode linear layer asks L2 "
                   "to fetch as it ends (default 4MiB); 0 = none");
   cmd->add_option("--block-size", f->block_size, "tokens per KV block");
-  cmd->add_option("--max-num-seqs", f->max_num_seqs, "requests running at once");
+  cmd->add_option("--max-num-seqs", f->max_num_seqs,
+                  "requests running at once (0 = automatic: 1024 on a GPU with 70 GiB or more, "
+                  "else 256)")
+      ->check(CLI::Range(0, 1 << 16));
   cmd->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "tokens per step");
   cmd->add_option("--max-prefill-chunk-tokens", f->max_prefill_chunk_tokens,
                   "prompt tokens one request computes per step (0 = no cap)");
@@ -61,7 +64,9 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
                 "GPU computes it (same tokens; for measuring the overlap)");
   cmd->add_option("--scheduling-policy", f->scheduling_policy, "fcfs or priority");
   cmd->add_option("--capacity-policy", f->capacity_policy,
-                  "max_utilization or guaranteed_no_evict");
+                  "auto (reserve the worst case of requests that set max_tokens, admit the rest "
+                  "greedily), max_utilization (admit greedily, preempt when the KV cache is "
+                  "full) or guaranteed_no_evict (reserve every request's worst case)");
 }
 
 Result<LlmOptions> ToLlmOptions(const EngineFlags& f) {

@@ -24,7 +24,7 @@ struct EngineFlags {
   bool no_fused_quant = false;
   bool no_fp8_fast_accum = false;
   int32_t block_size = 16;
-  int32_t max_num_seqs = 256;
+  int32_t max_num_seqs = 0;  // 0 = AutomaticMaxNumSeqs
   int32_t max_num_batched_tokens = 2048;
   int32_t max_prefill_chunk_tokens = 0;
   int32_t max_model_len = 0;
@@ -35,7 +35,7 @@ struct EngineFlags {
   std::string verify_key;
   std::string kv_cache_dtype = "auto";
   std::string scheduling_policy = "fcfs";
-  std::string capacity_policy = "max_utilization";
+  std::string capacity_policy = "auto";
   std::string chat_template;
 };
 

@@ -82,7 +82,9 @@ Result<server::ServerOptions> ToServerOptions(const ServeOptions& o) {
         "--max-num-waiting: expected -1 (4 x --max-num-seqs), 0 (no limit) "
         "or a positive count");
   }
-  s.max_num_waiting = o.max_num_waiting == -1 ? 4 * o.engine.max_num_seqs : o.max_num_waiting;
+  const int32_t max_num_seqs =
+      o.engine.max_num_seqs == 0 ? AutomaticMaxNumSeqs(o.engine.device) : o.engine.max_num_seqs;
+  s.max_num_waiting = o.max_num_waiting == -1 ? 4 * max_num_seqs : o.max_num_waiting;
   if (o.shutdown_timeout_s < 0) return InvalidArgument("--shutdown-timeout: must be >= 0");
   s.shutdown_timeout_s = o.shutdown_timeout_s;
   s.version = KILN_VERSION;

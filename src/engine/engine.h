@@ -142,6 +142,7 @@ class Engine {
   const EngineStats& stats();
   const ModelConfig& model_config() const { return runner_->config(); }
   int32_t max_model_len() const { return max_model_len_; }
+  const SchedulerOptions& scheduler_options() const { return options_.scheduler; }
   const ModelRunner& runner() const { return *runner_; }
 
  private:

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <random>
 
+#include "core/buffer.h"
 #include "engine/llm.h"
 
 namespace kiln {
@@ -37,6 +38,8 @@ class EngineModelTest : public ::testing::Test {
     o.engine.max_model_len = c.num_kv_blocks > 0 ? c.num_kv_blocks * 16 : 2048;
     o.engine.scheduler.max_prefill_chunk_tokens = c.max_prefill_chunk_tokens;
     o.engine.check_invariants = true;
+    // Admit greedily, so that the small pools preempt (auto reserves every request's worst case).
+    o.engine.scheduler.capacity_policy = CapacityPolicy::kMaxUtilization;
     o.swap_space_bytes = c.swap_space_bytes;
     auto llm = LLM::Create(model_, o);
     EXPECT_TRUE(llm.ok()) << llm.status().ToString();
@@ -103,6 +106,16 @@ TEST_F(EngineModelTest, GreedyAndSeededTokensAreBatchInvariant) {
       EXPECT_EQ(llm->engine().stats().num_swap_preemptions > 0, c.swap_space_bytes > 0) << c.name;
     }
     EXPECT_EQ(llm->engine().stats().num_free_kv_blocks, llm->engine().stats().num_kv_blocks);
+  }
+}
+
+// Needs no model: the automatic seat count off a large GPU.
+TEST(AutomaticMaxNumSeqsTest, CpuAndUnknownDevicesGet256) {
+  EXPECT_EQ(AutomaticMaxNumSeqs("cpu"), 256);
+  EXPECT_EQ(AutomaticMaxNumSeqs("cuda:x"), 256);  // the runner reports the bad name later
+  if (!HasCudaDevice()) {
+    EXPECT_EQ(AutomaticMaxNumSeqs("auto"), 256);
+    EXPECT_EQ(AutomaticMaxNumSeqs("cuda:0"), 256);
   }
 }
 

@@ -167,6 +167,8 @@ TEST(EngineTest, GreedyAndSeededOutputsAreBatchInvariant) {
       o.num_kv_blocks = s.num_blocks;
       o.enable_prefix_caching = s.prefix_caching;
       o.scheduler.max_num_batched_tokens = s.chunk;
+      // Admit greedily, so that the tiny pool preempts (auto would reserve the worst cases).
+      o.scheduler.capacity_policy = CapacityPolicy::kMaxUtilization;
       o.swap_space_bytes = int64_t{s.swap_blocks} * FakeRunner(kVocab, kEos).KvBlockBytes(4);
       std::unique_ptr<Engine> engine = MakeEngine(o);
       const std::string what =
@@ -325,7 +327,7 @@ TEST_P(EngineAsyncTest, AbortReportsAndFreesEverything) {
 // step (EngineOptions::check_invariants), no leaked block at the end.
 TEST_P(EngineAsyncTest, RandomOperationsAgainstTheReference) {
   int64_t num_ops = 0;
-  for (uint64_t seed : {1, 2, 3}) {
+  for (uint64_t seed : {1, 2, 3, 4}) {
     std::mt19937_64 rng(seed);
     EngineOptions o;
     o.async_scheduling = GetParam();
@@ -335,11 +337,12 @@ TEST_P(EngineAsyncTest, RandomOperationsAgainstTheReference) {
     o.scheduler.max_num_seqs = 12;
     o.scheduler.scheduling_policy =
         seed == 2 ? SchedulingPolicy::kPriority : SchedulingPolicy::kFcfs;
-    o.scheduler.capacity_policy =
-        seed == 3 ? CapacityPolicy::kGuaranteedNoEvict : CapacityPolicy::kMaxUtilization;
+    o.scheduler.capacity_policy = seed == 3   ? CapacityPolicy::kGuaranteedNoEvict
+                                  : seed == 4 ? CapacityPolicy::kAuto
+                                              : CapacityPolicy::kMaxUtilization;
     o.max_model_len = 200;
     // Seeds 1 and 2 swap preempted requests to host memory (seed 2's space fits few of them);
-    // seed 3 never preempts.
+    // seed 3 never preempts; seed 4 recomputes the greedy requests it preempts.
     const int64_t block_bytes = FakeRunner(kVocab, kEos).KvBlockBytes(o.block_size);
     o.swap_space_bytes = seed == 1 ? 200 * block_bytes : seed == 2 ? 12 * block_bytes : 0;
     std::unique_ptr<Engine> engine = MakeEngine(o);
@@ -356,6 +359,7 @@ TEST_P(EngineAsyncTest, RandomOperationsAgainstTheReference) {
         r.params.priority = std::uniform_int_distribution<int>(-2, 2)(rng);
         // Penalties read the token a launched step is still sampling: async falls back to sync.
         if (std::uniform_int_distribution<int>(0, 7)(rng) == 0) r.params.frequency_penalty = 0.5f;
+        r.max_tokens_is_default = std::uniform_int_distribution<int>(0, 1)(rng) == 1;
         ASSERT_TRUE(engine->AddRequest(r).ok());
         live[r.id] = r;
       } else if (kind == 3 && !live.empty()) {
@@ -386,7 +390,8 @@ TEST_P(EngineAsyncTest, RandomOperationsAgainstTheReference) {
     for (const auto& [id, r] : live) engine->Abort(id);
     Drain(*engine);
     EXPECT_EQ(engine->stats().num_free_kv_blocks, o.num_kv_blocks) << "leaked blocks";
-    if (seed != 3) {
+    if (seed == 4) EXPECT_GT(engine->stats().num_preemptions, 0) << "seed 4";
+    if (seed == 1 || seed == 2) {
       EXPECT_GT(engine->stats().num_swap_preemptions, 0) << "seed " << seed;
       // Aborted while swapped out: never swapped back in.
       EXPECT_LE(engine->stats().kv.num_swapped_in_blocks,

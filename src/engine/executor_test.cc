@@ -183,8 +183,11 @@ TEST(ExecutorTest, OutputCallbackWakesANonBlockingConsumer) {
 
 TEST(ExecutorTest, StatsCountQueuedRequestsAsWaitingAtOnce) {
   Harness h(/*step_delay_us=*/2000);
-  auto a = h.executor->Enqueue(Req({1, 3}, 100000 - 10));
-  auto b = h.executor->Enqueue(Req({1, 4}, 100000 - 10));
+  // Default max_tokens (the room left in the context): admitted without reserving it, both run.
+  EngineRequest long_a = Req({1, 3}, 100000 - 10), long_b = Req({1, 4}, 100000 - 10);
+  long_a.max_tokens_is_default = long_b.max_tokens_is_default = true;
+  auto a = h.executor->Enqueue(std::move(long_a));
+  auto b = h.executor->Enqueue(std::move(long_b));
   ASSERT_TRUE(a.ok() && b.ok());
   ExecutorStats stats = h.executor->Stats();
   EXPECT_EQ(stats.num_running + stats.num_waiting, 2);  // none lost between queue and step

@@ -86,6 +86,25 @@ std::string ResolveDevice(const std::string& device) {
   return HasCudaDevice() ? "cuda:0" : "cpu";
 }
 
+int32_t AutomaticMaxNumSeqs(const std::string& device) {
+  constexpr int32_t kDefault = 256, kLargeGpu = 1024;
+  constexpr int64_t kLargeGpuBytes = int64_t{70} << 30;
+  const std::string resolved = ResolveDevice(device);
+  if (resolved != "cuda" && !resolved.starts_with("cuda:")) return kDefault;
+  int index = 0;
+  if (resolved.size() > 5) {
+    const std::string digits = resolved.substr(5);
+    // A malformed index fails later, where the runner is created, with the message for it.
+    if (digits.empty() || digits.size() > 4 ||
+        digits.find_first_not_of("0123456789") != std::string::npos) {
+      return kDefault;
+    }
+    index = std::stoi(digits);
+  }
+  auto info = GetCudaDeviceInfo(index);
+  return info.ok() && info->total_bytes >= kLargeGpuBytes ? kLargeGpu : kDefault;
+}
+
 // LlmOptions::dtype: nullopt for "auto", else f32, f16 or bf16.
 Result<std::optional<DType>> ParseComputeDType(const std::string& name) {
   if (name == "auto") return std::optional<DType>();
@@ -153,11 +172,15 @@ Result<std::unique_ptr<ModelRunner>> CreateRunner(const Checkpoint& checkpoint,
   return InvalidArgument("device: expected cpu, cuda, cuda:N or auto, got '" + device + "'");
 }
 
-Result<std::unique_ptr<LLM>> LLM::Create(const std::string& model, const LlmOptions& options) {
+Result<std::unique_ptr<LLM>> LLM::Create(const std::string& model, const LlmOptions& given) {
   std::unique_ptr<LLM> llm(new LLM());
-  if (!options.verify_key.empty()) {
+  if (!given.verify_key.empty()) {
     const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    KILN_RETURN_IF_ERROR(VerifyEngine(model, options.verify_key, threads));
+    KILN_RETURN_IF_ERROR(VerifyEngine(model, given.verify_key, threads));
+  }
+  LlmOptions options = given;  // with the automatic choices made
+  if (options.engine.scheduler.max_num_seqs == 0) {
+    options.engine.scheduler.max_num_seqs = AutomaticMaxNumSeqs(options.device);
   }
   KILN_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::Open(model));
   llm->checkpoint_ = std::make_unique<Checkpoint>(std::move(checkpoint));

@@ -29,6 +29,7 @@
 namespace kiln {
 
 struct LlmOptions {
+  // engine.scheduler.max_num_seqs 0 = automatic (AutomaticMaxNumSeqs).
   EngineOptions engine;
   // Where the model runs: "cpu" (the reference backend), "cuda" / "cuda:N" (kiln built with
   // CUDA and a GPU present) or "auto" (CUDA when possible, else CPU).
@@ -152,5 +153,10 @@ Result<std::unique_ptr<ModelRunner>> CreateRunner(const Checkpoint& checkpoint,
 
 // The device "auto" resolves to: "cuda:0" when kiln has CUDA and a GPU is visible, else "cpu".
 std::string ResolveDevice(const std::string& device);
+
+// The requests running at once when none were asked for (vLLM's rule): 1024 on a GPU with
+// 70 GiB of memory or more, where the KV pool holds that many short sequences and a step of
+// 1024 decodes still costs little more than one of 256; 256 elsewhere (smaller GPUs, CPU).
+int32_t AutomaticMaxNumSeqs(const std::string& device);
 
 }  // namespace kiln

@@ -193,6 +193,7 @@ GreedyRun Greedy(const std::string& model, const std::string& quantization,
   o.engine.num_kv_blocks = num_kv_blocks;
   o.engine.max_model_len = 128;
   o.engine.check_invariants = true;
+  o.engine.scheduler.capacity_policy = CapacityPolicy::kMaxUtilization;  // small pools preempt
   o.swap_space_bytes = swap_space_bytes;
   GreedyRun run;
   auto llm = LLM::Create(model, o);

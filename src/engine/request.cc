@@ -21,6 +21,7 @@ Request::Request(EngineRequest r, int64_t arrival, int32_t max_model_len)
       wants_logprobs(r.params.logprobs.has_value()),
       wants_prompt_logprobs(r.params.prompt_logprobs.has_value()),
       num_prompt_tokens(static_cast<int32_t>(r.prompt_token_ids.size())),
+      max_tokens_is_default(r.max_tokens_is_default),
       min_tokens(r.params.min_tokens),
       token_ids(std::move(r.prompt_token_ids)),
       params(std::move(r.params)),

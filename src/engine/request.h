@@ -42,6 +42,9 @@ struct EngineRequest {
   SamplingParams params;  // validated; params.n is ignored here
   uint64_t seed = 0;      // the request's random stream (params.seed or drawn by the caller)
   PrefixCacheKey cache_key;
+  // params.max_tokens is the server's default (the room left in the context), not a bound the
+  // caller chose: the auto capacity policy admits the request without reserving it.
+  bool max_tokens_is_default = false;
 };
 
 struct Request {
@@ -64,6 +67,7 @@ struct Request {
   int32_t num_computed_tokens = 0;
   int32_t num_pending_tokens = 0;  // trailing placeholders in token_ids (0..2)
   int32_t max_num_tokens;          // prompt + max_tokens, capped at the context length
+  bool max_tokens_is_default;      // EngineRequest::max_tokens_is_default
   int32_t min_tokens;
   // What the engine has already handed out (outputs are deltas).
   int32_t num_reported_output_tokens = 0;

@@ -17,8 +17,10 @@ Result<SchedulingPolicy> ParseSchedulingPolicy(std::string_view name) {
 Result<CapacityPolicy> ParseCapacityPolicy(std::string_view name) {
   if (name == "max_utilization") return CapacityPolicy::kMaxUtilization;
   if (name == "guaranteed_no_evict") return CapacityPolicy::kGuaranteedNoEvict;
-  return InvalidArgument("capacity policy: expected max_utilization or guaranteed_no_evict, got '" +
-                         std::string(name) + "'");
+  if (name == "auto") return CapacityPolicy::kAuto;
+  return InvalidArgument(
+      "capacity policy: expected auto, max_utilization or guaranteed_no_evict, got '" +
+      std::string(name) + "'");
 }
 
 Scheduler::Scheduler(const SchedulerOptions& options, KvCacheManager* kv, int32_t max_model_len)
@@ -126,15 +128,32 @@ std::optional<std::span<const int32_t>> Scheduler::AllocateRunning(Request* r, i
   while (true) {
     std::optional<std::span<const int32_t>> table = kv_->Allocate(r->id, num_tokens);
     if (table.has_value()) return table;
-    CHECK(options_.capacity_policy == CapacityPolicy::kMaxUtilization)
+    CHECK(options_.capacity_policy != CapacityPolicy::kGuaranteedNoEvict)
         << "guaranteed_no_evict admitted more than the KV pool holds";
-    // The victim is whoever comes last in policy order (possibly r itself).
-    Request* victim = *std::max_element(
-        running_.begin(), running_.end(),
-        [this](const Request* a, const Request* b) { return ComesBefore(*a, *b); });
+    // The victim is whoever comes last in policy order (possibly r itself), among the requests
+    // without a reservation when there are any.
+    Request* victim = nullptr;
+    for (Request* x : running_) {
+      if (victim == nullptr || (Reserves(*victim) && !Reserves(*x)) ||
+          (Reserves(*victim) == Reserves(*x) && ComesBefore(*victim, *x))) {
+        victim = x;
+      }
+    }
     Preempt(victim, batch);
     if (victim == r) return std::nullopt;
   }
+}
+
+bool Scheduler::Reserves(const Request& r) const {
+  switch (options_.capacity_policy) {
+    case CapacityPolicy::kMaxUtilization:
+      return false;
+    case CapacityPolicy::kGuaranteedNoEvict:
+      return true;
+    case CapacityPolicy::kAuto:
+      return !r.max_tokens_is_default;
+  }
+  return false;
 }
 
 int32_t Scheduler::WorstCaseBlocks(const Request& r) const {
@@ -142,12 +161,16 @@ int32_t Scheduler::WorstCaseBlocks(const Request& r) const {
   return kv_->NumBlocksFor(r.max_num_tokens - 1);
 }
 
-bool Scheduler::FitsWorstCase(const Request& r) const {
-  int64_t reserved = 0;
+bool Scheduler::FitsReservations(const Request& r, int32_t num_tokens) const {
+  if (options_.capacity_policy == CapacityPolicy::kMaxUtilization) return true;
+  int64_t reserved = 0;  // blocks the running reservations may still take
   for (const Request* x : running_) {
-    reserved += WorstCaseBlocks(*x) - static_cast<int64_t>(kv_->BlockTable(x->id).size());
+    if (!Reserves(*x)) continue;
+    reserved += std::max<int64_t>(
+        0, WorstCaseBlocks(*x) - static_cast<int64_t>(kv_->BlockTable(x->id).size()));
   }
-  return reserved + WorstCaseBlocks(r) <= kv_->NumFreeBlocks();
+  const int32_t wanted = Reserves(r) ? WorstCaseBlocks(r) : kv_->NumBlocksFor(num_tokens);
+  return reserved + wanted <= kv_->NumFreeBlocks();
 }
 
 ScheduledBatch Scheduler::Schedule(bool ahead) {
@@ -219,9 +242,7 @@ ScheduledBatch Scheduler::Schedule(bool ahead) {
     const int32_t remaining = r->num_tokens() - num_computed;
     const int32_t num_new = chunk(remaining);
     if (!options_.enable_chunked_prefill && num_new < remaining) break;
-    if (options_.capacity_policy == CapacityPolicy::kGuaranteedNoEvict && !FitsWorstCase(*r)) {
-      break;
-    }
+    if (!FitsReservations(*r, num_computed + num_new)) break;
     auto table = swapped ? kv_->SwapIn(r->id, num_computed + num_new, &batch.swap_in)
                          : kv_->Allocate(r->id, num_computed + num_new, &hit);
     if (!table.has_value()) break;

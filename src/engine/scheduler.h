@@ -26,6 +26,13 @@
 //                         otherwise they are freed and it is recomputed from its first token.
 //   guaranteed_no_evict:  cannot happen: a request is admitted only when the worst case of every
 //                         running request plus its own fits in the pool.
+//   auto (the default):   a request whose max_tokens the caller chose reserves its worst case
+//                         as under guaranteed_no_evict; one left at the server's default
+//                         (EngineRequest::max_tokens_is_default: the room left in the context)
+//                         is admitted greedily into what the reservations leave. Only those
+//                         greedy requests can make the pool run out; the victim is then the
+//                         last of them in policy order (a reserving request only when none
+//                         runs), handled as under max_utilization.
 //
 // Thread safety: none; lives on the engine thread.
 #pragma once
@@ -53,9 +60,10 @@ enum class SchedulingPolicy : uint8_t {
 enum class CapacityPolicy : uint8_t {
   kMaxUtilization,     // admit greedily; preempt (swap or recompute) when blocks run out
   kGuaranteedNoEvict,  // admit only when the worst case fits; never preempt
+  kAuto,  // guaranteed_no_evict for requests with a chosen max_tokens, max_utilization for others
 };
 Result<SchedulingPolicy> ParseSchedulingPolicy(std::string_view name);  // "fcfs", "priority"
-Result<CapacityPolicy> ParseCapacityPolicy(std::string_view name);      // "max_utilization", ...
+Result<CapacityPolicy> ParseCapacityPolicy(std::string_view name);      // "auto", ...
 
 struct SchedulerOptions {
   // Tokens one step computes at most (all requests together). Larger = better prefill
@@ -71,7 +79,7 @@ struct SchedulerOptions {
   // keeps long prompts from monopolising steps. Only with chunked prefill.
   int32_t max_prefill_chunk_tokens = 0;
   SchedulingPolicy scheduling_policy = SchedulingPolicy::kFcfs;
-  CapacityPolicy capacity_policy = CapacityPolicy::kMaxUtilization;
+  CapacityPolicy capacity_policy = CapacityPolicy::kAuto;
 };
 
 // One request's share of a step.
@@ -154,8 +162,12 @@ class Scheduler {
   std::optional<std::span<const int32_t>> AllocateRunning(Request* r, int32_t num_tokens,
                                                           ScheduledBatch* batch);
   void Preempt(Request* r, ScheduledBatch* batch);
+  // Whether r holds a reservation for its worst case (capacity policy and r's max_tokens).
+  bool Reserves(const Request& r) const;
   int32_t WorstCaseBlocks(const Request& r) const;
-  bool FitsWorstCase(const Request& r) const;
+  // Whether admitting r with num_tokens computed after its first step keeps every reservation
+  // (the running reserving requests' worst cases, and r's own if it reserves) inside the pool.
+  bool FitsReservations(const Request& r, int32_t num_tokens) const;
   // Sets r's finish reason when `token` (making r `length` tokens long) stops it.
   void CheckStop(Request* r, int32_t token, int32_t length);
   void Release(Request* r);  // frees blocks, removes from queues

@@ -58,6 +58,8 @@ struct Fixture {
   Shares_t last;
 };
 
+const SchedulerOptions kGreedy = {.capacity_policy = CapacityPolicy::kMaxUtilization};
+
 // Two 7-token prompts with 6 new tokens each in a pool of 4 blocks of 4: the third step is the
 // first decode that needs a third block for request 1, so request 2 (the later arrival) is
 // preempted there. Returns that step's batch.
@@ -147,7 +149,7 @@ TEST(SchedulerTest, PriorityPolicyOrdersTheWaitingQueue) {
 TEST(SchedulerTest, MaxUtilizationPreemptsTheLatestArrival) {
   // 4 blocks of 4 tokens: two 7-token prompts take 2 blocks each; the first decode that needs
   // a third block for request 1 preempts request 2 (the later arrival).
-  Fixture f({}, /*num_blocks=*/4, /*block_size=*/4);
+  Fixture f(kGreedy, /*num_blocks=*/4, /*block_size=*/4);
   f.sched.Add(Req(1, 7, 6));
   f.sched.Add(Req(2, 7, 6));
   f.Step();
@@ -171,7 +173,7 @@ TEST(SchedulerTest, MaxUtilizationPreemptsTheLatestArrival) {
 TEST(SchedulerTest, PreemptionSwapsToHostWhenItHasRoom) {
   // As above, with 4 host blocks: request 2's 8 computed tokens (2 blocks) go to the host and
   // come back when request 1 ends; it resumes with a decode, nothing recomputed.
-  Fixture f({}, /*num_blocks=*/4, /*block_size=*/4, /*num_host_blocks=*/4);
+  Fixture f(kGreedy, /*num_blocks=*/4, /*block_size=*/4, /*num_host_blocks=*/4);
   ScheduledBatch b = RunToPreemption(f);
   EXPECT_EQ(f.last, (Shares_t{{1, 1}}));
   EXPECT_EQ(b.preempted, (std::vector<RequestId>{2}));
@@ -203,7 +205,7 @@ TEST(SchedulerTest, PreemptionSwapsToHostWhenItHasRoom) {
 }
 
 TEST(SchedulerTest, SwapInUsesTheHostBlocksOfTheSwapOut) {
-  Fixture f({}, 4, 4, 4);
+  Fixture f(kGreedy, 4, 4, 4);
   const ScheduledBatch out = RunToPreemption(f);
   ASSERT_EQ(out.swap_out.size(), 2u);
   while (f.sched.HasWork()) {
@@ -218,7 +220,7 @@ TEST(SchedulerTest, SwapInUsesTheHostBlocksOfTheSwapOut) {
 }
 
 TEST(SchedulerTest, PreemptionRecomputesWhenTheHostIsFull) {
-  Fixture f({}, 4, 4, /*num_host_blocks=*/1);  // request 2 needs 2
+  Fixture f(kGreedy, 4, 4, /*num_host_blocks=*/1);  // request 2 needs 2
   const ScheduledBatch b = RunToPreemption(f);
   EXPECT_EQ(b.preempted, (std::vector<RequestId>{2}));
   EXPECT_TRUE(b.swap_out.empty());
@@ -230,7 +232,7 @@ TEST(SchedulerTest, PreemptionRecomputesWhenTheHostIsFull) {
 }
 
 TEST(SchedulerTest, FinishingASwappedRequestFreesItsHostBlocks) {
-  Fixture f({}, 4, 4, 4);
+  Fixture f(kGreedy, 4, 4, 4);
   RunToPreemption(f);
   ASSERT_NE(f.sched.Find(2), nullptr);
   ASSERT_EQ(f.sched.Find(2)->status, RequestStatus::kSwapped);
@@ -256,6 +258,60 @@ TEST(SchedulerTest, GuaranteedNoEvictAdmitsOnlyWhatFitsAndNeverPreempts) {
   EXPECT_EQ(f.last, (Shares_t{{2, 7}}));
   while (f.sched.HasWork()) f.Step();
   EXPECT_EQ(f.sched.stats().num_preemptions, 0);
+}
+
+TEST(SchedulerTest, AutoReservesTheWorstCaseOfRequestsThatSetMaxTokens) {
+  // As guaranteed_no_evict: each may reach 12 computed tokens = 3 blocks; 5 blocks hold one.
+  Fixture f({}, 5, 4);
+  ASSERT_EQ(SchedulerOptions{}.capacity_policy, CapacityPolicy::kAuto);
+  f.sched.Add(Req(1, 7, 6));
+  f.sched.Add(Req(2, 7, 6));
+  f.Step();
+  EXPECT_EQ(f.last, (Shares_t{{1, 7}}));
+  while (f.sched.HasWork()) f.Step();
+  EXPECT_EQ(f.sched.stats().num_preemptions, 0);
+}
+
+TEST(SchedulerTest, AutoAdmitsDefaultMaxTokensIntoWhatTheReservationsLeave) {
+  // Request 1 (7 + 6 chosen) holds 2 blocks and reserves a third: of the 3 free blocks, 2 are
+  // left, too few for request 2's 9-token prompt (3 blocks) even without reserving its future.
+  Fixture f({}, 5, 4);
+  f.sched.Add(Req(1, 7, 6));
+  EngineRequest greedy = Req(2, 9, 6);
+  greedy.max_tokens_is_default = true;
+  f.sched.Add(std::move(greedy));
+  f.Step();
+  EXPECT_EQ(f.last, (Shares_t{{1, 7}}));
+  while (!f.sched.Find(1)->is_finished()) {
+    f.Step();
+    EXPECT_EQ(f.last.front().first, 1);
+  }
+  // Only once 1 is done and its blocks are free.
+  f.Step();
+  EXPECT_EQ(f.last, (Shares_t{{2, 9}}));
+  while (f.sched.HasWork()) f.Step();
+  EXPECT_EQ(f.sched.stats().num_preemptions, 0);
+}
+
+TEST(SchedulerTest, AutoPreemptsAGreedyRequestBeforeAReservingOne) {
+  // 4 blocks of 4. Request 1 (7-token prompt, default max_tokens) is admitted on its 2 blocks;
+  // request 2 (3 + 6 chosen, worst case 8 tokens = 2 blocks) fits the 2 left. In step 3 request
+  // 1 takes the last free block and request 2 needs a second one: the victim is request 1,
+  // although it arrived first (max_utilization would take request 2).
+  Fixture f({}, 4, 4);
+  EngineRequest greedy = Req(1, 7, 6);
+  greedy.max_tokens_is_default = true;
+  f.sched.Add(std::move(greedy));
+  f.sched.Add(Req(2, 3, 6));
+  f.Step();
+  EXPECT_EQ(f.last, (Shares_t{{1, 7}, {2, 3}}));
+  f.Step();
+  EXPECT_EQ(f.last, (Shares_t{{1, 1}, {2, 1}}));
+  ScheduledBatch b = f.Step();
+  EXPECT_EQ(b.preempted, (std::vector<RequestId>{1}));
+  EXPECT_EQ(f.last, (Shares_t{{2, 1}}));
+  while (f.sched.HasWork()) f.Step();
+  EXPECT_EQ(f.sched.stats().num_preemptions, 1);
 }
 
 TEST(SchedulerTest, FinishFreesBlocksWhereverTheRequestIs) {
@@ -306,6 +362,7 @@ TEST(SchedulerTest, PrefixHitCountsAsComputed) {
 TEST(PolicyNamesTest, ParseAndReject) {
   EXPECT_EQ(*ParseSchedulingPolicy("priority"), SchedulingPolicy::kPriority);
   EXPECT_EQ(*ParseCapacityPolicy("guaranteed_no_evict"), CapacityPolicy::kGuaranteedNoEvict);
+  EXPECT_EQ(*ParseCapacityPolicy("auto"), CapacityPolicy::kAuto);
   EXPECT_FALSE(ParseSchedulingPolicy("lifo").ok());
   EXPECT_FALSE(ParseCapacityPolicy("").ok());
 }

@@ -403,7 +403,8 @@ MaybeError ReadPrompts(const json& body, std::vector<PromptInput>* prompts) {
 // The expansion shared by every route: prompt p's completion j is requests[p * n + j].
 ApiJob BuildJob(ApiKind kind, bool stream, const SamplingParams& params,
                 const std::vector<std::vector<int32_t>>& prompt_ids,
-                const std::vector<int32_t>& max_tokens, std::shared_ptr<ApiJob::Render> render) {
+                const std::vector<int32_t>& max_tokens, bool max_tokens_is_default,
+                std::shared_ptr<ApiJob::Render> render) {
   ApiJob job;
   job.kind = kind;
   job.stream = stream;
@@ -414,6 +415,7 @@ ApiJob BuildJob(ApiKind kind, bool stream, const SamplingParams& params,
       r.prompt_token_ids = prompt_ids[p];
       r.params = params;
       r.params.max_tokens = max_tokens[p];
+      r.max_tokens_is_default = max_tokens_is_default;
       r.seed = params.seed.has_value() ? CompletionSeed(*params.seed, j) : Random64();
       r.cache_key.cache_salt = params.cache_salt;
       job.requests.push_back(std::move(r));
@@ -616,7 +618,8 @@ ParseResult ParseSingleText(ApiKind kind, const json& fields, const std::string&
   auto render = std::make_shared<ApiJob::Render>();
   render->id = RandomId("cmpl-");
   render->model_name = model.name;
-  return BuildJob(kind, stream, params, {std::move(ids)}, max_tokens, std::move(render));
+  return BuildJob(kind, stream, params, {std::move(ids)}, max_tokens, !requested.has_value(),
+                  std::move(render));
 }
 
 }  // namespace
@@ -688,7 +691,8 @@ ParseResult ParseCompletions(const nlohmann::json& body, const ModelInfo& model)
   API_RETURN_IF_ERROR(ValidateParams(params, max_tokens, model));
   render->id = RandomId("cmpl-");
   render->model_name = model.name;
-  return BuildJob(ApiKind::kCompletions, stream, params, prompt_ids, max_tokens, std::move(render));
+  return BuildJob(ApiKind::kCompletions, stream, params, prompt_ids, max_tokens,
+                  !requested.has_value(), std::move(render));
 }
 
 ParseResult ParseChatCompletions(const nlohmann::json& body, const ModelInfo& model) {
@@ -747,7 +751,8 @@ ParseResult ParseChatCompletions(const nlohmann::json& body, const ModelInfo& mo
   }
   render->id = RandomId("chatcmpl-");
   render->model_name = model.name;
-  return BuildJob(ApiKind::kChat, stream, params, {std::move(ids)}, max_tokens, std::move(render));
+  return BuildJob(ApiKind::kChat, stream, params, {std::move(ids)}, max_tokens,
+                  !requested.has_value(), std::move(render));
 }
 
 ParseResult ParseGenerate(const nlohmann::json& body, const ModelInfo& model) {

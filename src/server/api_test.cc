@@ -486,6 +486,17 @@ TEST_F(ApiTest, ContextLength) {
   ApiJob chat = Job(ParseChatCompletions(Chat(), model_));
   EXPECT_EQ(chat.requests[0].params.max_tokens,
             64 - static_cast<int32_t>(chat.requests[0].prompt_token_ids.size()));
+  // A default is marked as such (the engine reserves only bounds the client chose).
+  EXPECT_TRUE(chat.requests[0].max_tokens_is_default);
+  EXPECT_TRUE(Job(ParseCompletions(Completion({{"prompt", ten}}), model_))
+                  .requests[0]
+                  .max_tokens_is_default);
+  EXPECT_FALSE(Job(ParseCompletions(Completion({{"prompt", ten}, {"max_tokens", 54}}), model_))
+                   .requests[0]
+                   .max_tokens_is_default);
+  EXPECT_FALSE(Job(ParseChatCompletions(Chat({{"max_completion_tokens", 5}}), model_))
+                   .requests[0]
+                   .max_tokens_is_default);
   ExpectBadRequest(ParseChatCompletions(Chat({{"max_completion_tokens", 64}}), model_),
                    "max_completion_tokens", "maximum context length");
   ExpectBadRequest(ParseChatCompletions(Chat({{"max_tokens", 64}}), model_), "max_tokens");

@@ -94,6 +94,9 @@ expect_error "max_model_len" "${g[@]}" --prompt hi --max-model-len 99999999
 expect_error "max_model_len" "${g[@]}" --prompt "a prompt longer than four tokens" --max-model-len 4
 expect_error "scheduling policy" "${g[@]}" --prompt hi --scheduling-policy lifo
 expect_error "capacity policy" "${g[@]}" --prompt hi --capacity-policy most
+expect_error "--max-num-seqs: Value -1 not in range 0 to 65536" "${g[@]}" --prompt hi --max-num-seqs -1
+"$kiln" "${g[@]}" --prompt hi --max-tokens 2 --capacity-policy auto --max-num-seqs 0 >/dev/null 2>&1 \
+  && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: kiln generate with the automatic policy and seats"; }
 expect_error "--swap-space" "${g[@]}" --prompt hi --swap-space 4XB
 expect_error "swap space" "${g[@]}" --prompt hi --swap-space 1000TiB
 "$kiln" "${g[@]}" --prompt hi --max-tokens 2 --swap-space 8MiB >/dev/null 2>&1 \

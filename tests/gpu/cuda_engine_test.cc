@@ -182,6 +182,15 @@ std::vector<Variant> Variants() {
   return v;
 }
 
+TEST(CudaEngine, AutomaticMaxNumSeqsFollowsTheDeviceMemory) {
+  auto info = GetCudaDeviceInfo(0);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  const int32_t want = info->total_bytes >= (int64_t{70} << 30) ? 1024 : 256;
+  EXPECT_EQ(AutomaticMaxNumSeqs("cuda:0"), want) << info->name;
+  EXPECT_EQ(AutomaticMaxNumSeqs("auto"), want);
+  EXPECT_EQ(AutomaticMaxNumSeqs("cpu"), 256);
+}
+
 TEST(CudaEngine, MatchesCpuBackend) {
   ASSERT_TRUE(HasCudaDevice()) << "needs a CUDA device";
   for (const Variant& variant : Variants()) {
@@ -346,6 +355,7 @@ TEST(CudaEngine, SwapAndRecomputePreemptionMatchAnAmplePool) {
     options.engine.num_kv_blocks = num_kv_blocks;
     options.engine.max_model_len = 1024;
     options.engine.scheduler.max_num_batched_tokens = 1024;
+    options.engine.scheduler.capacity_policy = CapacityPolicy::kMaxUtilization;  // preempt
     options.engine.check_invariants = true;
     auto llm = LLM::Create(m.dir, options);
     EXPECT_TRUE(llm.ok()) << llm.status().ToString();
