@@ -169,6 +169,11 @@ bool Scheduler::FitsReservations(const Request& r, int32_t num_tokens) const {
     reserved += std::max<int64_t>(
         0, WorstCaseBlocks(*x) - static_cast<int64_t>(kv_->BlockTable(x->id).size()));
   }
+  // A greedy request with nothing reserved is admitted as under max_utilization: on what the
+  // allocation finds (its prefix-cache hit included).
+  if (!Reserves(r) && reserved == 0) return true;
+  // NOTE: counts r's prefix-cache hit as new blocks (an evictable hit leaves the free queue
+  // too), so a shared prefix under-admits rather than overcommits.
   const int32_t wanted = Reserves(r) ? WorstCaseBlocks(r) : kv_->NumBlocksFor(num_tokens);
   return reserved + wanted <= kv_->NumFreeBlocks();
 }

@@ -293,6 +293,25 @@ TEST(SchedulerTest, AutoAdmitsDefaultMaxTokensIntoWhatTheReservationsLeave) {
   EXPECT_EQ(f.sched.stats().num_preemptions, 0);
 }
 
+TEST(SchedulerTest, AutoAdmitsAGreedyPrefixHitAsMaxUtilizationDoes) {
+  // 4 blocks of 4. Request 1 (9-token prompt, default max_tokens) holds 3; request 2 has the
+  // same prompt: its first 8 tokens are cached blocks of request 1, so it needs one new block,
+  // the last free one, and is admitted with nothing reserved.
+  Fixture f({}, 4, 4);
+  EngineRequest a = Req(1, 9, 2);
+  a.max_tokens_is_default = true;
+  EngineRequest b = Req(2, 9, 2);
+  b.prompt_token_ids = a.prompt_token_ids;
+  b.max_tokens_is_default = true;
+  f.sched.Add(std::move(a));
+  f.Step();
+  EXPECT_EQ(f.last, (Shares_t{{1, 9}}));
+  f.sched.Add(std::move(b));
+  f.Step();
+  EXPECT_EQ(f.last, (Shares_t{{1, 1}, {2, 1}}));  // 2's 8 cached tokens count as computed
+  while (f.sched.HasWork()) f.Step();
+}
+
 TEST(SchedulerTest, AutoPreemptsAGreedyRequestBeforeAReservingOne) {
   // 4 blocks of 4. Request 1 (7-token prompt, default max_tokens) is admitted on its 2 blocks;
   // request 2 (3 + 6 chosen, worst case 8 tokens = 2 blocks) fits the 2 left. In step 3 request
