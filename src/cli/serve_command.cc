@@ -57,7 +57,8 @@ Result<std::vector<std::string>> ReadKeyFile(const std::string& path) {
   return keys;
 }
 
-Result<server::ServerOptions> ToServerOptions(const ServeOptions& o) {
+// max_num_seqs: the engine's, resolved (--max-num-waiting's default is 4x it).
+Result<server::ServerOptions> ToServerOptions(const ServeOptions& o, int32_t max_num_seqs) {
   server::ServerOptions s;
   if (o.port < 0 || o.port > 65535) {
     return InvalidArgument("--port: expected 0..65535, got " + std::to_string(o.port));
@@ -82,8 +83,6 @@ Result<server::ServerOptions> ToServerOptions(const ServeOptions& o) {
         "--max-num-waiting: expected -1 (4 x --max-num-seqs), 0 (no limit) "
         "or a positive count");
   }
-  const int32_t max_num_seqs =
-      o.engine.max_num_seqs == 0 ? AutomaticMaxNumSeqs(o.engine.device) : o.engine.max_num_seqs;
   s.max_num_waiting = o.max_num_waiting == -1 ? 4 * max_num_seqs : o.max_num_waiting;
   if (o.shutdown_timeout_s < 0) return InvalidArgument("--shutdown-timeout: must be >= 0");
   s.shutdown_timeout_s = o.shutdown_timeout_s;
@@ -139,7 +138,10 @@ Result<std::string> Load(const ServeOptions& o, LlmOptions options, server::Serv
 void Run(const ServeOptions& o) {
   auto llm_options = ToLlmOptions(o.engine);
   if (!llm_options.ok()) Fail("serve", llm_options.status());
-  auto server_options = ToServerOptions(o);
+  // Resolved once here: the server's queue limit needs it before the model loads.
+  int32_t& max_num_seqs = llm_options->engine.scheduler.max_num_seqs;
+  if (max_num_seqs == 0) max_num_seqs = AutomaticMaxNumSeqs(llm_options->device);
+  auto server_options = ToServerOptions(o, max_num_seqs);
   if (!server_options.ok()) Fail("serve", server_options.status());
   auto started = server::Server::Start(*server_options);
   if (!started.ok()) Fail("serve", started.status());

@@ -86,22 +86,30 @@ std::string ResolveDevice(const std::string& device) {
   return HasCudaDevice() ? "cuda:0" : "cpu";
 }
 
+bool IsCudaDevice(const std::string& device) {
+  return device == "cuda" || device.starts_with("cuda:");
+}
+
+// The index a CUDA device name ("cuda" or "cuda:N") names. Errors: kInvalidArgument.
+Result<int> CudaDeviceIndex(const std::string& device) {
+  if (device == "cuda") return 0;
+  const std::string digits = device.substr(5);  // after "cuda:"
+  if (digits.empty() || digits.size() > 4 ||
+      digits.find_first_not_of("0123456789") != std::string::npos) {
+    return InvalidArgument("device: expected cuda:N, got '" + device + "'");
+  }
+  return std::stoi(digits);
+}
+
 int32_t AutomaticMaxNumSeqs(const std::string& device) {
   constexpr int32_t kDefault = 256, kLargeGpu = 1024;
   constexpr int64_t kLargeGpuBytes = int64_t{70} << 30;
   const std::string resolved = ResolveDevice(device);
-  if (resolved != "cuda" && !resolved.starts_with("cuda:")) return kDefault;
-  int index = 0;
-  if (resolved.size() > 5) {
-    const std::string digits = resolved.substr(5);
-    // A malformed index fails later, where the runner is created, with the message for it.
-    if (digits.empty() || digits.size() > 4 ||
-        digits.find_first_not_of("0123456789") != std::string::npos) {
-      return kDefault;
-    }
-    index = std::stoi(digits);
-  }
-  auto info = GetCudaDeviceInfo(index);
+  if (!IsCudaDevice(resolved)) return kDefault;
+  // A malformed name fails later, where the runner is created, with the message for it.
+  auto index = CudaDeviceIndex(resolved);
+  if (!index.ok()) return kDefault;
+  auto info = GetCudaDeviceInfo(*index);
   return info.ok() && info->total_bytes >= kLargeGpuBytes ? kLargeGpu : kDefault;
 }
 
@@ -136,7 +144,7 @@ Result<std::unique_ptr<ModelRunner>> CreateRunner(const Checkpoint& checkpoint,
     cpu.kv_cache_dtype = kv_cache_dtype;
     return CreateCpuRunner(checkpoint, cpu);
   }
-  if (device == "cuda" || device.starts_with("cuda:")) {
+  if (IsCudaDevice(device)) {
 #ifdef KILN_HAS_CUDA
     CudaRunnerOptions cuda;
     if (dtype == DType::kF32) {
@@ -146,13 +154,7 @@ Result<std::unique_ptr<ModelRunner>> CreateRunner(const Checkpoint& checkpoint,
     cuda.dtype = dtype;
     cuda.quantization = quantization;
     cuda.kv_cache_dtype = kv_cache_dtype;
-    if (device.size() > 5) {
-      const std::string index = device.substr(5);
-      if (index.empty() || index.find_first_not_of("0123456789") != std::string::npos) {
-        return InvalidArgument("device: expected cuda:N, got '" + device + "'");
-      }
-      cuda.device = std::stoi(index);
-    }
+    KILN_ASSIGN_OR_RETURN(cuda.device, CudaDeviceIndex(device));
     const SchedulerOptions& sched = options.engine.scheduler;
     cuda.max_num_seqs = sched.max_num_seqs;
     cuda.max_num_tokens = sched.max_num_batched_tokens;
