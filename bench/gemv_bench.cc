@@ -29,7 +29,8 @@
 //   build/bench/gemv_bench [--json F] [--prefill [--fp8] | --fp8 | --w4 [--w4-slice-mib 8,16,...]
 //                          [--w4-splits 1,2,...] --int8]
 //   (--w4-slice-mib: the many-row W4A16 path also with dequantization slices of these sizes;
-//   --w4-splits: the block tiles, 9 .. 64 rows, also with these k splits; --rows: only these m)
+//   --w4-splits: the block tiles, 9 .. 64 rows, also with these k splits; --rows: only these m,
+//   also with --prefill --fp8, e.g. the ~1,000-row eager decode steps)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -147,7 +148,7 @@ int RunPrefill(const std::string& json_path) {
 // FP8 prompt-step GEMMs (the e4m3 cuBLASLt GEMM alone, Gemm::Fp8GemmUnscaled, as the runner
 // calls it from 48 rows): TFLOP/s of cuBLASLt's heuristic pick and of Tune's best of 16, with and
 // without fast accumulation, against the FP8 8192^3 GEMM (tuned, fast accumulation) of the run.
-int RunPrefillFp8(const std::string& json_path) {
+int RunPrefillFp8(const std::string& json_path, const std::vector<int>& rows) {
   Json out;
   const auto& layers = kLlama8bLayers;
   constexpr int64_t kMaxRows = 16384;
@@ -208,7 +209,9 @@ int RunPrefillFp8(const std::string& json_path) {
               peak / 1e12, "layer", "m", "heuristic", "tuned (of 16)", "slow accum");
   for (const Layer& l : layers) {
     const Fp8Copies c = make_weights(l.n, l.k);
-    for (int64_t m : {2048, 4096, 8192, 16384}) {
+    std::vector<int64_t> ms = {2048, 4096, 8192, 16384};
+    if (!rows.empty()) ms.assign(rows.begin(), rows.end());
+    for (int64_t m : ms) {
       const double flops = 2.0 * m * l.n * l.k;
       double t[3];
       for (int v = 0; v < 3; ++v) {  // heuristic (fast), tuned (fast), tuned (slow accumulation)
@@ -227,10 +230,10 @@ int RunPrefillFp8(const std::string& json_path) {
                                     {"heuristic_tflops", flops / t[0] / 1e12},
                                     {"tuned_tflops", flops / t[1] / 1e12},
                                     {"tuned_slow_accum_tflops", flops / t[2] / 1e12}});
-      std::printf("%-8s %6ld %8.0f (%3.0f%%) %8.0f (%3.0f%%) %8.0f (%3.0f%%)\n", l.name,
-                  static_cast<long>(m), flops / t[0] / 1e12, 100 * flops / t[0] / peak,
-                  flops / t[1] / 1e12, 100 * flops / t[1] / peak, flops / t[2] / 1e12,
-                  100 * flops / t[2] / peak);
+      std::printf("%-8s %6ld", l.name, static_cast<long>(m));
+      for (double tv : t)
+        std::printf(" %8.0f (%3.0f%%)", flops / tv / 1e12, 100 * flops / tv / peak);
+      std::printf("\n");
     }
   }
   if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
@@ -639,7 +642,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gemv_bench: needs a CUDA device\n");
     return 2;
   }
-  if (prefill && fp8) return RunPrefillFp8(json_path);
+  if (prefill && fp8) {
+    for (int m : rows) {
+      if (m < 1 || m > 16384) {
+        std::fprintf(stderr, "gemv_bench: --prefill --fp8 --rows takes 1 .. 16384, got %d\n", m);
+        return 2;
+      }
+    }
+    return RunPrefillFp8(json_path, rows);
+  }
   if (prefill) return RunPrefill(json_path);
   if (fp8) return RunFp8(json_path);
   if (w4 || int8) return RunLowbit(json_path, w4, int8, slice_mib, w4_splits, rows);

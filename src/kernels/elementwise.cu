@@ -8,6 +8,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "kernels/divide.h"
 #include "kernels/dtype_traits.cuh"
 #include "kernels/launch.cuh"
 
@@ -21,7 +22,6 @@ using dtype_internal::kFp8MinScale;
 using dtype_internal::kIsFp8;
 using dtype_internal::PairToFloat2;
 using dtype_internal::RoundTo;
-using dtype_internal::ToE4m3Sat;
 using dtype_internal::ToFloat;
 using dtype_internal::Vec8;
 
@@ -74,12 +74,18 @@ __device__ __forceinline__ float Fp8RowScale(float thread_amax, const float* sta
   if (threadIdx.x == 0) *scale_out = scale;
   return scale;
 }
-__device__ __forceinline__ void StoreFp8x8(__nv_fp8_e4m3* p, const float (&y)[8], float scale) {
+// The codes of y / scale (the CPU's IEEE quotient, QuantizeRowFp8, exactly: kernels/divide.h),
+// saturating, two a conversion. kFast: scale.fast (WithDivisor).
+template <bool kFast>
+__device__ __forceinline__ void StoreFp8x8(__nv_fp8_e4m3* p, const float (&y)[8],
+                                           const Divisor& scale) {
+  auto divide = [&](float v) { return kFast ? DivideRnFast(v, scale) : v / scale.d; };
   uint32_t word[2] = {0, 0};
 #pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    // The CPU's IEEE quotient (QuantizeRowFp8), as QuantizeRowsFp8.
-    word[e / 4] |= uint32_t{ToE4m3Sat(__fdiv_rn(y[e], scale)).__x} << (8 * (e % 4));
+  for (int e = 0; e < 8; e += 2) {
+    const float2 q = make_float2(divide(y[e]), divide(y[e + 1]));
+    word[e / 4] |= uint32_t{__nv_cvt_float2_to_fp8x2(q, __NV_SATFINITE, __NV_E4M3)}
+                   << (8 * (e % 4));
   }
   *reinterpret_cast<uint2*>(p) = make_uint2(word[0], word[1]);
 }
@@ -255,12 +261,14 @@ __global__ void RmsNormVecKernel(const T* x, int64_t ldx, R* residual, NormResid
     }
   }
   if constexpr (!std::is_same_v<O, T>) {
-    const float scale = Fp8RowScale(amax, static_scale, out_scales + blockIdx.x);
+    const Divisor scale = MakeDivisor(Fp8RowScale(amax, static_scale, out_scales + blockIdx.x));
+    WithDivisor(scale, [&]<bool kFast>() {
 #pragma unroll
-    for (int j = 0; j < kVecs; ++j) {
-      const int i = threadIdx.x + j * blockDim.x;
-      if (i < nvec) StoreFp8x8(o + 8 * i, v[j], scale);
-    }
+      for (int j = 0; j < kVecs; ++j) {
+        const int i = threadIdx.x + j * blockDim.x;
+        if (i < nvec) StoreFp8x8<kFast>(o + 8 * i, v[j], scale);
+      }
+    });
   }
 }
 
@@ -469,11 +477,14 @@ __global__ void RopeStoreKvVec8Kernel(RopeKvArgsT<T, C> a) {
       float scale;
       C* dst = KvCacheRow(a, head, slot, &scale);
       if constexpr (kIsFp8<C>) {
-        // RoundTo<T> then a true division, as the scalar kernel.
+        // RoundTo<T> then the IEEE quotient, as the scalar kernel.
 #pragma unroll
         for (int e = 0; e < 8; ++e) x[e] = RoundTo<T>(x[e]), y[e] = RoundTo<T>(y[e]);
-        StoreFp8x8(dst + off_x, x, scale);
-        StoreFp8x8(dst + off_y, y, scale);
+        const Divisor d = MakeDivisor(scale);
+        WithDivisor(d, [&]<bool kFast>() {
+          StoreFp8x8<kFast>(dst + off_x, x, d);
+          StoreFp8x8<kFast>(dst + off_y, y, d);
+        });
       } else {
         Store8(dst + off_x, x);
         Store8(dst + off_y, y);
@@ -482,13 +493,24 @@ __global__ void RopeStoreKvVec8Kernel(RopeKvArgsT<T, C> a) {
   }
 }
 
+// silu(x) = x / (1 + e^-x) in five instructions: e^-x as __expf computes it but flushing
+// results below 2^-126 to zero (1 + e^-x rounds to 1 either way), and the quotient as
+// rcp.approx's product (__fdividef: within 2 ulps; 0 where 1 + e^-x passes 2^126, i.e. x below
+// -87.3, where silu is below 1e-36). The IEEE division it replaced cost ~12 instructions with
+// its range check, and SiluMulFp8 was bound by its instructions (docs/kernels.md).
+__device__ __forceinline__ float Silu(float x) {
+  float e;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.4426950408889634f));
+  return __fdividef(x, 1.0f + e);
+}
+
 // silu(g) * u at HF's rounding points: act_fn(gate) is rounded to the model's dtype before the
 // product with up.
 // SiluTimesExact: for g and u already T values held as floats, the product as a float (a T
 // value).
 template <typename T>
 __device__ __forceinline__ float SiluTimesExact(float x, float u) {
-  return RoundTo<T>(RoundTo<T>(x / (1.0f + __expf(-x))) * u);
+  return RoundTo<T>(RoundTo<T>(Silu(x)) * u);
 }
 template <typename T>
 __device__ __forceinline__ T SiluTimes(T g, T u) {
@@ -576,15 +598,17 @@ __global__ void SiluMulFp8Kernel(const T* gate_up, int64_t ld, int32_t dim, __nv
     }
     gv[j] = Pack8<T>(gf);  // the products replace the gate values (exactly: they are T values)
   }
-  const float scale = Fp8RowScale(amax, static_scale, out_scales + blockIdx.x);
+  const Divisor scale = MakeDivisor(Fp8RowScale(amax, static_scale, out_scales + blockIdx.x));
+  WithDivisor(scale, [&]<bool kFast>() {
 #pragma unroll
-  for (int j = 0; j < kVecs; ++j) {
-    const int i = threadIdx.x + j * blockDim.x;
-    if (i >= nvec) continue;
-    float y[8];
-    Unpack8(gv[j], y);
-    StoreFp8x8(o + 8 * i, y, scale);
-  }
+    for (int j = 0; j < kVecs; ++j) {
+      const int i = threadIdx.x + j * blockDim.x;
+      if (i >= nvec) continue;
+      float y[8];
+      Unpack8(gv[j], y);
+      StoreFp8x8<kFast>(o + 8 * i, y, scale);
+    }
+  });
 }
 
 template <typename T>

@@ -29,7 +29,8 @@
 //     first value comes from cpu::RmsNorm (weight 1) resp. cpu::SiluMul (up 1) in f32, and the
 //     kernel's f32 value differs from it by the reduction order of the sum of squares and rsqrtf's
 //     2 ulps (RmsNorm; typically ~1e-7 relative, kNormRel = 1e-5 allowed), resp. by __expf's
-//     documented 2 + 1.16|g| ulps plus two roundings (SiluMul; kSiluUlps doubles that bound). The
+//     documented 2 + 1.16|g| ulps, the sum 1 + e^-g's rounding and the quotient's 2 ulps
+//     (__fdividef), 4.5 + 1.16|g| in all (SiluMul; kSiluUlps allows twice 4 + 1.16|g|). The
 //     output must lie between the second roundings of the roundings of ref * (1 -/+ rel): bitwise
 //     T(T(ref) * w) except where ref sits that close to a tie of T, where the first rounding may
 //     go the other way and the output may then differ by up to 2 ulps (1 ulp of the first value,
@@ -76,7 +77,7 @@ namespace {
 
 constexpr float kNormRel = 1e-5f;
 constexpr float kRopeErr = 2e-6f;
-constexpr float kSiluUlps = 2.0f;  // times __expf's bound (2 + 1.16|g| ulps) plus 2 roundings
+constexpr float kSiluUlps = 2.0f;  // times 4 + 1.16|g| ulps (__expf, 1 + e^-g, __fdividef)
 
 using Bits = std::vector<uint16_t>;
 

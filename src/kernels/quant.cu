@@ -6,6 +6,7 @@
 
 #include <type_traits>
 
+#include "kernels/divide.h"
 #include "kernels/dtype_traits.cuh"
 #include "kernels/gemv.h"
 #include "kernels/launch.cuh"
@@ -62,14 +63,19 @@ constexpr int kQuantThreads = 256;
 // The block's row of codes: dst[c] = Encode(row[c] / scale), 8 values per thread per pass.
 template <typename T, typename Code>
 __device__ __forceinline__ void EncodeRow(const T* row, int64_t cols, float scale, Code* dst) {
-  for (int64_t c = threadIdx.x * 8; c < cols; c += kQuantThreads * 8) {
-    float v[8];
-    Load8(row + c, v);
-    float q[2][4];
+  const Divisor d = MakeDivisor(scale);
+  WithDivisor(d, [&]<bool kFast>() {
+    for (int64_t c = threadIdx.x * 8; c < cols; c += kQuantThreads * 8) {
+      float v[8];
+      Load8(row + c, v);
+      float q[2][4];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) q[e / 4][e % 4] = __fdiv_rn(v[e], scale);  // the CPU's IEEE x / s
-    *reinterpret_cast<uint2*>(dst + c) = make_uint2(Encode4<Code>(q[0]), Encode4<Code>(q[1]));
-  }
+      for (int e = 0; e < 8; ++e) {  // the CPU's IEEE x / s (kernels/divide.h)
+        q[e / 4][e % 4] = kFast ? DivideRnFast(v[e], d) : v[e] / scale;
+      }
+      *reinterpret_cast<uint2*>(dst + c) = make_uint2(Encode4<Code>(q[0]), Encode4<Code>(q[1]));
+    }
+  });
 }
 
 // One block per row: the row's amax (8 values per thread per pass), then the quantized row. The
