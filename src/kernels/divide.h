@@ -55,11 +55,21 @@ KILN_DIVIDE_FN float DivideRnFast(float y, const Divisor& v) {
   return m >= 0x1p-40f && m <= 0x1p100f ? q2 : q0;
 }
 
-// DivideRnFast, or the division itself for a divisor outside the fast range. Loops over many
-// quotients should test v.fast once outside instead (a kFast template parameter): the test
-// inside costs a branch a value.
+// DivideRnFast where kFast (= v.fast), else the division itself (a divisor outside the fast
+// range). Loops over many quotients take kFast from WithDivisor: testing v.fast inside costs a
+// branch a value.
+template <bool kFast>
+KILN_DIVIDE_FN float DivideRnAs(float y, const Divisor& v) {
+  if constexpr (kFast) {
+    return DivideRnFast(y, v);
+  } else {
+    return y / v.d;
+  }
+}
+
+// The same with the range tested here.
 KILN_DIVIDE_FN float DivideRn(float y, const Divisor& v) {
-  return v.fast ? DivideRnFast(y, v) : y / v.d;
+  return v.fast ? DivideRnAs<true>(y, v) : DivideRnAs<false>(y, v);
 }
 
 // f.template operator()<v.fast>(): a loop of quotients inside f tests the range once.

@@ -79,11 +79,11 @@ __device__ __forceinline__ float Fp8RowScale(float thread_amax, const float* sta
 template <bool kFast>
 __device__ __forceinline__ void StoreFp8x8(__nv_fp8_e4m3* p, const float (&y)[8],
                                            const Divisor& scale) {
-  auto divide = [&](float v) { return kFast ? DivideRnFast(v, scale) : v / scale.d; };
   uint32_t word[2] = {0, 0};
 #pragma unroll
   for (int e = 0; e < 8; e += 2) {
-    const float2 q = make_float2(divide(y[e]), divide(y[e + 1]));
+    const float2 q =
+        make_float2(DivideRnAs<kFast>(y[e], scale), DivideRnAs<kFast>(y[e + 1], scale));
     word[e / 4] |= uint32_t{__nv_cvt_float2_to_fp8x2(q, __NV_SATFINITE, __NV_E4M3)}
                    << (8 * (e % 4));
   }

@@ -70,9 +70,7 @@ __device__ __forceinline__ void EncodeRow(const T* row, int64_t cols, float scal
       Load8(row + c, v);
       float q[2][4];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {  // the CPU's IEEE x / s (kernels/divide.h)
-        q[e / 4][e % 4] = kFast ? DivideRnFast(v[e], d) : v[e] / scale;
-      }
+      for (int e = 0; e < 8; ++e) q[e / 4][e % 4] = DivideRnAs<kFast>(v[e], d);  // the CPU's x / s
       *reinterpret_cast<uint2*>(dst + c) = make_uint2(Encode4<Code>(q[0]), Encode4<Code>(q[1]));
     }
   });
