@@ -3,14 +3,15 @@
 // bf16 GEMM at 8192^3.
 //
 //   attention_bench [--json PATH] [--split-sweep] [--block-sweep] [--decode-only] [--fp8-kv]
-//                   [--engine-like]
+//                   [--engine-like [--auto-splits-only]]
 //
 // --decode-only: decode at batch 64 and 256 x 1,024 and 224 x 1,536 (a runner-sized pool), each
 // next to a read-only kernel over the same block tables (the access pattern's ceiling).
 // --fp8-kv: the bf16 cache against the fp8 (e4m3) cache: decode at batch 64 and 256 x 1,024 and
 // 4,096, each with the read-only ceiling of its bytes, and prefill (1 x 4,096 causal, 512 new on
 // 3,584 cached); a table of the fp8 / bf16 time ratios last.
-// --engine-like: decode as a 1000/1000 offline run's steps see it (BenchDecodeEngineLike).
+// --engine-like: decode as a 1000/1000 offline run's steps see it (BenchDecodeEngineLike), at
+// the kernel's own split count and 1-24 forced ones (--auto-splits-only: the kernel's only).
 //
 // Prefill figures are TFLOP/s (causal FLOPs: 4 * heads * head_dim per (query, visible key)) over
 // the GEMM peak; decode figures are K/V bytes read per second over the copy bandwidth. Decode runs
@@ -486,7 +487,8 @@ std::vector<Row> BenchDecodeEngineLike(const AttentionDims& d, bool fp8, int num
 
 int main(int argc, char** argv) {
   std::string json_path;
-  bool sweep = false, block_sweep = false, decode_only = false, fp8_kv = false, engine_like = false;
+  bool sweep = false, block_sweep = false, decode_only = false, fp8_kv = false, engine_like = false,
+       auto_splits_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--json" && i + 1 < argc) {
       json_path = argv[++i];
@@ -500,10 +502,12 @@ int main(int argc, char** argv) {
       fp8_kv = true;
     } else if (std::string(argv[i]) == "--engine-like") {
       engine_like = true;
+    } else if (std::string(argv[i]) == "--auto-splits-only") {
+      auto_splits_only = true;
     } else {
       std::fprintf(stderr,
                    "usage: %s [--json PATH] [--split-sweep] [--block-sweep] [--decode-only] "
-                   "[--fp8-kv] [--engine-like]\n",
+                   "[--fp8-kv] [--engine-like [--auto-splits-only]]\n",
                    argv[0]);
       return 2;
     }
@@ -572,7 +576,8 @@ int main(int argc, char** argv) {
     const int shapes[][3] = {{256, 1000, 2000}, {512, 1000, 2000}, {256, 128, 256},
                              {128, 1000, 2000}, {64, 1000, 2000},  {32, 1000, 2000},
                              {64, 1024, 1024},  {256, 1024, 1024}};
-    const std::vector<int> splits = {0, 1, 2, 3, 4, 6, 8, 12, 16, 24};
+    const std::vector<int> splits =
+        auto_splits_only ? std::vector<int>{0} : std::vector<int>{0, 1, 2, 3, 4, 6, 8, 12, 16, 24};
     for (bool fp8 : {true, false}) {
       for (const auto& sh : shapes) {
         for (Row& r :

@@ -1,17 +1,19 @@
 // Paged attention over the bf16, fp16 or fp8 (e4m3) KV cache (attention.h): FlashAttention-2
 // style prefill and a split-K (flash-decoding) decode path. Both use mma.sync m16n8k16 bf16 / fp16
 // tensor-core tiles with fp32 accumulation and an fp32 online softmax (attention_mma.cuh); K/V
-// tiles are gathered through the block table with 16-byte cp.async copies into padded
-// shared-memory rows. Every kernel is one body templated on the activation type T and the cache
-// element type C (T or __nv_fp8_e4m3), instantiated for all four pairs; bf16 and fp16 take the
-// same shared memory, tiles and launch bounds.
+// tiles are gathered through the block table with 16-byte cp.async copies into shared memory.
+// Every kernel is one body templated on the activation type T and, for prefill, the cache element
+// type C (T or __nv_fp8_e4m3), instantiated for all four pairs; bf16 and fp16 take the same
+// shared memory, tiles and launch bounds.
 //
-// FP8 cache: the cp.async copies land in unpadded fp8 staging tiles (half the bytes: 16 keys x
-// 128 dims is 2 KiB), and each K/V tile is converted once, by all threads of the CTA, into a T
-// tile of the same padded layout a T cache uses (exact: every e4m3 value is a normal bf16 / fp16
-// number), which the unchanged tensor-core step then reads. The staging tiles are the pipeline's
-// buffers, so one T tile (no double buffer) suffices. The scales are folded outside the loops:
-// k_scale into the softmax scale, v_scale into the final 1 / l.
+// FP8 cache, prefill: the cp.async copies land in unpadded fp8 staging tiles (half the bytes: 16
+// keys x 128 dims is 2 KiB), and each K/V tile is converted once, by all threads of the CTA, into
+// a T tile of the same padded layout a T cache uses (exact: every e4m3 value is a normal bf16 /
+// fp16 number), which the unchanged tensor-core step then reads. FP8 cache, decode
+// (PagedDecodeFp8Kernel): each lane converts exactly the codes of its own mma fragments, read
+// from the staging tiles, into fp16 registers, and the products run in fp16 (see there). The
+// scales are folded outside the loops: k_scale into the softmax scale, v_scale into the final
+// 1 / l.
 //
 // Layout assumed: q/out rows 16-byte aligned (pointers and strides multiples of 8 elements), cache
 // [num_blocks, num_kv_heads, block_size, head_dim] so one kv head's 16 consecutive positions are
@@ -29,12 +31,12 @@
 // (wgmma peak); mma.sync on Hopper reaches roughly half of that, so ~0.4 ms is the realistic floor.
 //
 // Decode: one warp per (split, kv head x head chunk, sequence) walks its share of the sequence's
-// 16-key tiles with a kDecodeStages-deep cp.async pipeline (fp8: kDecodeStagesFp8, all in flight
-// during the tensor-core step; bf16 / fp16: each lane has 2 * kDecodeStages - 2
-// 16-byte loads of 8 KiB tiles in flight at head_dim 128), then writes (m, l, o / l) partials that
-// a second kernel merges. Napkin math, batch 64 x 1,024 tokens, 8 kv heads x 128: 268 MB of K/V,
-// 80 us at 3.35 TB/s; 134 MB, 40 us, from an fp8 cache (whose conversion adds ~300 instructions
-// a lane per 16-key tile at bf16, ~100 at fp16, to the ~200 of the tensor-core step).
+// 16-key tiles with a cp.async pipeline (T cache: kDecodeStages deep, each lane with 2 *
+// kDecodeStages - 2 16-byte loads of 8 KiB tiles in flight at head_dim 128; fp8:
+// kDecodeStagesFp8 tiles of 4 KiB, all in flight during the tensor-core step), then writes
+// (m, l, o / l) partials that a second kernel merges (a sequence with one split writes its
+// output directly). Napkin math, batch 64 x 1,024 tokens, 8 kv heads x 128: 268 MB of K/V, 80 us
+// at 3.35 TB/s; 134 MB, 40 us, from an fp8 cache.
 //
 // Versions tried are recorded in docs/kernels.md ("Paged attention").
 #include <cuda_bf16.h>
@@ -61,6 +63,8 @@ using attention_internal::CpAsyncWait;
 using attention_internal::kSmemStride;
 using attention_internal::Ldmatrix4;
 using attention_internal::LoadQFragments;
+using attention_internal::Mma;
+using attention_internal::SoftmaxRowStep;
 using attention_internal::WarpAttendTile;
 using attention_internal::WarpAttendTileM;
 using attention_internal::WarpState;
@@ -68,6 +72,7 @@ using dtype_internal::E4m3x8ToVec8;
 using dtype_internal::FloatsToPair;
 using dtype_internal::FromFloat;
 using dtype_internal::kIsFp8;
+using dtype_internal::PackPair;
 using dtype_internal::Pair;
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -81,14 +86,8 @@ inline constexpr int kPrefillWarps = kHeadDim == 128 ? 8 : 4;
 constexpr int kPrefillTileN = 64;  // keys per K/V tile
 constexpr int kDecodeTileN = 16;   // keys per decode tile (never straddles a cache block)
 constexpr int kDecodeStages = 4;   // cp.async pipeline depth of one decode warp
-// The fp8 cache's depth. Its warps also convert every tile, so they are bound by their own
-// latency rather than by bytes in flight: fewer stages leave room for more warps an SM, which
-// won (H100, head_dim 128: 2 stages, 16.5 KiB a CTA, 12 CTAs an SM by registers, beat 4 stages /
-// 8 CTAs by 1.2x at batch 64 and matched it at 256; 8 stages / 5 CTAs ran 1.6x slower).
-constexpr int kDecodeStagesFp8 = 2;
-constexpr int kDecodeRows = 16;  // query heads per decode warp (the mma M)
+constexpr int kDecodeRows = 16;    // query heads per decode warp (the mma M)
 constexpr int kMinTilesPerSplit = 2;
-constexpr int kMaxReduceHeads = 8;  // heads a merge CTA takes
 constexpr int kMaxSplits = 256;
 
 // What both kernels read: the contract's pointers and strides, plus derived constants.
@@ -328,171 +327,132 @@ template <typename T, typename C>
 struct DecodeParams : AttentionParams<T, C> {
   int32_t head_chunks;  // ceil(group / kDecodeRows)
   int32_t num_splits;
-  int32_t min_tiles;        // the fewest tiles a split takes (SplitRange)
-  int32_t one_split_below;  // sequences of fewer tiles take one split (SplitRange)
-  float* partial_ml;        // [num_seqs, num_heads, num_splits, 2]: m (log2 units), l
-  float* partial_o;         // [num_seqs, num_heads, num_splits, head_dim]: o / l
+  float* partial_ml;  // [num_seqs, num_heads, num_splits, 2]: m (log2 units), l
+  float* partial_o;   // [num_seqs, num_heads, num_splits, head_dim]: o / l
 };
 
 // The tiles [begin, end) of split `split` for a sequence of seq_len > 0 positions: the
-// sequence's tiles are dealt evenly over the splits, at least p.min_tiles each, so short
-// sequences use fewer splits, and one split below p.one_split_below tiles. Returns the number of
-// non-empty splits.
-template <typename P>
-__device__ __forceinline__ int SplitRange(int seq_len, const P& p, int split, int* begin,
+// sequence's tiles are dealt evenly over the splits, at least kMinTilesPerSplit each, so short
+// sequences use fewer splits. Returns the number of non-empty splits.
+__device__ __forceinline__ int SplitRange(int seq_len, int num_splits, int split, int* begin,
                                           int* end) {
   const int num_tiles = (seq_len + kDecodeTileN - 1) / kDecodeTileN;
-  const int per_split = num_tiles < p.one_split_below
-                            ? num_tiles
-                            : max((num_tiles + p.num_splits - 1) / p.num_splits, p.min_tiles);
+  const int per_split = max((num_tiles + num_splits - 1) / num_splits, kMinTilesPerSplit);
   *begin = split * per_split;
   *end = min(num_tiles, *begin + per_split);
   return (num_tiles + per_split - 1) / per_split;
 }
 
-// A T cache: Q rows and kDecodeStages K and V tiles of T (39 KiB at head_dim 128). An fp8 cache:
-// one K and one V tile of T (Q's rows, read once, are the K tile's space) and kDecodeStagesFp8
-// stages of codes ([K, V][16][kHeadDim] bytes each): 16.5 KiB at head_dim 128.
-template <int kHeadDim, typename C>
-constexpr size_t DecodeSmemBytes() {
-  static_assert(kDecodeRows == kDecodeTileN, "Q's rows fill the K tile's space");
-  if constexpr (kIsFp8<C>) {
-    return sizeof(uint16_t) * kSmemStride<kHeadDim> * 2 * kDecodeTileN +
-           kDecodeStagesFp8 * 2 * kDecodeTileN * kHeadDim;
-  } else {
-    return sizeof(uint16_t) * kSmemStride<kHeadDim> *
-           (kDecodeRows + 2 * kDecodeStages * kDecodeTileN);
-  }
+// What one decode CTA works on: its split, its query heads [head0, head0 + num_rows) of kv head
+// kv_head, and its tiles [tile_begin, tile_end) of sequence seq (num_active splits of it are
+// non-empty).
+struct DecodeItem {
+  int split, kv_head, head0, num_rows, seq, seq_len, tile_begin, tile_end, num_active;
+};
+
+// This CTA's item, from the grid (splits, kv heads x head chunks, sequences); false when it has
+// nothing to do (a padding row, or a split past the sequence's tiles).
+template <typename P>
+__device__ __forceinline__ bool GetDecodeItem(const P& p, DecodeItem* it) {
+  it->split = blockIdx.x;
+  it->kv_head = blockIdx.y / p.head_chunks;
+  it->head0 = it->kv_head * p.group + (blockIdx.y % p.head_chunks) * kDecodeRows;
+  it->num_rows = min(kDecodeRows, (it->kv_head + 1) * p.group - it->head0);
+  it->seq = blockIdx.z;
+  it->seq_len = p.seq_lens[it->seq];
+  if (it->seq_len <= 0) return false;  // padding row
+  it->num_active = SplitRange(it->seq_len, p.num_splits, it->split, &it->tile_begin, &it->tile_end);
+  return it->tile_begin < it->tile_end;
 }
 
-template <int kHeadDim, typename T, typename C>
-__global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams<T, C> p) {
+// Q rows and kDecodeStages K and V tiles of T (39 KiB at head_dim 128).
+template <int kHeadDim>
+constexpr size_t DecodeSmemBytes() {
+  return sizeof(uint16_t) * kSmemStride<kHeadDim> *
+         (kDecodeRows + 2 * kDecodeStages * kDecodeTileN);
+}
+
+// Decode over a bf16 / fp16 cache (T = C).
+template <int kHeadDim, typename T>
+__global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams<T, T> p) {
   PdlWait();
   PdlLaunchDependents();
-  constexpr bool kFp8 = kIsFp8<C>;
   constexpr int kStride = kSmemStride<kHeadDim>;
   constexpr int kChunks = kHeadDim / 8;
-  constexpr int kCacheChunks = kHeadDim * int{sizeof(C)} / 16;
-  constexpr int kChunkElems = 16 / int{sizeof(C)};
   constexpr int kStageElems = kDecodeTileN * kStride;
-  constexpr int kStages = kFp8 ? kDecodeStagesFp8 : kDecodeStages;
-  constexpr int kTileBufs = kFp8 ? 1 : kStages;
-  constexpr int kStageCodes = 2 * kDecodeTileN * kHeadDim;  // fp8: one stage, K then V
+  constexpr int kStages = kDecodeStages;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto* q_smem = reinterpret_cast<T*>(smem_raw);            // [kDecodeRows][kStride]
-  T* k_smem = q_smem + (kFp8 ? 0 : kDecodeRows * kStride);  // [kTileBufs][16][kStride]
-  T* v_smem = k_smem + kTileBufs * kStageElems;
-  // fp8 only: [kStages][K, V][16][kHeadDim] codes, the cp.async targets.
-  auto* staging = reinterpret_cast<uint8_t*>(v_smem + kTileBufs * kStageElems);
+  auto* q_smem = reinterpret_cast<T*>(smem_raw);  // [kDecodeRows][kStride]
+  T* k_smem = q_smem + kDecodeRows * kStride;     // [kStages][16][kStride]
+  T* v_smem = k_smem + kStages * kStageElems;
 
-  // Grid (splits, kv heads x chunks, sequences): a sequence's splits are scheduled together. With
-  // balancing splits (one_split_below > 0) the split is the slowest index instead, (kv heads x
-  // chunks, sequences, splits): every sequence's first split is scheduled before any second one,
-  // so the CTAs of splits the short sequences do not use (they return at once) come last, behind
-  // the work (attention_bench --engine-like, batch 256 of 128-256 positions: 72 against 87 us;
-  // 1,000-2,000 positions: 328 against 318 us).
-  const bool split_slowest = p.one_split_below > 0;
-  const int split = split_slowest ? blockIdx.z : blockIdx.x;
-  const int head_index = split_slowest ? blockIdx.x : blockIdx.y;
-  const int kv_head = head_index / p.head_chunks;
-  const int head0 = kv_head * p.group + (head_index % p.head_chunks) * kDecodeRows;
-  const int num_rows = min(kDecodeRows, (kv_head + 1) * p.group - head0);
-  const int seq = split_slowest ? blockIdx.y : blockIdx.z;
-  const int seq_len = p.seq_lens[seq];
-  if (seq_len <= 0) return;  // padding row
-  int tile_begin, tile_end;
-  const int num_active = SplitRange(seq_len, p, split, &tile_begin, &tile_end);
-  if (tile_begin >= tile_end) return;
+  DecodeItem it;
+  if (!GetDecodeItem(p, &it)) return;
   const int lane = threadIdx.x;
-  const int32_t* table = p.block_tables + int64_t{seq} * p.max_blocks_per_seq;
+  const int32_t* table = p.block_tables + int64_t{it.seq} * p.max_blocks_per_seq;
 
   for (int c = lane; c < kDecodeRows * kChunks; c += 32) {
     const int r = c / kChunks;
     const int ch = c % kChunks;
-    const bool valid = r < num_rows;
-    const T* src = valid ? p.q + seq * p.q_stride + (head0 + r) * kHeadDim + ch * 8 : p.q;
+    const bool valid = r < it.num_rows;
+    const T* src = valid ? p.q + it.seq * p.q_stride + (it.head0 + r) * kHeadDim + ch * 8 : p.q;
     CpAsync16(q_smem + r * kStride + ch * 8, src, valid);
   }
   // A 16-key tile lies inside one cache block: one table read, 16 * kHeadDim contiguous elements.
   auto load_tile = [&](int tile, int stage) {
     const int key0 = tile * kDecodeTileN;
     const int64_t base =
-        CacheOffset(table, p.block_size, p.block_shift, p.num_kv_heads, kv_head, key0, kHeadDim);
+        CacheOffset(table, p.block_size, p.block_shift, p.num_kv_heads, it.kv_head, key0, kHeadDim);
 #pragma unroll
-    for (int c = lane; c < kDecodeTileN * kCacheChunks; c += 32) {
-      const int r = c / kCacheChunks;
-      const int ch = c % kCacheChunks;
-      const bool valid = key0 + r < seq_len;
-      const int64_t off = valid ? base + r * kHeadDim + ch * kChunkElems : 0;
-      if constexpr (kFp8) {
-        uint8_t* s = staging + stage * kStageCodes + r * kHeadDim + ch * 16;
-        CpAsync16(s, p.k + off, valid);
-        CpAsync16(s + kDecodeTileN * kHeadDim, p.v + off, valid);
-      } else {
-        const int s = stage * kStageElems + r * kStride + ch * 8;
-        CpAsync16(k_smem + s, p.k + off, valid);
-        CpAsync16(v_smem + s, p.v + off, valid);
-      }
+    for (int c = lane; c < kDecodeTileN * kChunks; c += 32) {
+      const int r = c / kChunks;
+      const int ch = c % kChunks;
+      const bool valid = key0 + r < it.seq_len;
+      const int64_t off = valid ? base + r * kHeadDim + ch * 8 : 0;
+      const int s = stage * kStageElems + r * kStride + ch * 8;
+      CpAsync16(k_smem + s, p.k + off, valid);
+      CpAsync16(v_smem + s, p.v + off, valid);
     }
   };
-  // Prologue (group 0 also holds Q; empty groups keep the wait_group count uniform at the tail).
-  // A T cache: tiles 0 .. kStages - 2, and each iteration first refills the stage the previous
-  // one read. fp8: tiles 0 .. kStages - 1, and each iteration refills its own stage as soon as
-  // it is converted, so all kStages tiles are in flight during the tensor-core step.
-  constexpr int kLead = kFp8 ? kStages : kStages - 1;
+  // Prologue: tiles 0 .. kStages - 2 (group 0 also holds Q; empty groups keep the wait_group
+  // count uniform at the tail); each iteration first refills the stage the previous one read.
 #pragma unroll
-  for (int i = 0; i < kLead; ++i) {
-    if (tile_begin + i < tile_end) load_tile(tile_begin + i, i);
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (it.tile_begin + i < it.tile_end) load_tile(it.tile_begin + i, i);
     CpAsyncCommit();
   }
   WarpState<kHeadDim> st;
   st.Init();
   uint32_t qf[kHeadDim / 16][4];
-  const int max_pos[2] = {seq_len - 1, seq_len - 1};
-  for (int tile = tile_begin; tile < tile_end; ++tile) {
-    const int i = tile - tile_begin;
+  const int max_pos[2] = {it.seq_len - 1, it.seq_len - 1};
+  for (int tile = it.tile_begin; tile < it.tile_end; ++tile) {
+    const int i = tile - it.tile_begin;
     const int stage = i % kStages;
-    if constexpr (!kFp8) {
-      const int ahead = tile + kStages - 1;
-      if (ahead < tile_end) load_tile(ahead, (i + kStages - 1) % kStages);
-      CpAsyncCommit();
-    }
+    const int ahead = tile + kStages - 1;
+    if (ahead < it.tile_end) load_tile(ahead, (i + kStages - 1) % kStages);
+    CpAsyncCommit();
     CpAsyncWait<kStages - 1>();  // tile i's group (kStages + i groups committed)
     __syncwarp();
     if (i == 0) LoadQFragments<kHeadDim>(q_smem, qf);
-    const T* k_tile = k_smem + stage * kStageElems;
-    const T* v_tile = v_smem + stage * kStageElems;
-    if constexpr (kFp8) {
-      if (i == 0) __syncwarp();  // Q's rows are read before the K tile overwrites them
-      ConvertFp8Tile<kHeadDim, kDecodeTileN, 32>(staging + stage * kStageCodes, k_smem, v_smem,
-                                                 lane);
-      __syncwarp();  // the T tiles are written, the stage is read
-      if (tile + kStages < tile_end) load_tile(tile + kStages, stage);
-      CpAsyncCommit();
-      k_tile = k_smem;
-      v_tile = v_smem;
-    }
     const int key0 = tile * kDecodeTileN;
-    WarpAttendTile<kHeadDim, kDecodeTileN>(qf, k_tile, v_tile, p.scale_log2,
-                                           key0 + kDecodeTileN > seq_len, key0, max_pos, st);
-    // A T cache: the stage is refilled kStages - 1 iterations later; fp8: the T tiles next one.
-    __syncwarp();
+    WarpAttendTile<kHeadDim, kDecodeTileN>(qf, k_smem + stage * kStageElems,
+                                           v_smem + stage * kStageElems, p.scale_log2,
+                                           key0 + kDecodeTileN > it.seq_len, key0, max_pos, st);
+    __syncwarp();  // the stage is refilled kStages - 1 iterations later
   }
 
   float inv_l[2];
   st.Finish(inv_l);
-  inv_l[0] *= p.v_scale;
-  inv_l[1] *= p.v_scale;
   const int g = lane / 4;
   const int t = lane % 4;
-  if (num_active == 1) {
+  if (it.num_active == 1) {
     // One split: this is the whole softmax; write the output (the merge kernel skips the
     // sequence, or is not launched).
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = g + 8 * r;
-      if (row >= num_rows) continue;
-      T* o = p.out + int64_t{seq} * p.out_stride + (head0 + row) * kHeadDim;
+      if (row >= it.num_rows) continue;
+      T* o = p.out + int64_t{it.seq} * p.out_stride + (it.head0 + row) * kHeadDim;
 #pragma unroll
       for (int d = 0; d < kHeadDim / 8; ++d) {
         *reinterpret_cast<Pair<T>*>(o + d * 8 + 2 * t) =
@@ -504,8 +464,8 @@ __global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams<
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = g + 8 * r;
-    if (row >= num_rows) continue;
-    const int64_t slot = (int64_t{seq} * p.num_heads + head0 + row) * p.num_splits + split;
+    if (row >= it.num_rows) continue;
+    const int64_t slot = (int64_t{it.seq} * p.num_heads + it.head0 + row) * p.num_splits + it.split;
     float* o = p.partial_o + slot * kHeadDim;
 #pragma unroll
     for (int d = 0; d < kHeadDim / 8; ++d) {
@@ -516,22 +476,322 @@ __global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams<
   }
 }
 
-// Merges the splits of the heads of a sequence that has more than one: out = sum_j w_j o_j /
-// sum_j w_j with w_j = l_j * 2^(m_j - max m). One thread per output element, blockDim.x /
-// kHeadDim heads a CTA (up to kMaxReduceHeads: fewer CTAs to schedule where most sequences
-// return at once).
-template <int kHeadDim, typename T, typename C>
-__global__ void __launch_bounds__(kMaxReduceHeads* kHeadDim)
-    PagedDecodeReduceKernel(const DecodeParams<T, C> p) {
+// ---- Decode over an fp8 cache --------------------------------------------------------------
+//
+// The codes never pass through a T tile: each lane reads from the staging tiles exactly the codes
+// of its own mma fragments and turns each pair into an fp16 pair with one cvt (exact: every
+// finite e4m3 value is a normal fp16 number), and the products run as fp16 mma's whatever T is (Q
+// rounded to fp16 once, saturating; P in fp16, 3 more bits than bf16). With g = lane / 4 and
+// t = lane % 4:
+// - S = Q K^T as in the T kernel (heads are the M rows g and g + 8, keys the N columns), but
+//   with the head dims permuted alike in Q and K so that lane (g, t) holds the dims
+//   kKeyBytes t + 4 kk + 0..3 of k step kk: its K codes of a key are the kKeyBytes contiguous
+//   bytes at kKeyBytes t (32 at head_dim 128).
+// - Keys permuted: S's column c = 8 j + 2 u + x (n tile j, x = 0, 1) is key 4 u + 2 j + x of the
+//   tile, so lane (g, t)'s P values are keys 4 t .. 4 t + 3 of head g.
+// - O^T = V^T P^T (dims are the M rows, heads the N columns): S's C fragment of head g is P^T's
+//   B fragment as it stands, the 8 heads of a group fill N (no zero rows: half the mma's and
+//   accumulators of O = P V), and V^T's A fragment wants, for lane (g, t), keys 4 t .. 4 t + 3
+//   at dims kDimBytes g + 2 mt + 0..1 of m tile mt (output dims permuted): the kDimBytes
+//   contiguous bytes at kDimBytes g of V rows 4 t .. 4 t + 3 (16 at head_dim 128), which two
+//   byte permutes a word turn into the key pairs.
+// Lane (g, t) ends with heads 2 t and 2 t + 1 at the contiguous dims [kDimBytes g,
+// kDimBytes (g + 1)). The staging tiles' 16-byte chunks are XOR-swizzled by row
+// (Fp8ChunkSwizzle) so that both reads are free of bank conflicts at head_dim 128.
+
+// K or V codes of one lane: kKeyBytes a key of K (its dims), kDimBytes a row of V.
+template <int kHeadDim>
+inline constexpr int kKeyBytes = kHeadDim / 4;
+template <int kHeadDim>
+inline constexpr int kDimBytes = kHeadDim / 8;
+// Stages of 16 K and 16 V rows of codes (4 KiB at head_dim 128) a decode warp keeps in flight.
+constexpr int kDecodeStagesFp8 = 2;
+
+template <int kHeadDim>
+constexpr size_t DecodeSmemBytesFp8() {
+  return size_t{kDecodeStagesFp8} * 2 * kDecodeTileN * kHeadDim;
+}
+
+// The chunk slot of 16-byte chunk `chunk` of staging row `row` (rows of kHeadDim codes) is
+// chunk ^ Fp8ChunkSwizzle(row). At head_dim 128 the 8 lanes of a 16-byte shared load phase read
+// K rows 4 u + 2 j + {0, 1} at chunks 2 t + h, or V rows 4 t + i at chunk g: this swizzle puts the
+// 8 on 8 distinct chunk slots, i.e. 32 distinct banks. (head_dim 64: the K reads are
+// conflict-free anyway, the V reads take two passes.)
+template <int kHeadDim>
+__device__ __forceinline__ int Fp8ChunkSwizzle(int row) {
+  return kHeadDim == 128 ? ((row >> 2) << 1) | (row & 1) : (row >> 2) & 3;
+}
+
+// Bytes of words a and b interleaved: (a.b0, b.b0, a.b1, b.b1) for kSel 0, (a.b2, b.b2, a.b3,
+// b.b3) for kSel 1.
+template <int kSel>
+__device__ __forceinline__ uint32_t InterleaveBytes(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "n"(kSel == 0 ? 0x5140 : 0x7362));
+  return r;
+}
+
+// Two e4m3 codes (x's low 16 bits, the lower code first) as an fp16 pair: one cvt.
+__device__ __forceinline__ uint32_t CodesToHalf2(uint32_t x) {
+  return dtype_internal::E4m3x2ToPair<__half>(x & 0xffffu);
+}
+
+// A T pair as an fp16 pair, rounded to nearest, saturating at +-65504 (bf16 values in
+// [2^-14, 65504] are exact; fp16 passes through).
+template <typename T>
+__device__ __forceinline__ uint32_t PairToHalf2(uint32_t x) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return x;
+  } else {
+    const float lo = __uint_as_float(x << 16);
+    const float hi = __uint_as_float(x & 0xffff0000u);
+    uint32_t r;
+    asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+  }
+}
+
+// kUpper: the warp's heads fill rows g + 8 too (a head chunk of more than 8); otherwise Q's rows
+// g + 8 are zeros and only one N tile of heads is computed.
+template <int kHeadDim, typename T, bool kUpper>
+__global__ void __launch_bounds__(32, kUpper ? 12 : 16)
+    PagedDecodeFp8Kernel(const DecodeParams<T, __nv_fp8_e4m3> p) {
   PdlWait();
   PdlLaunchDependents();
-  const int head = blockIdx.x * (blockDim.x / kHeadDim) + threadIdx.x / kHeadDim;
-  const int dim = threadIdx.x % kHeadDim;
+  constexpr int kKeyB = kKeyBytes<kHeadDim>;
+  constexpr int kDimB = kDimBytes<kHeadDim>;
+  constexpr int kRowChunks = kHeadDim / 16;
+  constexpr int kTileBytes = kDecodeTileN * kHeadDim;  // K or V codes of one tile
+  constexpr int kStages = kDecodeStagesFp8;
+  constexpr int kHeadTiles = kUpper ? 2 : 1;                 // N tiles of 8 heads in O^T
+  constexpr int kDimTiles = kHeadDim / 16;                   // M tiles of 16 dims in O^T
+  extern __shared__ __align__(16) unsigned char smem_raw[];  // [kStages][K, V][16][kHeadDim]
+
+  DecodeItem it;
+  if (!GetDecodeItem(p, &it)) return;
+  const int lane = threadIdx.x;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int32_t* table = p.block_tables + int64_t{it.seq} * p.max_blocks_per_seq;
+  const uint32_t smem = attention_internal::SmemAddr(smem_raw);
+
+  auto load_tile = [&](int tile, int stage) {
+    const int key0 = tile * kDecodeTileN;
+    const int64_t base =
+        CacheOffset(table, p.block_size, p.block_shift, p.num_kv_heads, it.kv_head, key0, kHeadDim);
+    static_assert(kDecodeTileN * kRowChunks % 32 == 0, "whole chunks a lane");
+#pragma unroll
+    for (int i = 0; i < kDecodeTileN * kRowChunks / 32; ++i) {
+      const int c = 32 * i + lane;
+      const int r = c / kRowChunks;
+      const int ch = c % kRowChunks;
+      const bool valid = key0 + r < it.seq_len;
+      const int64_t off = valid ? base + c * 16 : 0;
+      const uint32_t s =
+          smem + stage * 2 * kTileBytes + r * kHeadDim + (ch ^ Fp8ChunkSwizzle<kHeadDim>(r)) * 16;
+      CpAsync16(s, p.k + off, valid);
+      CpAsync16(s + kTileBytes, p.v + off, valid);
+    }
+  };
+#pragma unroll
+  for (int i = 0; i < kStages; ++i) {
+    if (it.tile_begin + i < it.tile_end) load_tile(it.tile_begin + i, i);
+    CpAsyncCommit();
+  }
+
+  // Q rows g and g + 8 (zeros past num_rows), dims [kKeyB t, kKeyB (t + 1)) as fp16 pairs.
+  uint32_t q[2][kKeyB / 2] = {};
+#pragma unroll
+  for (int r = 0; r < kHeadTiles; ++r) {
+    const int row = g + 8 * r;
+    if (row >= it.num_rows) continue;
+    const uint4* src = reinterpret_cast<const uint4*>(p.q + it.seq * p.q_stride +
+                                                      (it.head0 + row) * kHeadDim + kKeyB * t);
+#pragma unroll
+    for (int v = 0; v < kKeyB / 8; ++v) {
+      const uint4 x = src[v];
+      q[r][4 * v + 0] = PairToHalf2<T>(x.x);
+      q[r][4 * v + 1] = PairToHalf2<T>(x.y);
+      q[r][4 * v + 2] = PairToHalf2<T>(x.z);
+      q[r][4 * v + 3] = PairToHalf2<T>(x.w);
+    }
+  }
+
+  // o[n][mt]: O^T's tile of dims (m tile mt) x heads 8 n .. 8 n + 7.
+  float o[kHeadTiles][kDimTiles][4] = {};
+  float m[2] = {-INFINITY, -INFINITY};  // of heads g and g + 8 (log2 units)
+  float l[2] = {0.0f, 0.0f};
+  // This lane's K rows: S's column g of n tiles 0 and 1.
+  const int key_row[2] = {4 * (g >> 1) + (g & 1), 4 * (g >> 1) + 2 + (g & 1)};
+  for (int tile = it.tile_begin; tile < it.tile_end; ++tile) {
+    const int stage = (tile - it.tile_begin) % kStages;
+    CpAsyncWait<kStages - 1>();  // this tile's group (kStages + i groups committed)
+    __syncwarp();
+    const uint32_t k_base = smem + stage * 2 * kTileBytes;
+    const uint32_t v_base = k_base + kTileBytes;
+    uint32_t kw[2][kKeyB / 4];  // codes of K rows key_row[j], dims [kKeyB t, ...)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int row = key_row[j];
+#pragma unroll
+      for (int h = 0; h < kKeyB / 16; ++h) {
+        const int ch = (kKeyB / 16) * t + h;
+        asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(kw[j][4 * h]), "=r"(kw[j][4 * h + 1]), "=r"(kw[j][4 * h + 2]),
+                       "=r"(kw[j][4 * h + 3])
+                     : "r"(k_base + row * kHeadDim + (ch ^ Fp8ChunkSwizzle<kHeadDim>(row)) * 16));
+      }
+    }
+    // S = Q K^T (fp16 mma): k step kk takes pairs 2 kk, 2 kk + 1 of the lane's dims.
+    float s[2][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      const uint32_t a[4] = {q[0][2 * kk], q[1][2 * kk], q[0][2 * kk + 1], q[1][2 * kk + 1]};
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        Mma<__half>(s[j], a, CodesToHalf2(kw[j][kk]), CodesToHalf2(kw[j][kk] >> 16));
+      }
+    }
+    uint32_t vw[4][kDimB / 4];  // codes of V rows 4 t + i, dims [kDimB g, ...)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = 4 * t + i;
+      const int byte = kDimB * g;
+      const uint32_t addr =
+          v_base + row * kHeadDim + ((byte / 16) ^ Fp8ChunkSwizzle<kHeadDim>(row)) * 16 + byte % 16;
+      if constexpr (kDimB == 16) {
+        asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(vw[i][0]), "=r"(vw[i][1]), "=r"(vw[i][2]), "=r"(vw[i][3])
+                     : "r"(addr));
+      } else {
+        static_assert(kDimB == 8, "head_dim 64 or 128");
+        asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n"
+                     : "=r"(vw[i][0]), "=r"(vw[i][1])
+                     : "r"(addr));
+      }
+    }
+    __syncwarp();  // every lane has read the stage: refill it
+    if (tile + kStages < it.tile_end) load_tile(tile + kStages, stage);
+    CpAsyncCommit();
+    const int key0 = tile * kDecodeTileN;
+    if (key0 + kDecodeTileN > it.seq_len) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          if (key0 + 4 * t + 2 * j + (c & 1) >= it.seq_len) s[j][c] = -INFINITY;
+        }
+      }
+    }
+    bool grew = false;
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < kHeadTiles; ++r) {
+      const float m_old = m[r];
+      alpha[r] = SoftmaxRowStep(s, r, p.scale_log2, m[r], l[r]);
+      grew |= m[r] != m_old;
+    }
+    // O is rescaled only when some head's maximum grew (after the first tiles, rarely). Lane
+    // (g, t)'s columns are heads 2 t and 2 t + 1 (+ 8 n), whose factors lanes 8 t and 8 t + 4 hold.
+    if (__any_sync(0xffffffffu, grew)) {
+#pragma unroll
+      for (int n = 0; n < kHeadTiles; ++n) {
+        const float a0 = __shfl_sync(0xffffffffu, alpha[n], 8 * t);
+        const float a1 = __shfl_sync(0xffffffffu, alpha[n], 8 * t + 4);
+#pragma unroll
+        for (auto& c : o[n]) {
+          c[0] *= a0;
+          c[1] *= a1;
+          c[2] *= a0;
+          c[3] *= a1;
+        }
+      }
+    }
+
+    // O^T += V^T P^T (fp16 mma): P^T's B fragment is S's C fragment of heads g (+ 8); V^T's A
+    // fragment of m tile mt is byte 2 mt (dim row g) and 2 mt + 1 (row g + 8) of the lane's V
+    // codes, keys (4 t, 4 t + 1) in a0 / a1 and (4 t + 2, 4 t + 3) in a2 / a3.
+    uint32_t pb[kHeadTiles][2];
+#pragma unroll
+    for (int n = 0; n < kHeadTiles; ++n) {
+      pb[n][0] = PackPair<__half>(s[0][2 * n], s[0][2 * n + 1]);
+      pb[n][1] = PackPair<__half>(s[1][2 * n], s[1][2 * n + 1]);
+    }
+#pragma unroll
+    for (int w = 0; w < kDimB / 4; ++w) {
+      const uint32_t lo01 = InterleaveBytes<0>(vw[0][w], vw[1][w]);
+      const uint32_t hi01 = InterleaveBytes<1>(vw[0][w], vw[1][w]);
+      const uint32_t lo23 = InterleaveBytes<0>(vw[2][w], vw[3][w]);
+      const uint32_t hi23 = InterleaveBytes<1>(vw[2][w], vw[3][w]);
+      const uint32_t a_lo[4] = {CodesToHalf2(lo01), CodesToHalf2(lo01 >> 16), CodesToHalf2(lo23),
+                                CodesToHalf2(lo23 >> 16)};
+      const uint32_t a_hi[4] = {CodesToHalf2(hi01), CodesToHalf2(hi01 >> 16), CodesToHalf2(hi23),
+                                CodesToHalf2(hi23 >> 16)};
+#pragma unroll
+      for (int n = 0; n < kHeadTiles; ++n) {
+        Mma<__half>(o[n][2 * w], a_lo, pb[n][0], pb[n][1]);
+        Mma<__half>(o[n][2 * w + 1], a_hi, pb[n][0], pb[n][1]);
+      }
+    }
+  }
+
+  // l of heads g (+ 8) summed over the quad; lane (g, t) writes heads 8 n + 2 t + e (e = 0, 1):
+  // o[n][mt][e] is dim kDimB g + 2 mt, o[n][mt][2 + e] dim kDimB g + 2 mt + 1.
+#pragma unroll
+  for (int n = 0; n < kHeadTiles; ++n) {
+    l[n] += __shfl_xor_sync(0xffffffffu, l[n], 1);
+    l[n] += __shfl_xor_sync(0xffffffffu, l[n], 2);
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float head_l = __shfl_sync(0xffffffffu, l[n], 8 * t + 4 * e);
+      const float head_m = __shfl_sync(0xffffffffu, m[n], 8 * t + 4 * e);
+      const int row = 8 * n + 2 * t + e;
+      if (row >= it.num_rows) continue;
+      const float inv_l = (head_l > 0.0f ? 1.0f / head_l : 0.0f) * p.v_scale;
+      const int64_t head = it.head0 + row;
+      const float(&c)[kDimTiles][4] = o[n];
+      if (it.num_active == 1) {
+        T* out = p.out + int64_t{it.seq} * p.out_stride + head * kHeadDim + kDimB * g;
+#pragma unroll
+        for (int v = 0; v < kDimB / 8; ++v) {
+          uint4 x;
+          uint32_t* w = &x.x;
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            w[u] = PackPair<T>(c[4 * v + u][e] * inv_l, c[4 * v + u][2 + e] * inv_l);
+          }
+          *reinterpret_cast<uint4*>(out + 8 * v) = x;
+        }
+        continue;
+      }
+      const int64_t slot = (int64_t{it.seq} * p.num_heads + head) * p.num_splits + it.split;
+      float* out = p.partial_o + slot * kHeadDim + kDimB * g;
+#pragma unroll
+      for (int v = 0; v < kDimB / 4; ++v) {
+        *reinterpret_cast<float4*>(out + 4 * v) =
+            make_float4(c[2 * v][e] * inv_l, c[2 * v][2 + e] * inv_l, c[2 * v + 1][e] * inv_l,
+                        c[2 * v + 1][2 + e] * inv_l);
+      }
+      if (g == 0) {
+        *reinterpret_cast<float2*>(p.partial_ml + slot * 2) = make_float2(head_m, head_l);
+      }
+    }
+  }
+}
+
+// Merges the splits of the heads of a sequence that has more than one: out = sum_j w_j o_j /
+// sum_j w_j with w_j = l_j * 2^(m_j - max m). One thread per output element, a head a CTA.
+template <int kHeadDim, typename T, typename C>
+__global__ void __launch_bounds__(kHeadDim) PagedDecodeReduceKernel(const DecodeParams<T, C> p) {
+  PdlWait();
+  PdlLaunchDependents();
+  const int head = blockIdx.x;
+  const int dim = threadIdx.x;
   const int seq = blockIdx.y;
   const int seq_len = p.seq_lens[seq];
   if (seq_len <= 0) return;
   int begin, end;
-  const int num_active = SplitRange(seq_len, p, 0, &begin, &end);
+  const int num_active = SplitRange(seq_len, p.num_splits, 0, &begin, &end);
   if (num_active <= 1) return;  // the split kernel wrote the output
   const int64_t slot0 = (int64_t{seq} * p.num_heads + head) * p.num_splits;
   const float* ml = p.partial_ml + slot0 * 2;
@@ -581,14 +841,25 @@ cudaError_t SetUpKernels(int (&decode_blocks_per_sm)[2]) {
   set_prefill_smem.template operator()<64, 2>();
   set_prefill_smem.template operator()<128, 1>();
   set_prefill_smem.template operator()<128, 2>();
-  if (e == cudaSuccess) {
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &decode_blocks_per_sm[0], PagedDecodeSplitKernel<64, T, C>, 32, DecodeSmemBytes<64, C>());
-  }
-  if (e == cudaSuccess) {
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &decode_blocks_per_sm[1], PagedDecodeSplitKernel<128, T, C>, 32, DecodeSmemBytes<128, C>());
-  }
+  // The decode kernel's CTAs an SM (the fp8 one's: the fewer of its two row variants').
+  auto decode_blocks = [&]<int kHeadDim>(int* blocks) {
+    if (e != cudaSuccess) return;
+    if constexpr (kIsFp8<C>) {
+      int upper = 0;
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          blocks, PagedDecodeFp8Kernel<kHeadDim, T, false>, 32, DecodeSmemBytesFp8<kHeadDim>());
+      if (e == cudaSuccess) {
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &upper, PagedDecodeFp8Kernel<kHeadDim, T, true>, 32, DecodeSmemBytesFp8<kHeadDim>());
+      }
+      *blocks = std::min(*blocks, upper);
+    } else {
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, PagedDecodeSplitKernel<kHeadDim, T>,
+                                                        32, DecodeSmemBytes<kHeadDim>());
+    }
+  };
+  decode_blocks.template operator()<64>(&decode_blocks_per_sm[0]);
+  decode_blocks.template operator()<128>(&decode_blocks_per_sm[1]);
   return e;
 }
 
@@ -675,50 +946,23 @@ int DecodeHeadChunks(const AttentionDims& d) {
 // rounding up to just over one wave, as before, left the second wave's few warps running alone:
 // H100, batch 64 x 1,024 / 4,096, 1.07-1.24x slower than rounding down, bf16 and fp8 caches
 // alike), no more splits than kMinTilesPerSplit-tile pieces of the longest sequence, at least
-// one.
-// An fp8 cache whose batch leaves that rule at one split (more than half a wave of items) takes
-// about kFp8BalanceWaves waves instead: its warps are bound by their own latency, not by DRAM,
-// so a CTA's time follows its sequence's length, and one or two waves of sequences of unequal
-// lengths end with a few long CTAs running alone (H100, attention_bench --engine-like, 1,000-2,000
-// positions, one split against this rule: batch 128 214 vs 173 us (8 splits), 256 397 vs 327
-// (4), 512 669 vs 636 (2); equal lengths, batch 256 x 1,024: 231 vs 225). Those splits take at
-// least kFp8BalanceMinTiles tiles, and sequences under kFp8BalanceOneSplitBelow tiles (512
-// positions) one split, with the split index slowest in the grid (PagedDecodeSplitKernel): split
-// short sequences, or their unused splits' CTAs between the working ones, were slower (batch 256
-// of 128-256 positions: 67 us with one split, 71-87 us in the variants tried, 72 now; the engine's
-// batch-128 decode step of such lengths 5.39 ms with one split, up to 6.36 in those variants,
-// 5.42 now; docs/benchmarks.md, session 20). A bf16 / fp16 cache's kernel streams at ~90 % of
-// copy bandwidth with one split already and keeps the rule above (more splits: no gain at
-// 256-512 sequences, 13 % slower at 128-256 positions).
+// one. Both kernels stream near the read bandwidth with one split once a batch fills a wave: the
+// fp8 kernel's "balancing splits" of sessions 20-23 (about 5 waves of splits where this rule gives
+// one, for a kernel then bound by its warps' latency) lost to this rule with the session-24 kernel
+// (H100, attention_bench --engine-like, 1,000-2,000 positions: batch 256 272 vs 298 us, 512 549 vs
+// 578, 128 144 vs 155; offline FP8 1000/1000 15,126 vs 14,695 tok/s; docs/benchmarks.md).
 // Depends only on launch-time constants, so a captured graph replays with the same value the
 // workspace was sized for.
-constexpr int kFp8BalanceWaves = 5;
-constexpr int kFp8BalanceMinTiles = 8;
-constexpr int kFp8BalanceOneSplitBelow = 32;
-
-struct DecodeSplit {
-  int splits = 1;
-  int min_tiles = kMinTilesPerSplit;  // DecodeParams::min_tiles
-  int one_split_below = 0;            // DecodeParams::one_split_below
-};
-
-DecodeSplit DecodeSplits(int32_t num_seqs, int32_t max_seq_len, const AttentionDims& d,
-                         const DeviceFigures& f, CacheKind kind) {
+int DecodeSplits(int32_t num_seqs, int32_t max_seq_len, const AttentionDims& d,
+                 const DeviceFigures& f, CacheKind kind) {
   const int64_t items =
       std::max<int64_t>(int64_t{num_seqs} * d.num_kv_heads * DecodeHeadChunks(d), 1);
   const int64_t target =
       int64_t{f.num_sms} * std::max(1, f.decode_blocks_per_sm[kind][d.head_dim == 128 ? 1 : 0]);
   const int64_t max_tiles = (int64_t{max_seq_len} + kDecodeTileN - 1) / kDecodeTileN;
-  int64_t splits = target / items;
-  DecodeSplit r;
-  if (kind == kCacheFp8 && splits <= 1) {
-    splits = (kFp8BalanceWaves * target + items / 2) / items;  // rounded to nearest
-    r.min_tiles = kFp8BalanceMinTiles;
-    r.one_split_below = kFp8BalanceOneSplitBelow;
-  }
-  splits = std::min<int64_t>(splits, (max_tiles + r.min_tiles - 1) / r.min_tiles);
-  r.splits = static_cast<int>(std::clamp<int64_t>(splits, 1, kMaxSplits));
-  return r;
+  const int64_t splits =
+      std::min<int64_t>(target / items, (max_tiles + kMinTilesPerSplit - 1) / kMinTilesPerSplit);
+  return static_cast<int>(std::clamp<int64_t>(splits, 1, kMaxSplits));
 }
 
 template <typename T, typename C>
@@ -816,10 +1060,8 @@ cudaError_t LaunchDecode(const T* q, int64_t q_stride, const PagedKvCacheT<T, C>
   DeviceFigures f;
   if (cudaError_t e = GetDeviceFigures(&f); e != cudaSuccess) return e;
   if (num_splits < 0 || num_splits > kMaxSplits) return cudaErrorInvalidValue;
-  const DecodeSplit split = num_splits > 0
-                                ? DecodeSplit{num_splits, kMinTilesPerSplit}
-                                : DecodeSplits(num_seqs, max_seq_len, dims, f, KindOf<C>());
-  const int splits = split.splits;
+  const int splits =
+      num_splits > 0 ? num_splits : DecodeSplits(num_seqs, max_seq_len, dims, f, KindOf<C>());
   const size_t need = DecodeWorkspaceFor(num_seqs, splits, dims);
   if (!workspace || workspace_bytes < need || !IsAligned16(workspace)) {
     LOG(ERROR) << "PagedDecodeAttention: the workspace must be 16-byte aligned and hold " << need
@@ -830,29 +1072,30 @@ cudaError_t LaunchDecode(const T* q, int64_t q_stride, const PagedKvCacheT<T, C>
   FillCommon(q, q_stride, kv, seq_lens, dims, out, out_stride, &p);
   p.head_chunks = DecodeHeadChunks(dims);
   p.num_splits = splits;
-  p.min_tiles = split.min_tiles;
-  p.one_split_below = split.one_split_below;
   const size_t slots = size_t(num_seqs) * dims.num_heads * splits;
   p.partial_ml = static_cast<float*>(workspace);
   p.partial_o =
       reinterpret_cast<float*>(static_cast<char*>(workspace) + AlignUp(slots * 2 * sizeof(float)));
   const int64_t head_items = int64_t{dims.num_kv_heads} * p.head_chunks;
   if (head_items > 65535) return cudaErrorInvalidValue;
-  const unsigned h = static_cast<unsigned>(head_items);
-  const dim3 grid = p.one_split_below > 0 ? dim3(h, num_seqs, splits)   // split slowest
-                                          : dim3(splits, h, num_seqs);  // a sequence's together
-  // Merge CTAs of several heads only with balancing splits, where most CTAs of short sequences
-  // return at once; otherwise one head a CTA, whose small CTAs fit beside the split kernel's
-  // last ones (8 heads a CTA: engine decode step at batch 64 +0.8 %).
-  int reduce_heads = p.one_split_below > 0 ? kMaxReduceHeads : 1;
-  while (dims.num_heads % reduce_heads != 0) reduce_heads /= 2;
-  const dim3 reduce_grid(dims.num_heads / reduce_heads, num_seqs);
+  const dim3 grid(splits, static_cast<unsigned>(head_items), num_seqs);
+  const dim3 reduce_grid(dims.num_heads, num_seqs);
   auto launch = [&]<int kHeadDim>() {
-    cudaError_t e = LaunchChained(PagedDecodeSplitKernel<kHeadDim, T, C>, grid, 32,
-                                  DecodeSmemBytes<kHeadDim, C>(), stream, p);
+    cudaError_t e = cudaSuccess;
+    if constexpr (kIsFp8<C>) {
+      // Rows g + 8 of the warp's tile hold heads only where a head chunk has more than 8.
+      e = std::min(p.group, kDecodeRows) > 8
+              ? LaunchChained(PagedDecodeFp8Kernel<kHeadDim, T, true>, grid, 32,
+                              DecodeSmemBytesFp8<kHeadDim>(), stream, p)
+              : LaunchChained(PagedDecodeFp8Kernel<kHeadDim, T, false>, grid, 32,
+                              DecodeSmemBytesFp8<kHeadDim>(), stream, p);
+    } else {
+      e = LaunchChained(PagedDecodeSplitKernel<kHeadDim, T>, grid, 32, DecodeSmemBytes<kHeadDim>(),
+                        stream, p);
+    }
     if (e == cudaSuccess && splits > 1) {
-      e = LaunchChained(PagedDecodeReduceKernel<kHeadDim, T, C>, reduce_grid,
-                        reduce_heads * kHeadDim, 0, stream, p);
+      e = LaunchChained(PagedDecodeReduceKernel<kHeadDim, T, C>, reduce_grid, kHeadDim, 0, stream,
+                        p);
     }
     return e;
   };
@@ -907,8 +1150,8 @@ size_t PagedDecodeWorkspaceBytes(int32_t max_num_seqs, int32_t max_seq_len,
   size_t bytes = 0;
   for (int32_t n = 1; n <= max_num_seqs; ++n) {
     for (CacheKind kind : {kCacheT, kCacheFp8}) {
-      bytes = std::max(
-          bytes, DecodeWorkspaceFor(n, DecodeSplits(n, max_seq_len, dims, f, kind).splits, dims));
+      bytes =
+          std::max(bytes, DecodeWorkspaceFor(n, DecodeSplits(n, max_seq_len, dims, f, kind), dims));
     }
   }
   return bytes;

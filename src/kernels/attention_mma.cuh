@@ -41,6 +41,10 @@ __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool val
 __device__ __forceinline__ void CpAsync16(uint32_t smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
 }
+__device__ __forceinline__ void CpAsync16(uint32_t smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
+               "r"(valid ? 16 : 0));
+}
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
 __device__ __forceinline__ void CpAsyncWait() {
@@ -133,6 +137,35 @@ struct WarpState {
   }
 };
 
+// One online-softmax step for row g (r = 0) or g + 8 (r = 1) of a 16-row tile of scores s (C
+// fragments of kN8 n tiles of 8 keys): m (log2 units) and l become the running maximum and sum,
+// s's scores of the row become exp2(score * scale_log2 - m) (the P values), and the factor that
+// O's row must be multiplied by is returned (exactly 1 where the maximum did not grow).
+template <int kN8>
+__device__ __forceinline__ float SoftmaxRowStep(float (&s)[kN8][4], int r, float scale_log2,
+                                                float& m, float& l) {
+  float mx = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kN8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  const float m_new = fmaxf(m, mx * scale_log2);
+  // NOTE: a row with every key so far masked keeps m = -inf; subtract 0 then so that
+  // exp2(-inf - base) is 0 rather than NaN.
+  const float base = m_new == -INFINITY ? 0.0f : m_new;
+  const float alpha = FastExp2(m - base);
+  m = m_new;
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kN8; ++j) {
+    s[j][2 * r] = FastExp2(s[j][2 * r] * scale_log2 - base);
+    s[j][2 * r + 1] = FastExp2(s[j][2 * r + 1] * scale_log2 - base);
+    sum += s[j][2 * r] + s[j][2 * r + 1];
+  }
+  l = l * alpha + sum;
+  return alpha;
+}
+
 // Attends the warp's kM tiles of 16 query rows to kTileN keys whose K and V rows sit in shared
 // memory (kSmemStride apart), updating the online softmax state. q_frag(kk, mi, a) yields the A
 // fragment of columns 16 kk .. 16 kk + 15 of row tile mi (held in registers, or loaded from
@@ -200,27 +233,7 @@ __device__ __forceinline__ void WarpAttendTileM(const QFrag& q_frag, const T* k_
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int i = 2 * mi + r;
-      float mx = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kTileN / 8; ++j) {
-        mx = fmaxf(mx, fmaxf(s[mi][j][2 * r], s[mi][j][2 * r + 1]));
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(st.m[i], mx * scale_log2);
-      // NOTE: a row with every key so far masked keeps m = -inf; subtract 0 then so that
-      // exp2(-inf - base) is 0 rather than NaN.
-      const float base = m_new == -INFINITY ? 0.0f : m_new;
-      const float alpha = FastExp2(st.m[i] - base);
-      st.m[i] = m_new;
-      float sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kTileN / 8; ++j) {
-        s[mi][j][2 * r] = FastExp2(s[mi][j][2 * r] * scale_log2 - base);
-        s[mi][j][2 * r + 1] = FastExp2(s[mi][j][2 * r + 1] * scale_log2 - base);
-        sum += s[mi][j][2 * r] + s[mi][j][2 * r + 1];
-      }
-      st.l[i] = st.l[i] * alpha + sum;
+      const float alpha = SoftmaxRowStep(s[mi], r, scale_log2, st.m[i], st.l[i]);
 #pragma unroll
       for (int d = 0; d < kHeadDim / 8; ++d) {
         st.o[mi][d][2 * r] *= alpha;

@@ -617,17 +617,15 @@ TYPED_TEST(PagedAttentionFp8CacheGpu, DecodeLongContextsSplitK) {
   for (int& n : lens) n = static_cast<int>(rng() % 700);
   RunDecode<T, Fp8>(kLlama8b, lens, 8192, 2036, "fp8 decode b96 automatic splits", false, 0,
                     kLargeK);
-  // More than half a wave of items (200 x 8 kv heads; 132 SMs x 12 warps on an H100): the
-  // balancing splits of at least 8 tiles, so that the short sequences here take one split (their
-  // warps write the output; the merge kernel skips them) and the long ones several. Padding rows
-  // and one-position sequences among them; eager and through a graph.
+  // More than half a wave of items (200 x 8 kv heads; 132 SMs x 16 warps on an H100): one split,
+  // so every warp writes its sequence's output and the merge kernel is not launched. Padding rows
+  // and one-position sequences among lengths up to 2,500; eager and through a graph.
   std::vector<int> mixed(200);
   for (size_t i = 0; i < mixed.size(); ++i) {
     mixed[i] = i % 10 == 0 ? 0 : i % 10 == 1 ? 1 : static_cast<int>(rng() % 2500);
   }
-  RunDecode<T, Fp8>(kLlama8b, mixed, 8192, 2037, "fp8 decode b200 balancing splits", false, 0,
-                    kSmallK);
-  RunDecode<T, Fp8>(kLlama8b, mixed, 8192, 2038, "fp8 decode b200 balancing splits graph", true, 0,
+  RunDecode<T, Fp8>(kLlama8b, mixed, 8192, 2037, "fp8 decode b200 one split", false, 0, kSmallK);
+  RunDecode<T, Fp8>(kLlama8b, mixed, 8192, 2038, "fp8 decode b200 one split graph", true, 0,
                     kSmallK);
 }
 
