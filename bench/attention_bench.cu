@@ -572,11 +572,13 @@ int main(int argc, char** argv) {
   }
   if (engine_like) {
     // (batch, shortest, longest) as a 1000/1000 run (256-768 sequences: 300 is just over one wave
-    // of the fp8 kernel's CTAs on an H100), a 128/128 run (256 and 1,024) and smaller batches.
+    // of the fp8 kernel's CTAs on an H100), a 128/128 run (256 and 1,024), smaller batches, and
+    // equal lengths just over one wave (300, 330, 400 x 1,500: a 1000/1000 run's lockstep steps).
     const int shapes[][3] = {{256, 1000, 2000}, {512, 1000, 2000}, {256, 128, 256},
                              {128, 1000, 2000}, {64, 1000, 2000},  {32, 1000, 2000},
                              {64, 1024, 1024},  {256, 1024, 1024}, {300, 1000, 2000},
-                             {400, 1000, 2000}, {768, 1000, 2000}, {1024, 128, 256}};
+                             {400, 1000, 2000}, {768, 1000, 2000}, {1024, 128, 256},
+                             {300, 1500, 1500}, {400, 1500, 1500}, {330, 1500, 1500}};
     const std::vector<int> splits =
         auto_splits_only ? std::vector<int>{0} : std::vector<int>{0, 1, 2, 3, 4, 6, 8, 12, 16, 24};
     for (bool fp8 : {true, false}) {

@@ -813,22 +813,28 @@ __global__ void __launch_bounds__(kHeadDim) PagedDecodeReduceKernel(const Decode
 // Per-device figures the launchers need, read once (host queries are not stream work, so they
 // are safe inside graph capture too, but caching keeps them off the per-layer path).
 // The cache kinds whose decode kernels differ in shared memory (so in occupancy and splits).
-enum CacheKind { kCacheT = 0, kCacheFp8 = 1 };
+// The decode kernels whose occupancy (so whose split counts) differ: the T cache's, and the fp8
+// cache's two variants (PagedDecodeFp8Kernel's kUpper: head chunks of more than 8 heads).
+enum CacheKind { kCacheT = 0, kCacheFp8 = 1, kCacheFp8Upper = 2, kNumCacheKinds = 3 };
+
+bool Fp8Upper(const AttentionDims& d) {
+  return std::min(d.num_heads / d.num_kv_heads, kDecodeRows) > 8;
+}
 
 template <typename C>
-constexpr CacheKind KindOf() {
-  return kIsFp8<C> ? kCacheFp8 : kCacheT;
+CacheKind KindOf(const AttentionDims& d) {
+  return !kIsFp8<C> ? kCacheT : Fp8Upper(d) ? kCacheFp8Upper : kCacheFp8;
 }
 
 struct DeviceFigures {
   int num_sms = 0;
-  int decode_blocks_per_sm[2][2] = {};  // [cache kind][head_dim 64, 128]
+  int decode_blocks_per_sm[kNumCacheKinds][2] = {};  // [cache kind][head_dim 64, 128]
 };
 
-// Lets (T, C)'s prefill kernels take their dynamic shared memory and reads the resident blocks
-// per SM of its decode kernel (head_dim 64, 128).
+// Lets (T, C)'s prefill kernels take their dynamic shared memory, and lowers blocks[kind][hd] to
+// the resident CTAs an SM of (T, C)'s decode kernels (head_dim 64, 128).
 template <typename T, typename C>
-cudaError_t SetUpKernels(int (&decode_blocks_per_sm)[2]) {
+cudaError_t SetUpKernels(int (&blocks)[kNumCacheKinds][2]) {
   cudaError_t e = cudaSuccess;
   auto set_prefill_smem = [&]<int kHeadDim, int kM>() {
     if (e == cudaSuccess) {
@@ -841,40 +847,32 @@ cudaError_t SetUpKernels(int (&decode_blocks_per_sm)[2]) {
   set_prefill_smem.template operator()<64, 2>();
   set_prefill_smem.template operator()<128, 1>();
   set_prefill_smem.template operator()<128, 2>();
-  // The decode kernel's CTAs an SM (the fp8 one's: the fewer of its two row variants').
-  auto decode_blocks = [&]<int kHeadDim>(int* blocks) {
-    if (e != cudaSuccess) return;
+  auto occupancy = [&]<typename Kernel>(Kernel kernel, size_t smem, int* out) {
+    int n = 0;
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 32, smem);
+    *out = std::min(*out, n);
+  };
+  auto decode_blocks = [&]<int kHeadDim>(int hd) {
     if constexpr (kIsFp8<C>) {
-      int upper = 0;
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          blocks, PagedDecodeFp8Kernel<kHeadDim, T, false>, 32, DecodeSmemBytesFp8<kHeadDim>());
-      if (e == cudaSuccess) {
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &upper, PagedDecodeFp8Kernel<kHeadDim, T, true>, 32, DecodeSmemBytesFp8<kHeadDim>());
-      }
-      *blocks = std::min(*blocks, upper);
+      occupancy(PagedDecodeFp8Kernel<kHeadDim, T, false>, DecodeSmemBytesFp8<kHeadDim>(),
+                &blocks[kCacheFp8][hd]);
+      occupancy(PagedDecodeFp8Kernel<kHeadDim, T, true>, DecodeSmemBytesFp8<kHeadDim>(),
+                &blocks[kCacheFp8Upper][hd]);
     } else {
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, PagedDecodeSplitKernel<kHeadDim, T>,
-                                                        32, DecodeSmemBytes<kHeadDim>());
+      occupancy(PagedDecodeSplitKernel<kHeadDim, T>, DecodeSmemBytes<kHeadDim>(),
+                &blocks[kCacheT][hd]);
     }
   };
-  decode_blocks.template operator()<64>(&decode_blocks_per_sm[0]);
-  decode_blocks.template operator()<128>(&decode_blocks_per_sm[1]);
+  decode_blocks.template operator()<64>(0);
+  decode_blocks.template operator()<128>(1);
   return e;
 }
 
-// Sets up T's kernels over both cache kinds; blocks[kind][hd] becomes the smaller of its value
-// and T's.
+// Sets up T's kernels over both cache element types.
 template <typename T>
-cudaError_t SetUpType(int (&blocks)[2][2]) {
-  int t_cache[2] = {0, 0}, fp8_cache[2] = {0, 0};
-  cudaError_t e = SetUpKernels<T, T>(t_cache);
-  if (e == cudaSuccess) e = SetUpKernels<T, __nv_fp8_e4m3>(fp8_cache);
-  for (int i = 0; i < 2; ++i) {
-    blocks[kCacheT][i] = std::min(blocks[kCacheT][i], t_cache[i]);
-    blocks[kCacheFp8][i] = std::min(blocks[kCacheFp8][i], fp8_cache[i]);
-  }
-  return e;
+cudaError_t SetUpType(int (&blocks)[kNumCacheKinds][2]) {
+  cudaError_t e = SetUpKernels<T, T>(blocks);
+  return e == cudaSuccess ? SetUpKernels<T, __nv_fp8_e4m3>(blocks) : e;
 }
 
 cudaError_t GetDeviceFigures(DeviceFigures* out) {
@@ -889,9 +887,10 @@ cudaError_t GetDeviceFigures(DeviceFigures* out) {
     DeviceFigures n;
     for (auto& kind : n.decode_blocks_per_sm) kind[0] = kind[1] = 1 << 20;
     cudaError_t e = cudaDeviceGetAttribute(&n.num_sms, cudaDevAttrMultiProcessorCount, device);
-    // One split rule for bf16 and fp16 (their kernels take the same shared memory, so in practice
-    // the same occupancy); the fp8 cache's decode kernel takes less shared memory, so more of its
-    // CTAs fit an SM and it gets its own. PagedDecodeWorkspaceBytes takes the larger need.
+    // Each decode kernel kind gets its own occupancy (the fewer CTAs of its bf16 and fp16
+    // instantiations, in practice the same): the T cache's kernel (39 KiB of shared memory at
+    // head_dim 128: 5 CTAs an SM on an H100), the fp8 cache's (16, or 12 with more than 8 heads a
+    // warp). PagedDecodeWorkspaceBytes takes the largest need.
     if (e == cudaSuccess) e = SetUpType<__nv_bfloat16>(n.decode_blocks_per_sm);
     if (e == cudaSuccess) e = SetUpType<__half>(n.decode_blocks_per_sm);
     if (e != cudaSuccess) return e;
@@ -1061,7 +1060,7 @@ cudaError_t LaunchDecode(const T* q, int64_t q_stride, const PagedKvCacheT<T, C>
   if (cudaError_t e = GetDeviceFigures(&f); e != cudaSuccess) return e;
   if (num_splits < 0 || num_splits > kMaxSplits) return cudaErrorInvalidValue;
   const int splits =
-      num_splits > 0 ? num_splits : DecodeSplits(num_seqs, max_seq_len, dims, f, KindOf<C>());
+      num_splits > 0 ? num_splits : DecodeSplits(num_seqs, max_seq_len, dims, f, KindOf<C>(dims));
   const size_t need = DecodeWorkspaceFor(num_seqs, splits, dims);
   if (!workspace || workspace_bytes < need || !IsAligned16(workspace)) {
     LOG(ERROR) << "PagedDecodeAttention: the workspace must be 16-byte aligned and hold " << need
@@ -1084,11 +1083,10 @@ cudaError_t LaunchDecode(const T* q, int64_t q_stride, const PagedKvCacheT<T, C>
     cudaError_t e = cudaSuccess;
     if constexpr (kIsFp8<C>) {
       // Rows g + 8 of the warp's tile hold heads only where a head chunk has more than 8.
-      e = std::min(p.group, kDecodeRows) > 8
-              ? LaunchChained(PagedDecodeFp8Kernel<kHeadDim, T, true>, grid, 32,
-                              DecodeSmemBytesFp8<kHeadDim>(), stream, p)
-              : LaunchChained(PagedDecodeFp8Kernel<kHeadDim, T, false>, grid, 32,
-                              DecodeSmemBytesFp8<kHeadDim>(), stream, p);
+      e = Fp8Upper(dims) ? LaunchChained(PagedDecodeFp8Kernel<kHeadDim, T, true>, grid, 32,
+                                         DecodeSmemBytesFp8<kHeadDim>(), stream, p)
+                         : LaunchChained(PagedDecodeFp8Kernel<kHeadDim, T, false>, grid, 32,
+                                         DecodeSmemBytesFp8<kHeadDim>(), stream, p);
     } else {
       e = LaunchChained(PagedDecodeSplitKernel<kHeadDim, T>, grid, 32, DecodeSmemBytes<kHeadDim>(),
                         stream, p);
@@ -1149,7 +1147,7 @@ size_t PagedDecodeWorkspaceBytes(int32_t max_num_seqs, int32_t max_seq_len,
   // for the cache kind that splits more.
   size_t bytes = 0;
   for (int32_t n = 1; n <= max_num_seqs; ++n) {
-    for (CacheKind kind : {kCacheT, kCacheFp8}) {
+    for (CacheKind kind : {kCacheT, KindOf<__nv_fp8_e4m3>(dims)}) {
       bytes =
           std::max(bytes, DecodeWorkspaceFor(n, DecodeSplits(n, max_seq_len, dims, f, kind), dims));
     }
