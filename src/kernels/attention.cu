@@ -62,12 +62,14 @@ using attention_internal::CpAsyncCommit;
 using attention_internal::CpAsyncWait;
 using attention_internal::kSmemStride;
 using attention_internal::Ldmatrix4;
+using attention_internal::LdShared;
 using attention_internal::LoadQFragments;
 using attention_internal::Mma;
 using attention_internal::SoftmaxRowStep;
 using attention_internal::WarpAttendTile;
 using attention_internal::WarpAttendTileM;
 using attention_internal::WarpState;
+using dtype_internal::E4m3x2ToPair;
 using dtype_internal::E4m3x8ToVec8;
 using dtype_internal::FloatsToPair;
 using dtype_internal::FromFloat;
@@ -532,9 +534,7 @@ __device__ __forceinline__ uint32_t InterleaveBytes(uint32_t a, uint32_t b) {
 }
 
 // Two e4m3 codes (x's low 16 bits, the lower code first) as an fp16 pair: one cvt.
-__device__ __forceinline__ uint32_t CodesToHalf2(uint32_t x) {
-  return dtype_internal::E4m3x2ToPair<__half>(x & 0xffffu);
-}
+__device__ __forceinline__ uint32_t CodesToHalf2(uint32_t x) { return E4m3x2ToPair<__half>(x); }
 
 // A T pair as an fp16 pair, rounded to nearest, saturating at +-65504 (bf16 values in
 // [2^-14, 65504] are exact; fp16 passes through).
@@ -636,10 +636,8 @@ __global__ void __launch_bounds__(32, kUpper ? 12 : 16)
 #pragma unroll
       for (int h = 0; h < kKeyB / 16; ++h) {
         const int ch = (kKeyB / 16) * t + h;
-        asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(kw[j][4 * h]), "=r"(kw[j][4 * h + 1]), "=r"(kw[j][4 * h + 2]),
-                       "=r"(kw[j][4 * h + 3])
-                     : "r"(k_base + row * kHeadDim + (ch ^ Fp8ChunkSwizzle<kHeadDim>(row)) * 16));
+        LdShared<16>(k_base + row * kHeadDim + (ch ^ Fp8ChunkSwizzle<kHeadDim>(row)) * 16,
+                     &kw[j][4 * h]);
       }
     }
     // S = Q K^T (fp16 mma): k step kk takes pairs 2 kk, 2 kk + 1 of the lane's dims.
@@ -657,18 +655,9 @@ __global__ void __launch_bounds__(32, kUpper ? 12 : 16)
     for (int i = 0; i < 4; ++i) {
       const int row = 4 * t + i;
       const int byte = kDimB * g;
-      const uint32_t addr =
-          v_base + row * kHeadDim + ((byte / 16) ^ Fp8ChunkSwizzle<kHeadDim>(row)) * 16 + byte % 16;
-      if constexpr (kDimB == 16) {
-        asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(vw[i][0]), "=r"(vw[i][1]), "=r"(vw[i][2]), "=r"(vw[i][3])
-                     : "r"(addr));
-      } else {
-        static_assert(kDimB == 8, "head_dim 64 or 128");
-        asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n"
-                     : "=r"(vw[i][0]), "=r"(vw[i][1])
-                     : "r"(addr));
-      }
+      LdShared<kDimB>(
+          v_base + row * kHeadDim + ((byte / 16) ^ Fp8ChunkSwizzle<kHeadDim>(row)) * 16 + byte % 16,
+          vw[i]);
     }
     __syncwarp();  // every lane has read the stage: refill it
     if (tile + kStages < it.tile_end) load_tile(tile + kStages, stage);

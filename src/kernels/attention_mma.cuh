@@ -31,24 +31,36 @@ __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// 16-byte global -> shared copy; copies zeros instead when !valid (src is then not read).
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(smem)), "l"(gmem),
-               "r"(src_bytes));
-}
-// The same from a shared-memory address (SmemAddr), always valid.
-__device__ __forceinline__ void CpAsync16(uint32_t smem, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
-}
+// 16-byte global -> shared copy to a shared-memory address (SmemAddr); copies zeros instead when
+// !valid (src is then not read).
 __device__ __forceinline__ void CpAsync16(uint32_t smem, const void* gmem, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
                "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
+  CpAsync16(SmemAddr(smem), gmem, valid);
+}
+// The same, always valid.
+__device__ __forceinline__ void CpAsync16(uint32_t smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
 }
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
 __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// kBytes (8 or 16) of shared memory at address smem (SmemAddr) into r[0 .. kBytes / 4).
+template <int kBytes>
+__device__ __forceinline__ void LdShared(uint32_t smem, uint32_t* r) {
+  if constexpr (kBytes == 16) {
+    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem));
+  } else {
+    static_assert(kBytes == 8, "8 or 16 bytes");
+    asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(smem));
+  }
 }
 
 __device__ __forceinline__ void Ldmatrix4(uint32_t (&r)[4], const void* smem) {
