@@ -3,7 +3,7 @@
 // bf16 GEMM at 8192^3.
 //
 //   attention_bench [--json PATH] [--split-sweep] [--block-sweep] [--decode-only] [--fp8-kv]
-//                   [--engine-like [--auto-splits-only]]
+//                   [--engine-like [--auto-splits-only]] [--prefill]
 //
 // --decode-only: decode at batch 64 and 256 x 1,024 and 224 x 1,536 (a runner-sized pool), each
 // next to a read-only kernel over the same block tables (the access pattern's ceiling).
@@ -12,6 +12,10 @@
 // 3,584 cached); a table of the fp8 / bf16 time ratios last.
 // --engine-like: decode as a 1000/1000 offline run's steps see it (BenchDecodeEngineLike), at
 // the kernel's own split count and 1-24 forced ones (--auto-splits-only: the kernel's only).
+// --prefill: the prefill kernels PagedPrefillAttention chooses from (SetPrefillKernel: the wgmma
+// kernel on Hopper, the mma.sync one) on the same Llama-3.1-8B shapes, bf16 and fp8 caches: 1 x
+// 4,096 and 4 x 4,096 causal, 8 x 2,048 (a 16,384-token prompt step of a 2048/128 run), 16 x
+// 1,024, 512 new on 3,584 cached; a table of the mma.sync / wgmma time ratios last.
 //
 // Prefill figures are TFLOP/s (causal FLOPs: 4 * heads * head_dim per (query, visible key)) over
 // the GEMM peak; decode figures are K/V bytes read per second over the copy bandwidth. Decode runs
@@ -488,7 +492,7 @@ std::vector<Row> BenchDecodeEngineLike(const AttentionDims& d, bool fp8, int num
 int main(int argc, char** argv) {
   std::string json_path;
   bool sweep = false, block_sweep = false, decode_only = false, fp8_kv = false, engine_like = false,
-       auto_splits_only = false;
+       auto_splits_only = false, prefill = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--json" && i + 1 < argc) {
       json_path = argv[++i];
@@ -504,10 +508,12 @@ int main(int argc, char** argv) {
       engine_like = true;
     } else if (std::string(argv[i]) == "--auto-splits-only") {
       auto_splits_only = true;
+    } else if (std::string(argv[i]) == "--prefill") {
+      prefill = true;
     } else {
       std::fprintf(stderr,
                    "usage: %s [--json PATH] [--split-sweep] [--block-sweep] [--decode-only] "
-                   "[--fp8-kv] [--engine-like [--auto-splits-only]]\n",
+                   "[--fp8-kv] [--engine-like [--auto-splits-only]] [--prefill]\n",
                    argv[0]);
       return 2;
     }
@@ -590,7 +596,35 @@ int main(int argc, char** argv) {
       }
     }
   }
-  if (!decode_only && !fp8_kv && !engine_like) {
+  // --prefill: (mma.sync row, wgmma row) index pairs for the ratio table.
+  std::vector<std::pair<size_t, size_t>> kernel_pairs;
+  if (prefill) {
+    struct Shape {
+      const char* name;
+      int num_seqs, q_len, seq_len;
+    };
+    const Shape shapes[] = {{"1x4096 causal", 1, 4096, 4096},
+                            {"4x4096 causal", 4, 4096, 4096},
+                            {"8x2048 causal", 8, 2048, 2048},
+                            {"16x1024 causal", 16, 1024, 1024},
+                            {"512 new on 3584", 1, 512, 4096}};
+    for (const Shape& sh : shapes) {
+      for (bool fp8 : {false, true}) {
+        for (auto kernel :
+             {kiln::kernels::PrefillKernel::kMmaSync, kiln::kernels::PrefillKernel::kAuto}) {
+          kiln::kernels::SetPrefillKernel(kernel);
+          const bool mma_sync = kernel == kiln::kernels::PrefillKernel::kMmaSync;
+          rows.push_back(BenchPrefill(std::string("prefill ") + sh.name + (fp8 ? " fp8" : " bf16") +
+                                          (mma_sync ? " mma.sync" : " auto"),
+                                      llama, sh.num_seqs, sh.q_len, sh.seq_len, gemm_peak, stream,
+                                      fp8));
+        }
+        kernel_pairs.emplace_back(rows.size() - 2, rows.size() - 1);
+      }
+    }
+    kiln::kernels::SetPrefillKernel(kiln::kernels::PrefillKernel::kAuto);
+  }
+  if (!decode_only && !fp8_kv && !engine_like && !prefill) {
     rows.push_back(
         BenchPrefill("prefill llama8b 1x4096 causal", llama, 1, 4096, 4096, gemm_peak, stream));
     rows.push_back(
@@ -665,6 +699,20 @@ int main(int argc, char** argv) {
                                       {"bf16_us", rows[a].us},
                                       {"fp8_us", rows[b].us},
                                       {"speedup", speedup}});
+    }
+  }
+  if (!kernel_pairs.empty()) {
+    std::printf("\n%-36s %10s %10s %10s\n", "prefill kernel (auto = wgmma on H100)", "mma.sync us",
+                "auto us", "speedup");
+    for (const auto& [a, b] : kernel_pairs) {
+      const double speedup = rows[a].us / rows[b].us;
+      std::printf("%-36s %10.1f %10.1f %9.2fx\n", rows[b].name.c_str(), rows[a].us, rows[b].us,
+                  speedup);
+      j["prefill_kernel_speedups"].push_back({{"mma_sync", rows[a].name},
+                                              {"auto", rows[b].name},
+                                              {"mma_sync_us", rows[a].us},
+                                              {"auto_us", rows[b].us},
+                                              {"speedup", speedup}});
     }
   }
   if (!json_path.empty()) std::ofstream(json_path) << j.dump(2) << "\n";

@@ -45,11 +45,13 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <mutex>
 
 #include "core/logging.h"
 #include "kernels/attention.h"
+#include "kernels/attention_internal.cuh"
 #include "kernels/attention_mma.cuh"
 #include "kernels/dtype_traits.cuh"
 #include "kernels/launch.cuh"
@@ -57,14 +59,20 @@
 namespace kiln::kernels {
 namespace {
 
+using attention_internal::AttentionParams;
+using attention_internal::CacheOffset;
 using attention_internal::CpAsync16;
 using attention_internal::CpAsyncCommit;
 using attention_internal::CpAsyncWait;
+using attention_internal::GetPrefillTile;
 using attention_internal::kSmemStride;
 using attention_internal::Ldmatrix4;
 using attention_internal::LdShared;
 using attention_internal::LoadQFragments;
 using attention_internal::Mma;
+using attention_internal::PairToHalf2;
+using attention_internal::PrefillParams;
+using attention_internal::PrefillTile;
 using attention_internal::SoftmaxRowStep;
 using attention_internal::WarpAttendTile;
 using attention_internal::WarpAttendTileM;
@@ -91,32 +99,6 @@ constexpr int kDecodeStages = 4;   // cp.async pipeline depth of one decode warp
 constexpr int kDecodeRows = 16;    // query heads per decode warp (the mma M)
 constexpr int kMinTilesPerSplit = 2;
 constexpr int kMaxSplits = 256;
-
-// What both kernels read: the contract's pointers and strides, plus derived constants.
-template <typename T, typename C>
-struct AttentionParams {
-  const T* q;
-  int64_t q_stride;
-  const C* k;
-  const C* v;
-  const int32_t* block_tables;
-  int32_t max_blocks_per_seq;
-  int32_t block_size;
-  int32_t block_shift;  // log2(block_size), or -1 when it is not a power of two
-  const int32_t* seq_lens;
-  int32_t num_heads;
-  int32_t num_kv_heads;
-  int32_t group;     // num_heads / num_kv_heads
-  float scale_log2;  // softmax scale * k_scale * log2(e): the kernels work in exp2
-  float v_scale;     // multiplies 1 / l
-  T* out;
-  int64_t out_stride;
-};
-
-template <typename T, typename C>
-struct PrefillParams : AttentionParams<T, C> {
-  const int32_t* cu_seqlens_q;
-};
 
 // Converts one K/V tile of fp8 staging rows, [K, V][kKeys][kHeadDim] bytes, into T tiles
 // [kKeys][kSmemStride] (k_dst, v_dst), all kThreads threads of the caller taking part (the
@@ -150,18 +132,6 @@ constexpr size_t PrefillSmemBytes() {
          staging;
 }
 
-// Element offset of position `pos` of kv head `kv_head` in the cache, for a sequence's table row.
-// block_shift is log2(block_size) when that is a power of two (every supported size in practice),
-// else -1: a run-time division costs ~20 instructions per K/V row, a shift one.
-__device__ __forceinline__ int64_t CacheOffset(const int32_t* table, int32_t block_size,
-                                               int32_t block_shift, int32_t num_kv_heads,
-                                               int32_t kv_head, int pos, int head_dim) {
-  const int index = block_shift >= 0 ? pos >> block_shift : pos / block_size;
-  const int offset = block_shift >= 0 ? pos & (block_size - 1) : pos % block_size;
-  const int64_t block = table[index];
-  return ((block * num_kv_heads + kv_head) * block_size + offset) * head_dim;
-}
-
 int32_t BlockShift(int32_t block_size) {
   return (block_size & (block_size - 1)) == 0 ? __builtin_ctz(block_size) : -1;
 }
@@ -186,32 +156,19 @@ __global__ void __launch_bounds__(kPrefillWarps<kHeadDim> * 32,
   // fp8 only: [2 buffers][K, V][kPrefillTileN][kHeadDim] codes, the cp.async targets.
   auto* staging = reinterpret_cast<uint8_t*>(v_smem + kTileBufs * kPrefillTileN * kStride);
 
-  const int seq = blockIdx.z;
-  const int kv_head = blockIdx.y;
-  const int seq_len = p.seq_lens[seq];
-  const int q_begin = p.cu_seqlens_q[seq];
-  const int q_len = p.cu_seqlens_q[seq + 1] - q_begin;
-  const int num_rows = q_len * p.group;
-  // Heaviest (last) row tiles first: under the causal mask their work is the largest.
-  const int row0 = (gridDim.x - 1 - blockIdx.x) * kRows;
-  if (seq_len <= 0 || row0 >= num_rows) return;
-  const int ctx_off = seq_len - q_len;  // position of query row 0
-  const int last_token = min(q_len - 1, (row0 + kRows - 1) / p.group);
-  const int min_pos = ctx_off + row0 / p.group;  // keys past this need the mask
-  const int key_end = ctx_off + last_token + 1;  // keys [0, key_end) are read
-  const int num_tiles = (key_end + kPrefillTileN - 1) / kPrefillTileN;
-  const int32_t* table = p.block_tables + int64_t{seq} * p.max_blocks_per_seq;
+  const PrefillTile w = GetPrefillTile(p, kRows);
+  if (w.empty) return;
+  const int num_tiles = (w.key_end + kPrefillTileN - 1) / kPrefillTileN;
   const int tid = threadIdx.x;
 
   for (int c = tid; c < kRows * kChunks; c += kThreads) {
     const int r = c / kChunks;
     const int ch = c % kChunks;
-    const int m = row0 + r;
-    const bool valid = m < num_rows;
+    const int m = w.row0 + r;
+    const bool valid = m < w.num_rows;
     const T* src = p.q;
     if (valid) {
-      const int head = kv_head * p.group + m % p.group;
-      src = p.q + (q_begin + m / p.group) * p.q_stride + head * kHeadDim + ch * 8;
+      src = p.q + w.RowOffset(m, p.group, p.q_stride, kHeadDim, ch * 8);
     }
     CpAsync16(q_smem + r * kStride + ch * 8, src, valid);
   }
@@ -220,10 +177,10 @@ __global__ void __launch_bounds__(kPrefillWarps<kHeadDim> * 32,
       const int r = c / kCacheChunks;
       const int ch = c % kCacheChunks;
       const int key = tile * kPrefillTileN + r;
-      const bool valid = key < key_end;
+      const bool valid = key < w.key_end;
       int64_t off = 0;
       if (valid) {
-        off = CacheOffset(table, p.block_size, p.block_shift, p.num_kv_heads, kv_head, key,
+        off = CacheOffset(w.table, p.block_size, p.block_shift, p.num_kv_heads, w.kv_head, key,
                           kHeadDim) +
               ch * kChunkElems;
       }
@@ -246,8 +203,8 @@ __global__ void __launch_bounds__(kPrefillWarps<kHeadDim> * 32,
   // Rows past the sequence's last token borrow its position; they are computed, never stored.
   int max_pos[2 * kM];
   for (int i = 0; i < 2 * kM; ++i) {
-    const int m = row0 + warp * kWarpRows + (i / 2) * 16 + lane / 4 + 8 * (i % 2);
-    max_pos[i] = ctx_off + min(m / p.group, q_len - 1);
+    const int m = w.row0 + warp * kWarpRows + (i / 2) * 16 + lane / 4 + 8 * (i % 2);
+    max_pos[i] = w.ctx_off + min(m / p.group, w.q_len - 1);
   }
   WarpState<kHeadDim, kM> st;
   st.Init();
@@ -288,8 +245,8 @@ __global__ void __launch_bounds__(kPrefillWarps<kHeadDim> * 32,
     }
     const int key0 = tile * kPrefillTileN;
     WarpAttendTileM<kHeadDim, kPrefillTileN, kM>(q_frag, k_tile, v_tile, p.scale_log2,
-                                                 key0 + kPrefillTileN - 1 > min_pos, key0, max_pos,
-                                                 st);
+                                                 key0 + kPrefillTileN - 1 > w.min_pos, key0,
+                                                 max_pos, st);
     __syncthreads();  // the next iteration's copy (fp8: conversion) overwrites this buffer
   }
 
@@ -314,11 +271,9 @@ __global__ void __launch_bounds__(kPrefillWarps<kHeadDim> * 32,
   for (int c = lane; c < kWarpRows * kChunks; c += 32) {
     const int r = c / kChunks;
     const int ch = c % kChunks;
-    const int m = row0 + warp * kWarpRows + r;
-    if (m >= num_rows) continue;
-    const int head = kv_head * p.group + m % p.group;
-    *reinterpret_cast<uint4*>(p.out + (q_begin + m / p.group) * p.out_stride + head * kHeadDim +
-                              ch * 8) =
+    const int m = w.row0 + warp * kWarpRows + r;
+    if (m >= w.num_rows) continue;
+    *reinterpret_cast<uint4*>(p.out + w.RowOffset(m, p.group, p.out_stride, kHeadDim, ch * 8)) =
         *reinterpret_cast<const uint4*>(o_smem + r * kStride + ch * 8);
   }
 }
@@ -535,21 +490,6 @@ __device__ __forceinline__ uint32_t InterleaveBytes(uint32_t a, uint32_t b) {
 
 // Two e4m3 codes (x's low 16 bits, the lower code first) as an fp16 pair: one cvt.
 __device__ __forceinline__ uint32_t CodesToHalf2(uint32_t x) { return E4m3x2ToPair<__half>(x); }
-
-// A T pair as an fp16 pair, rounded to nearest, saturating at +-65504 (bf16 values in
-// [2^-14, 65504] are exact; fp16 passes through).
-template <typename T>
-__device__ __forceinline__ uint32_t PairToHalf2(uint32_t x) {
-  if constexpr (std::is_same_v<T, __half>) {
-    return x;
-  } else {
-    const float lo = __uint_as_float(x << 16);
-    const float hi = __uint_as_float(x & 0xffff0000u);
-    uint32_t r;
-    asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-  }
-}
 
 // kUpper: the warp's heads fill rows g + 8 too (a head chunk of more than 8); otherwise Q's rows
 // g + 8 are zeros and only one N tile of heads is computed.
@@ -817,14 +757,17 @@ CacheKind KindOf(const AttentionDims& d) {
 
 struct DeviceFigures {
   int num_sms = 0;
+  // The wgmma prefill kernel (attention_prefill_sm90.cu) runs here: an sm_90a build on a device
+  // of compute capability 9.0.
+  bool has_sm90_prefill = false;
   int decode_blocks_per_sm[kNumCacheKinds][2] = {};  // [cache kind][head_dim 64, 128]
 };
 
 // Lets (T, C)'s prefill kernels take their dynamic shared memory, and lowers blocks[kind][hd] to
 // the resident CTAs an SM of (T, C)'s decode kernels (head_dim 64, 128).
 template <typename T, typename C>
-cudaError_t SetUpKernels(int (&blocks)[kNumCacheKinds][2]) {
-  cudaError_t e = cudaSuccess;
+cudaError_t SetUpKernels(int (&blocks)[kNumCacheKinds][2], bool sm90_prefill) {
+  cudaError_t e = sm90_prefill ? attention_internal::SetUpPrefillSm90<T, C>() : cudaSuccess;
   auto set_prefill_smem = [&]<int kHeadDim, int kM>() {
     if (e == cudaSuccess) {
       e = cudaFuncSetAttribute(PagedPrefillKernel<kHeadDim, kM, T, C>,
@@ -859,9 +802,9 @@ cudaError_t SetUpKernels(int (&blocks)[kNumCacheKinds][2]) {
 
 // Sets up T's kernels over both cache element types.
 template <typename T>
-cudaError_t SetUpType(int (&blocks)[kNumCacheKinds][2]) {
-  cudaError_t e = SetUpKernels<T, T>(blocks);
-  return e == cudaSuccess ? SetUpKernels<T, __nv_fp8_e4m3>(blocks) : e;
+cudaError_t SetUpType(int (&blocks)[kNumCacheKinds][2], bool sm90_prefill) {
+  cudaError_t e = SetUpKernels<T, T>(blocks, sm90_prefill);
+  return e == cudaSuccess ? SetUpKernels<T, __nv_fp8_e4m3>(blocks, sm90_prefill) : e;
 }
 
 cudaError_t GetDeviceFigures(DeviceFigures* out) {
@@ -876,18 +819,29 @@ cudaError_t GetDeviceFigures(DeviceFigures* out) {
     DeviceFigures n;
     for (auto& kind : n.decode_blocks_per_sm) kind[0] = kind[1] = 1 << 20;
     cudaError_t e = cudaDeviceGetAttribute(&n.num_sms, cudaDevAttrMultiProcessorCount, device);
+    int major = 0;
+    int minor = 0;
+    if (e == cudaSuccess) {
+      e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    }
+    if (e == cudaSuccess) {
+      e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    }
+    n.has_sm90_prefill = attention_internal::PrefillSm90Built() && major == 9 && minor == 0;
     // Each decode kernel kind gets its own occupancy (the fewer CTAs of its bf16 and fp16
     // instantiations, in practice the same): the T cache's kernel (39 KiB of shared memory at
     // head_dim 128: 5 CTAs an SM on an H100), the fp8 cache's (16, or 12 with more than 8 heads a
     // warp). PagedDecodeWorkspaceBytes takes the largest need.
-    if (e == cudaSuccess) e = SetUpType<__nv_bfloat16>(n.decode_blocks_per_sm);
-    if (e == cudaSuccess) e = SetUpType<__half>(n.decode_blocks_per_sm);
+    if (e == cudaSuccess) e = SetUpType<__nv_bfloat16>(n.decode_blocks_per_sm, n.has_sm90_prefill);
+    if (e == cudaSuccess) e = SetUpType<__half>(n.decode_blocks_per_sm, n.has_sm90_prefill);
     if (e != cudaSuccess) return e;
     f = n;
   }
   *out = f;
   return cudaSuccess;
 }
+
+std::atomic<PrefillKernel> g_prefill_kernel{PrefillKernel::kAuto};
 
 bool IsAligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -1003,6 +957,10 @@ cudaError_t LaunchPrefill(const T* q, int64_t q_stride, const PagedKvCacheT<T, C
   PrefillParams<T, C> p{};
   FillCommon(q, q_stride, kv, seq_lens, dims, out, out_stride, &p);
   p.cu_seqlens_q = cu_seqlens_q;
+  if (dims.head_dim == 128 && f.has_sm90_prefill &&
+      g_prefill_kernel.load(std::memory_order_relaxed) == PrefillKernel::kAuto) {
+    return attention_internal::LaunchPrefillSm90(p, max_q_len, num_seqs, stream);
+  }
   // Two row tiles a warp (WarpAttendTileM) when that grid still makes two waves of resident CTAs:
   // half the shared-memory reads per FLOP and half the FP8 conversions per row; each row's
   // arithmetic is the same, so the outputs are bitwise those of one row tile. Fewer, larger CTAs
@@ -1090,6 +1048,10 @@ cudaError_t LaunchDecode(const T* q, int64_t q_stride, const PagedKvCacheT<T, C>
 }
 
 }  // namespace
+
+void SetPrefillKernel(PrefillKernel kernel) {
+  g_prefill_kernel.store(kernel, std::memory_order_relaxed);
+}
 
 cudaError_t PagedPrefillAttention(const __nv_bfloat16* q, int64_t q_stride, const PagedKvCache& kv,
                                   const int32_t* cu_seqlens_q, const int32_t* seq_lens,

@@ -85,6 +85,14 @@ cudaError_t PagedPrefillAttention(const __half* q, int64_t q_stride,
                                   const AttentionDims& dims, __half* out, int64_t out_stride,
                                   cudaStream_t stream);
 
+// Which kernel PagedPrefillAttention takes at head_dim 128 on a GPU of compute capability 9.0
+// (H100, H200) when the build holds sm_90a code: kAuto picks the wgmma kernel
+// (attention_prefill_sm90.cu), kMmaSync the mma.sync kernel every other GPU and head_dim 64 run.
+// Both compute the same attention within the tolerances of attention_test; tests and
+// attention_bench compare them. Process-wide; set it while no other thread launches attention.
+enum class PrefillKernel { kAuto, kMmaSync };
+void SetPrefillKernel(PrefillKernel kernel);
+
 // Bytes of the split-K scratch PagedDecodeAttention needs for up to max_num_seqs sequences of up
 // to max_seq_len positions: the same for every activation and cache type (the scratch is fp32,
 // and the size is the largest any of them needs).

@@ -356,6 +356,16 @@ TYPED_TEST(PagedPrefillAttentionGpu, TwoRowTilesPerWarp) {
   RunPrefill<TypeParam>({64, 8, 128, 16}, {600, 2}, {600, 2}, 14, "two tiles hd128 g8 q=600,2");
 }
 
+// Lengths at the 128-key tiles and 128-row CTAs of the Hopper (wgmma) prefill kernel, groups
+// that pack 8 (g16) to 128 (MHA) tokens into one CTA, cache blocks of 16-64 positions.
+TYPED_TEST(PagedPrefillAttentionGpu, HeadDim128TileEdges) {
+  REQUIRE_GPU();
+  RunPrefill<TypeParam>(kLlama8b, {128, 129, 255, 256, 32, 33}, {128, 129, 255, 384, 160, 1057}, 15,
+                        "tile edges hd128 g4 q=128,129,255,256,32,33");
+  RunPrefill<TypeParam>({16, 1, 128, 16}, {300}, {2000}, 16, "chunked hd128 mqa16 q=300 ctx=2000");
+  RunPrefill<TypeParam>({8, 8, 128, 64}, {257, 1}, {257, 4000}, 17, "hd128 bs64 mha q=257,1");
+}
+
 // Decode: one query row per sequence; rows with seq_len 0 must stay untouched. num_splits > 0
 // forces the context splits (1: the split kernel writes the output itself).
 template <typename T, typename C = T>
@@ -519,6 +529,8 @@ TYPED_TEST(PagedAttentionGpu, SmallShapesForSanitizers) {
   RunPrefill<TypeParam>(s, {1, 0, 37, 5}, {70, 0, 37, 130}, 60, "small prefill hd64");
   Shape t{4, 2, 128, 32, 0, 8};
   RunPrefill<TypeParam>(t, {19, 1}, {19, 200}, 61, "small prefill hd128 bs32");
+  // Four 128-key tiles: every buffer of the Hopper kernel's loops turns over.
+  RunPrefill<TypeParam>(t, {300}, {500}, 65, "small prefill hd128 bs32 four tiles");
   RunDecode<TypeParam>(s, {1, 0, 17, 150}, 160, 62, "small decode hd64");
   RunDecode<TypeParam>(t, {33, 0, 1}, 64, 63, "small decode hd128 bs32");
   RunDecode<TypeParam>(t, {33, 0, 1}, 64, 64, "small decode hd128 bs32 one split",
@@ -585,6 +597,35 @@ TYPED_TEST(PagedAttentionFp8CacheGpu, PrefillChunksOnCachedPrefix) {
                      "fp8 two tiles hd64 bs32 g3" + ScalesName<Fp8>(kLargeK), kLargeK);
 }
 
+// On Hopper builds PagedPrefillAttention takes the wgmma kernel at head_dim 128; the mma.sync
+// kernel that other GPUs run there is forced here (SetPrefillKernel), T and fp8 caches. Elsewhere
+// both runs take the same kernel.
+TYPED_TEST(PagedAttentionFp8CacheGpu, PrefillMmaSyncKernelAtHeadDim128) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  struct Restore {
+    ~Restore() { SetPrefillKernel(PrefillKernel::kAuto); }
+  } restore;
+  SetPrefillKernel(PrefillKernel::kMmaSync);
+  RunPrefill<T>(kLlama8b, {769, 83}, {769, 5125}, 2020, "mma.sync hd128 q=769,83");
+  RunPrefill<T, Fp8>(kLlama8b, {769, 83}, {769, 5125}, 2021,
+                     "mma.sync fp8 hd128 q=769,83" + ScalesName<Fp8>(kSmallK), kSmallK);
+  RunPrefill<T, Fp8>({32, 8, 128, 16}, {700, 700, 350, 1}, {700, 1400, 350, 900}, 2022,
+                     "mma.sync fp8 two tiles hd128 g4" + ScalesName<Fp8>(kLargeK), kLargeK);
+}
+
+// The fp8 cache at the wgmma kernel's tile edges, every scale kind.
+TYPED_TEST(PagedAttentionFp8CacheGpu, PrefillHeadDim128TileEdges) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  RunPrefill<T, Fp8>(kLlama8b, {128, 129, 255, 256, 32, 33}, {128, 129, 255, 384, 160, 1057}, 2023,
+                     "fp8 tile edges hd128 g4" + ScalesName<Fp8>(kTopBinades), kTopBinades);
+  RunPrefill<T, Fp8>({16, 1, 128, 16}, {300}, {2000}, 2024,
+                     "fp8 chunked hd128 mqa16 q=300 ctx=2000" + ScalesName<Fp8>(kSmallK), kSmallK);
+  RunPrefill<T, Fp8>({8, 8, 128, 64}, {257, 1}, {257, 4000}, 2025,
+                     "fp8 hd128 bs64 mha q=257,1" + ScalesName<Fp8>(kLargeK), kLargeK);
+}
+
 TYPED_TEST(PagedAttentionFp8CacheGpu, PrefillMixedBatchWithStrides) {
   REQUIRE_GPU();
   RunMixedBatch<TypeParam, Fp8>(2010, "fp8 ", kSmallK, kLargeK);
@@ -643,6 +684,7 @@ TYPED_TEST(PagedAttentionFp8CacheGpu, SmallShapesForSanitizers) {
   RunPrefill<T, Fp8>(s, {1, 0, 37, 5}, {70, 0, 37, 130}, 2050, "fp8 small prefill hd64", kSmallK);
   Shape t{4, 2, 128, 32, 0, 8};
   RunPrefill<T, Fp8>(t, {19, 1}, {19, 200}, 2051, "fp8 small prefill hd128 bs32", kLargeK);
+  RunPrefill<T, Fp8>(t, {300}, {500}, 2055, "fp8 small prefill hd128 bs32 four tiles", kSmallK);
   RunDecode<T, Fp8>(s, {1, 0, 17, 150}, 160, 2052, "fp8 small decode hd64", false, 0, kSmallK);
   RunDecode<T, Fp8>(t, {33, 0, 1}, 64, 2053, "fp8 small decode hd128 bs32", false, 0, kLargeK);
   RunDecode<T, Fp8>(t, {33, 0, 1}, 64, 2054, "fp8 small decode hd128 one split", false, 1, kSmallK);
