@@ -180,9 +180,7 @@ __global__ void __launch_bounds__(kPrefillWarps<kHeadDim> * 32,
       const bool valid = key < w.key_end;
       int64_t off = 0;
       if (valid) {
-        off = CacheOffset(w.table, p.block_size, p.block_shift, p.num_kv_heads, w.kv_head, key,
-                          kHeadDim) +
-              ch * kChunkElems;
+        off = w.KeyOffset(p, key, kHeadDim) + ch * kChunkElems;
       }
       if constexpr (kFp8) {
         uint8_t* s = staging + (buf * 2 * kPrefillTileN + r) * kHeadDim + ch * 16;

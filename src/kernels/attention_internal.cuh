@@ -66,6 +66,12 @@ struct PrefillTile {
   int key_end;
   const int32_t* table;  // the sequence's block-table row
 
+  // Element offset of position `pos` of this kv head in p's cache (CacheOffset).
+  template <typename P>
+  __device__ __forceinline__ int64_t KeyOffset(const P& p, int pos, int head_dim) const {
+    return CacheOffset(table, p.block_size, p.block_shift, p.num_kv_heads, kv_head, pos, head_dim);
+  }
+
   // Element offset of elements dim .. of packed row m in q or out (rows `stride` apart).
   __device__ __forceinline__ int64_t RowOffset(int m, int group, int64_t stride, int head_dim,
                                                int dim) const {

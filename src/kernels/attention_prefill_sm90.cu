@@ -61,11 +61,12 @@ using dtype_internal::PackPair;
 using dtype_internal::Pair;
 
 constexpr int kHeadDim = 128;
-constexpr int kRows = 128;   // packed query rows a CTA (two warpgroups of 64)
-constexpr int kTileN = 128;  // keys a K/V tile
+constexpr int kRows = 128;  // packed query rows a CTA (two warpgroups of 64)
+// [[maybe_unused]]: only the sm_90a body reads these two (other architectures compile it empty).
+[[maybe_unused]] constexpr int kTileN = 128;  // keys a K/V tile
 constexpr int kThreads = 256;
 constexpr uint32_t kTileBytes = 128 * kHeadDim * 2;  // one [2][128][64] 16-bit tile: 32 KiB
-constexpr uint32_t kBlockBytes = 128 * 128;          // one of its two column blocks
+[[maybe_unused]] constexpr uint32_t kBlockBytes = 128 * 128;  // one of its two column blocks
 // K/V tile buffers: three for a T cache (the overlapped loop), two for an fp8 cache.
 template <typename C>
 constexpr int kBufs = kIsFp8<C> ? 2 : 3;
@@ -121,9 +122,7 @@ __global__ void __launch_bounds__(kThreads, 1) PagedPrefillSm90Kernel(const Pref
       const int pos = tile * kTileN + (c & 7) + 8 * (c >> 6);
       codes[i] = codes[4 + i] = make_uint4(0, 0, 0, 0);
       if (pos < w.key_end) {
-        const int64_t off = CacheOffset(w.table, p.block_size, p.block_shift, p.num_kv_heads,
-                                        w.kv_head, pos, kHeadDim) +
-                            ((c >> 3) & 7) * 16;
+        const int64_t off = w.KeyOffset(p, pos, kHeadDim) + ((c >> 3) & 7) * 16;
         codes[i] = __ldg(reinterpret_cast<const uint4*>(p.k + off));
         codes[4 + i] = __ldg(reinterpret_cast<const uint4*>(p.v + off));
       }
@@ -153,9 +152,7 @@ __global__ void __launch_bounds__(kThreads, 1) PagedPrefillSm90Kernel(const Pref
       const bool valid = pos < w.key_end;
       int64_t off = 0;
       if (valid) {
-        off = CacheOffset(w.table, p.block_size, p.block_shift, p.num_kv_heads, w.kv_head, pos,
-                          kHeadDim) +
-              ch * 8;
+        off = w.KeyOffset(p, pos, kHeadDim) + ch * 8;
       }
       const uint32_t s = base + SwizzledOffset<kTileN>(key, ch);
       CpAsync16(s + kv_offset(buf, 0), p.k + off, valid);

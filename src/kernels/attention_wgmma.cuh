@@ -105,6 +105,23 @@ __device__ __forceinline__ void FenceAccumulators(float (&d)[16][4]) {
       "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]),             \
       "+f"(d[15][2]), "+f"(d[15][3])
 
+// The wgmma's of the two wrappers below for operand type TYPE ("f16" or "bf16"): SS takes
+// descriptors a, b and the accumulate flag, RS the A fragment a[4] and descriptor b.
+#define KILN_WGMMA_SS(TYPE)                                                              \
+  asm volatile(                                                                          \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                       \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " " KILN_WGMMA_D_REGS \
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"                                                    \
+      : KILN_WGMMA_D_OPERANDS(d)                                                         \
+      : "l"(a), "l"(b), "r"(int{accumulate}))
+#define KILN_WGMMA_RS_TRANS_B(TYPE)                                                      \
+  asm volatile(                                                                          \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                       \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " " KILN_WGMMA_D_REGS \
+      "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                      \
+      : KILN_WGMMA_D_OPERANDS(d)                                                         \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
+
 // d (+)= A B for m64n128k16, fp32 accumulators; A and B from shared memory (descriptors, both
 // K-major), M = __half or __nv_bfloat16. accumulate = false overwrites d.
 template <typename M>
@@ -114,19 +131,9 @@ __device__ __forceinline__ void WgmmaSS(float (&d)[16][4], uint64_t a, uint64_t 
   static_assert(std::is_same_v<M, __half> || std::is_same_v<M, __nv_bfloat16>,
                 "M is __half or __nv_bfloat16");
   if constexpr (std::is_same_v<M, __half>) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " KILN_WGMMA_D_REGS
-        "%64, %65, p, 1, 1, 0, 0;\n}\n"
-        : KILN_WGMMA_D_OPERANDS(d)
-        : "l"(a), "l"(b), "r"(int{accumulate}));
+    KILN_WGMMA_SS("f16");
   } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " KILN_WGMMA_D_REGS
-        "%64, %65, p, 1, 1, 0, 0;\n}\n"
-        : KILN_WGMMA_D_OPERANDS(d)
-        : "l"(a), "l"(b), "r"(int{accumulate}));
+    KILN_WGMMA_SS("bf16");
   }
 #endif
 }
@@ -140,23 +147,15 @@ __device__ __forceinline__ void WgmmaRSTransB(float (&d)[16][4], const uint32_t 
   static_assert(std::is_same_v<M, __half> || std::is_same_v<M, __nv_bfloat16>,
                 "M is __half or __nv_bfloat16");
   if constexpr (std::is_same_v<M, __half>) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " KILN_WGMMA_D_REGS
-        "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-        : KILN_WGMMA_D_OPERANDS(d)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+    KILN_WGMMA_RS_TRANS_B("f16");
   } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " KILN_WGMMA_D_REGS
-        "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-        : KILN_WGMMA_D_OPERANDS(d)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+    KILN_WGMMA_RS_TRANS_B("bf16");
   }
 #endif
 }
 
+#undef KILN_WGMMA_SS
+#undef KILN_WGMMA_RS_TRANS_B
 #undef KILN_WGMMA_D_REGS
 #undef KILN_WGMMA_D_OPERANDS
 
