@@ -23,25 +23,34 @@ EngineRequest MakeRequest(RequestId id, std::vector<int32_t> prompt, int32_t max
 }
 
 // Steps `engine` until it has no work, calling on_output(output, seconds since `start`) for
-// each output and adding the step counts to `counters`.
+// each output and adding the step counts to `counters` and one record a step to `steps`.
 template <typename OnOutput>
 void StepUntilDone(Engine& engine, Clock::time_point start, EngineCounters* counters,
-                   OnOutput on_output) {
+                   std::vector<StepRecord>* steps, OnOutput on_output) {
   while (engine.HasWork()) {
     const Clock::time_point s0 = Clock::now();
     std::vector<RequestOutput> outputs = engine.Step();
     const Clock::time_point s1 = Clock::now();
     const StepStats& step = engine.stats().last_step;
+    const double seconds = SecondsBetween(s0, s1);
     if (counters != nullptr) {
       ++counters->num_steps;
       counters->max_num_running = std::max(counters->max_num_running, step.num_running);
       if (step.num_seqs > 0 && step.num_decode_seqs == step.num_seqs) {
         ++counters->num_decode_only_steps;
-        counters->decode_only_seconds += SecondsBetween(s0, s1);
+        counters->decode_only_seconds += seconds;
         counters->mean_decode_batch += step.num_seqs;  // a sum until the end
+      } else if (step.num_seqs > 0) {
+        ++counters->num_prompt_steps;
+        counters->prompt_step_seconds += seconds;
+        counters->num_prompt_step_decodes += step.num_decode_seqs;
       }
     }
     const double now = SecondsBetween(start, s1);
+    if (steps != nullptr && step.num_seqs > 0) {
+      steps->push_back({now, seconds, step.num_seqs, step.num_decode_seqs, step.num_batched_tokens,
+                        step.num_running, step.num_waiting});
+    }
     for (const RequestOutput& o : outputs) on_output(o, now);
   }
 }
@@ -65,7 +74,20 @@ nlohmann::ordered_json CountersToJson(const EngineCounters& c) {
           {"num_cached_prompt_tokens", c.num_cached_prompt_tokens},
           {"num_preemptions", c.num_preemptions},
           {"num_swap_preemptions", c.num_swap_preemptions},
-          {"max_num_running", c.max_num_running}};
+          {"max_num_running", c.max_num_running},
+          {"num_prompt_steps", c.num_prompt_steps},
+          {"prompt_step_seconds", c.prompt_step_seconds},
+          {"num_prompt_step_decodes", c.num_prompt_step_decodes}};
+}
+
+nlohmann::ordered_json StepToJson(const StepRecord& s) {
+  return {{"end_s", s.end_s},
+          {"seconds", s.seconds},
+          {"num_seqs", s.num_seqs},
+          {"num_decode_seqs", s.num_decode_seqs},
+          {"num_prompt_tokens", s.num_batched_tokens - s.num_decode_seqs},
+          {"num_running", s.num_running},
+          {"num_waiting", s.num_waiting}};
 }
 
 Result<OfflineRun> RunOffline(Engine& engine, const std::vector<BenchRequest>& requests,
@@ -85,7 +107,7 @@ Result<OfflineRun> RunOffline(Engine& engine, const std::vector<BenchRequest>& r
           MakeRequest(next_id++, r.prompt_ids, r.output_len, options.ignore_eos, options.seed + i));
     }
     KILN_RETURN_IF_ERROR(AddRequests(engine, std::move(warmup)).WithContext("warm-up"));
-    StepUntilDone(engine, Clock::now(), nullptr, [](const RequestOutput&, double) {});
+    StepUntilDone(engine, Clock::now(), nullptr, nullptr, [](const RequestOutput&, double) {});
   }
 
   const EngineStats before = engine.stats();
@@ -101,7 +123,7 @@ Result<OfflineRun> RunOffline(Engine& engine, const std::vector<BenchRequest>& r
   std::vector<double> last_token_s(requests.size(), 0);
   const Clock::time_point start = Clock::now();
   KILN_RETURN_IF_ERROR(AddRequests(engine, std::move(batch)));
-  StepUntilDone(engine, start, &run.counters, [&](const RequestOutput& o, double now) {
+  StepUntilDone(engine, start, &run.counters, &run.steps, [&](const RequestOutput& o, double now) {
     const size_t i = static_cast<size_t>(o.id - first_id);
     RequestRecord& rec = run.records[i];
     if (!o.new_token_ids.empty()) {
@@ -170,7 +192,7 @@ Result<std::vector<LatencyIteration>> RunLatency(Engine& engine, const LatencyOp
     double last_step_s = 0;
     const Clock::time_point start = Clock::now();
     KILN_RETURN_IF_ERROR(AddRequests(engine, std::move(batch)));
-    StepUntilDone(engine, start, nullptr, [&](const RequestOutput& o, double now) {
+    StepUntilDone(engine, start, nullptr, nullptr, [&](const RequestOutput& o, double now) {
       const size_t i = static_cast<size_t>(o.id - first_id);
       if (!o.new_token_ids.empty() && !has_token[i]) {
         has_token[i] = true;

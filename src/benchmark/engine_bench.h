@@ -39,8 +39,25 @@ struct EngineCounters {
   int64_t num_preemptions = 0;
   int64_t num_swap_preemptions = 0;
   int32_t max_num_running = 0;
+  int64_t num_prompt_steps = 0;  // steps with at least one prompt token
+  double prompt_step_seconds = 0;
+  int64_t num_prompt_step_decodes = 0;  // decode tokens that rode in those steps
 };
 nlohmann::ordered_json CountersToJson(const EngineCounters& counters);
+
+// One engine step as the benchmark saw it: the wall time between its result and the previous
+// one (under async scheduling, the step's own device time plus whatever of the host's work did
+// not overlap it) and what it computed.
+struct StepRecord {
+  double end_s = 0;  // since the run's start
+  double seconds = 0;
+  int32_t num_seqs = 0;
+  int32_t num_decode_seqs = 0;
+  int32_t num_batched_tokens = 0;  // prompt tokens = num_batched_tokens - num_decode_seqs
+  int32_t num_running = 0;         // after the step
+  int32_t num_waiting = 0;
+};
+nlohmann::ordered_json StepToJson(const StepRecord& step);
 
 struct OfflineRun {
   // One per request, in dataset order: start_s 0, TTFT = its first token, ITL = the gaps
@@ -48,6 +65,7 @@ struct OfflineRun {
   std::vector<RequestRecord> records;
   double duration_s = 0;  // first step -> last token
   EngineCounters counters;
+  std::vector<StepRecord> steps;  // in order
 };
 
 // Submits every request (token ids; text prompts must have been tokenized, i.e. prompt_ids

@@ -66,6 +66,26 @@ TEST(OfflineBenchTest, EveryRequestGetsItsExactLengthAndTimings) {
   EXPECT_EQ(c.num_preemptions, 0);
   EXPECT_EQ(c.max_num_running, 40);
   EXPECT_EQ(Summarize(run->records, run->duration_s, {}).total_output_tokens, total);
+
+  // The step log: one record per step, adding up to the counters.
+  ASSERT_EQ(static_cast<int64_t>(run->steps.size()), c.num_steps);
+  EXPECT_EQ(c.num_prompt_steps + c.num_decode_only_steps, c.num_steps);
+  int64_t prompt_tokens = 0, decodes = 0, prompt_step_decodes = 0;
+  double previous_end = 0;
+  for (const StepRecord& s : run->steps) {
+    EXPECT_GT(s.num_seqs, 0);
+    EXPECT_LE(s.num_decode_seqs, s.num_seqs);
+    EXPECT_GE(s.end_s, previous_end);
+    previous_end = s.end_s;
+    prompt_tokens += s.num_batched_tokens - s.num_decode_seqs;
+    decodes += s.num_decode_seqs;
+    if (s.num_decode_seqs < s.num_seqs) prompt_step_decodes += s.num_decode_seqs;
+  }
+  EXPECT_EQ(prompt_tokens, c.num_prompt_tokens);
+  EXPECT_EQ(decodes, total - 40);  // each request's first token comes from its prompt
+  EXPECT_EQ(prompt_step_decodes, c.num_prompt_step_decodes);
+  EXPECT_EQ(StepToJson(run->steps.front())["num_prompt_tokens"],
+            run->steps.front().num_batched_tokens - run->steps.front().num_decode_seqs);
 }
 
 TEST(OfflineBenchTest, ASmallPoolPreemptsAndStillFinishesEverything) {

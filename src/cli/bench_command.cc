@@ -280,6 +280,7 @@ struct OfflineCommandOptions {
   benchmark::OfflineOptions run;
   bool no_ignore_eos = false;
   std::string json;
+  std::string step_log;
   std::string goodput;
 };
 
@@ -306,6 +307,17 @@ void RunOfflineCommand(OfflineCommandOptions& o) {
       c.mean_decode_batch, c.decode_only_seconds, static_cast<long long>(c.num_prompt_tokens),
       static_cast<long long>(c.num_cached_prompt_tokens), static_cast<long long>(c.num_preemptions),
       static_cast<long long>(c.num_swap_preemptions));
+  std::printf("        %lld steps with prompt tokens (%.1f s), carrying %lld decodes\n",
+              static_cast<long long>(c.num_prompt_steps), c.prompt_step_seconds,
+              static_cast<long long>(c.num_prompt_step_decodes));
+  if (!o.step_log.empty()) {
+    Json log = ReportHeader("kiln bench offline");
+    log["steps"] = Json::array();
+    for (const benchmark::StepRecord& step : run->steps) {
+      log["steps"].push_back(benchmark::StepToJson(step));
+    }
+    WriteJson(cmd, o.step_log, log);
+  }
   if (!o.json.empty()) {
     Json report = ReportHeader("kiln bench offline");
     report["config"] = DatasetJson(o.dataset);
@@ -329,6 +341,9 @@ void AddOffline(CLI::App* bench) {
                 "let eos end requests (default: exactly --output-len tokens each)");
   cmd->add_option("--goodput", o->goodput, "SLOs in ms, e.g. 'ttft:2000,tpot:100'");
   cmd->add_option("--json", o->json, "write the figures as JSON here");
+  cmd->add_option("--step-log", o->step_log,
+                  "write every engine step (wall time, sequences, decodes, prompt tokens, "
+                  "running, waiting) as JSON here");
   cmd->callback([o] { RunOfflineCommand(*o); });
 }
 

@@ -624,6 +624,12 @@ TYPED_TEST(PagedAttentionFp8CacheGpu, PrefillHeadDim128TileEdges) {
                      "fp8 chunked hd128 mqa16 q=300 ctx=2000" + ScalesName<Fp8>(kSmallK), kSmallK);
   RunPrefill<T, Fp8>({8, 8, 128, 64}, {257, 1}, {257, 4000}, 2025,
                      "fp8 hd128 bs64 mha q=257,1" + ScalesName<Fp8>(kLargeK), kLargeK);
+  // Block sizes whose blocks straddle the 128-key tiles (48, not a power of two) or hold two of
+  // them (256): the Hopper kernel's producer copies each run of keys inside one block.
+  RunPrefill<T, Fp8>({32, 8, 128, 48}, {300, 77}, {700, 77}, 2026,
+                     "fp8 hd128 bs48 q=300,77" + ScalesName<Fp8>(kSmallK), kSmallK);
+  RunPrefill<T, Fp8>({32, 8, 128, 256}, {200, 129}, {600, 129}, 2027,
+                     "fp8 hd128 bs256 q=200,129" + ScalesName<Fp8>(kSmallK), kSmallK);
 }
 
 TYPED_TEST(PagedAttentionFp8CacheGpu, PrefillMixedBatchWithStrides) {
