@@ -4,12 +4,12 @@
 // parameters and row packing as PagedPrefillKernel (attention.cu), which every other GPU, head_dim
 // 64 and SetPrefillKernel(kMmaSync) still take.
 //
-// CTA = 2 warpgroups (256 threads), 128 packed query rows (row m = token * group + head in group),
-// one kv head of one sequence; heaviest row tiles first (the causal work grows with the index).
+// A CTA takes 128 packed query rows (row m = token * group + head in group) of one kv head of
+// one sequence, heaviest row tiles first (the causal work grows with the index), in two consumer
+// warpgroups of 64 rows (WarpgroupAttention):
 //
 //   smem   Q [128 rows] and K, V [128 keys] tiles of 16-bit elements, each [2][128][64] with the
-//          128-byte swizzle (32 KiB): three K/V buffers over a T cache (225 KiB), two over an
-//          fp8 cache (161 KiB); 1 CTA an SM
+//          128-byte swizzle (32 KiB)
 //   S      = Q K^T    per warpgroup m64n128k16 x 8 (k = head dims), A = Q and B = K from shared
 //                     memory (both K-major); fp32 accumulators, 64 a thread
 //   mask   key > the row's position -> -inf (tiles past the CTA's first row's position only)
@@ -19,12 +19,17 @@
 //                     MN-major (transposed)
 //   out    O / l (x v_scale) -> T through the warpgroup's own Q rows, 16-byte stores
 //
-// Two loops. T cache: S of tile t + 1 and P V of tile t are issued together and tile t + 1's
-// softmax runs while P V computes (FlashAttention-3's overlap inside a warpgroup; O's rescale
-// waits for the P V); tile t + 2 is copied with cp.async meanwhile. fp8 cache: one tile at a
-// time, the next tile's codes loaded into registers at the start of an iteration and converted
-// (cvt e4m3x2 -> f16x2, exact) into the other buffer while P V runs; the overlapped loop was
-// slower there (docs/kernels.md).
+// Two kernels:
+//   T cache (PagedPrefillSm90Kernel, 256 threads): S of tile t + 1 and P V of tile t are issued
+//     together and tile t + 1's softmax runs while P V computes (FlashAttention-3's overlap inside
+//     a warpgroup; O's rescale waits for the P V); every thread copies tile t + 2 with cp.async
+//     meanwhile, three K/V buffers (225 KiB), a CTA barrier a tile.
+//   fp8 cache (PagedPrefillSm90Fp8Kernel, 384 threads): a producer warpgroup fills the tiles
+//     and the consumers wait only for their data (FlashAttention-3's warp specialization). The
+//     producer loads each tile's codes into registers (plain 16-byte loads, issued before it
+//     waits for the stage), converts them (cvt e4m3x2 -> f16x2, exact) into one of three 16-bit
+//     stages (225 KiB) and signals it on an mbarrier; each consumer warp releases the stage on
+//     another after its P V. setmaxnreg gives the consumers 208 registers, the producer 88.
 //
 // Types: the mma runs in T over a T cache; over an fp8 cache it runs in fp16 whatever T is (one
 // cvt a pair of codes; Q rounded to fp16 once with satfinite, P in fp16), as the fp8 decode
@@ -33,11 +38,8 @@
 //
 // Napkin math (H100 SXM, dense fp16 wgmma ~990 TFLOP/s = 4,096 FLOP a clock an SM): a 128 x 128
 // tile of one CTA is 2 x 128 x 128 x 128 x 2 = 8.4 MFLOP, 2,048 clocks of tensor time; its
-// softmax 16,384 exp2 on 16 SFU lanes an SM, ~1,024 clocks. Measured (attention_bench --prefill,
-// H100): 250-300 TFLOP/s, 1.0-1.5x the mma.sync kernel; Nsight Compute on 8 x 2,048: tensor pipe
-// 29 % busy, 1.3 instructions a cycle an SM, 8 warps an SM: latency-bound. What is left is
-// FlashAttention-3's structure: a producer warp with TMA copies and mbarriers instead of the
-// consumers' loads and CTA-wide barriers, ping-pong between the two warpgroups.
+// softmax 16,384 exp2 on 16 SFU lanes an SM, ~1,024 clocks. Measured: docs/kernels.md "Prefill
+// on Hopper".
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -56,134 +58,93 @@ namespace {
 
 using dtype_internal::E4m3x8ToVec8;
 using dtype_internal::FloatsToPair;
-using dtype_internal::kIsFp8;
 using dtype_internal::PackPair;
 using dtype_internal::Pair;
+using Fp8 = __nv_fp8_e4m3;
 
 constexpr int kHeadDim = 128;
 constexpr int kRows = 128;  // packed query rows a CTA (two warpgroups of 64)
-// [[maybe_unused]]: only the sm_90a body reads these two (other architectures compile it empty).
-[[maybe_unused]] constexpr int kTileN = 128;  // keys a K/V tile
-constexpr int kThreads = 256;
+// [[maybe_unused]]: only the sm_90a bodies read these (other architectures compile them empty).
+[[maybe_unused]] constexpr int kTileN = 128;         // keys a K/V tile
 constexpr uint32_t kTileBytes = 128 * kHeadDim * 2;  // one [2][128][64] 16-bit tile: 32 KiB
 [[maybe_unused]] constexpr uint32_t kBlockBytes = 128 * 128;  // one of its two column blocks
-// K/V tile buffers: three for a T cache (the overlapped loop), two for an fp8 cache.
-template <typename C>
-constexpr int kBufs = kIsFp8<C> ? 2 : 3;
-// Q, then [buffer][K, V]; the start rounded up to the swizzle's 1,024-byte period: 225 KiB (T
-// cache) or 161 KiB (fp8).
-template <typename C>
-constexpr size_t kSmemBytes = (1 + 2 * kBufs<C>)*size_t{kTileBytes} + 1024;
 
-template <typename T, typename C>
-__global__ void __launch_bounds__(kThreads, 1) PagedPrefillSm90Kernel(const PrefillParams<T, C> p) {
-#ifdef KILN_WGMMA
-  constexpr bool kFp8 = kIsFp8<C>;
-  using M = std::conditional_t<kFp8, __half, T>;  // the mma's operand type
-  extern __shared__ unsigned char smem_raw[];
-  const uint32_t raw_addr = SmemAddr(smem_raw);
-  const uint32_t base = (raw_addr + 1023) & ~1023u;
-  unsigned char* smem = smem_raw + (base - raw_addr);
-  auto kv_offset = [](int buf, int which) { return kTileBytes * (1 + 2 * buf + which); };
+// T cache: 256 threads, Q then three [K, V] buffers, the start rounded up to the swizzle's
+// 1,024-byte period: 225 KiB.
+constexpr int kThreads = 256;
+[[maybe_unused]] constexpr int kBufs = 3;
+constexpr size_t kSmemBytes = (1 + 2 * kBufs) * size_t{kTileBytes} + 1024;
 
-  const PrefillTile w = GetPrefillTile(p, kRows);
-  if (w.empty) return;
-  const int num_tiles = (w.key_end + kTileN - 1) / kTileN;
-  const int tid = threadIdx.x;
+// fp8 cache: two consumer warpgroups and the producer warpgroup; Q, three 16-bit [K, V] stages,
+// then the mbarriers (full[3], empty[3]): 225 KiB. Registers: launched at 168 a thread (384
+// threads), the consumers take 208 and the producer keeps 88 (setmaxnreg): a register-file
+// quarter holds one warp of each warpgroup, 2 x 208 x 32 + 88 x 32 = 16,128 of its 16,384. (A
+// producer warp at 288 threads could not launch with the consumers' ~210: three warps share a
+// quarter, so ptxas caps them at 168.)
+constexpr int kFp8Threads = 384;
+[[maybe_unused]] constexpr int kProducerThread0 = 256;
+[[maybe_unused]] constexpr int kConsumerRegisters = 208;
+[[maybe_unused]] constexpr int kProducerRegisters = 88;
+[[maybe_unused]] constexpr int kStages = 3;
+[[maybe_unused]] constexpr uint32_t kBarrierOffset = (1 + 2 * kStages) * kTileBytes;
+constexpr size_t kFp8SmemBytes = kBarrierOffset + 2 * kStages * sizeof(uint64_t) + 1024;
 
-  // Q rows -> shared memory as M (zeros past w.num_rows). Thread chunks run down 8 rows first, so
-  // a 16-byte store phase lands on 8 distinct swizzled chunks.
+// Q rows [row_begin, row_begin + kQRows) of the CTA -> shared memory as M (zeros past
+// w.num_rows), by kQThreads threads (this one is `index`). Thread chunks run down 8 rows first, so
+// a 16-byte store phase lands on 8 distinct swizzled chunks.
+template <typename M, int kQThreads, int kQRows, typename T, typename C>
+__device__ __forceinline__ void StageQ(const PrefillParams<T, C>& p, const PrefillTile& w,
+                                       unsigned char* smem, int index, int row_begin) {
 #pragma unroll
-  for (int i = 0; i < kRows * 16 / kThreads; ++i) {
-    const int c = tid + kThreads * i;
-    const int r = (c & 7) + 8 * (c >> 7);
+  for (int i = 0; i < kQRows * 16 / kQThreads; ++i) {
+    const int c = index + kQThreads * i;
+    const int r = row_begin + (c & 7) + 8 * (c >> 7);
     const int ch = (c >> 3) & 15;
     const int m = w.row0 + r;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (m < w.num_rows) {
       v = *reinterpret_cast<const uint4*>(p.q +
                                           w.RowOffset(m, p.group, p.q_stride, kHeadDim, ch * 8));
-      if constexpr (kFp8) {
+      if constexpr (!std::is_same_v<M, T>) {
         v = make_uint4(PairToHalf2<T>(v.x), PairToHalf2<T>(v.y), PairToHalf2<T>(v.z),
                        PairToHalf2<T>(v.w));
       }
     }
     *reinterpret_cast<uint4*>(smem + SwizzledOffset<kRows>(r, ch)) = v;
   }
+}
 
-  // fp8 cache: one tile's codes in registers. Chunk c = tid + 256 i of K (codes[i]) and of V
-  // (codes[4 + i]) is key (c & 7) + 8 (c >> 6), codes 16 ((c >> 3) & 7) .. + 15; keys past
-  // w.key_end are zeros (a masked key's V must be finite: 0 * NaN would poison O).
-  uint4 codes[kFp8 ? 8 : 1];
-  auto load_codes = [&](int tile) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int c = tid + kThreads * i;
-      const int pos = tile * kTileN + (c & 7) + 8 * (c >> 6);
-      codes[i] = codes[4 + i] = make_uint4(0, 0, 0, 0);
-      if (pos < w.key_end) {
-        const int64_t off = w.KeyOffset(p, pos, kHeadDim) + ((c >> 3) & 7) * 16;
-        codes[i] = __ldg(reinterpret_cast<const uint4*>(p.k + off));
-        codes[4 + i] = __ldg(reinterpret_cast<const uint4*>(p.v + off));
-      }
-    }
-  };
-  auto store_codes = [&](int buf) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int c = tid + kThreads * (i % 4);
-      const int key = (c & 7) + 8 * (c >> 6);
-      const int ch = 2 * ((c >> 3) & 7);
-      unsigned char* tile = smem + kv_offset(buf, i / 4);
-      *reinterpret_cast<uint4*>(tile + SwizzledOffset<kTileN>(key, ch)) =
-          E4m3x8ToVec8<__half>(make_uint2(codes[i].x, codes[i].y));
-      *reinterpret_cast<uint4*>(tile + SwizzledOffset<kTileN>(key, ch + 1)) =
-          E4m3x8ToVec8<__half>(make_uint2(codes[i].z, codes[i].w));
-    }
-  };
-  // T cache: cp.async straight into the swizzled tiles, zero-filled past w.key_end.
-  auto load_async = [&](int tile, int buf) {
-#pragma unroll
-    for (int i = 0; i < kTileN * 16 / kThreads; ++i) {
-      const int c = tid + kThreads * i;
-      const int key = (c & 7) + 8 * (c >> 7);
-      const int ch = (c >> 3) & 15;
-      const int pos = tile * kTileN + key;
-      const bool valid = pos < w.key_end;
-      int64_t off = 0;
-      if (valid) {
-        off = w.KeyOffset(p, pos, kHeadDim) + ch * 8;
-      }
-      const uint32_t s = base + SwizzledOffset<kTileN>(key, ch);
-      CpAsync16(s + kv_offset(buf, 0), p.k + off, valid);
-      CpAsync16(s + kv_offset(buf, 1), p.v + off, valid);
-    }
-  };
-
-  const int wg = tid / 128;
-  const int warp = (tid / 32) % 4;
-  const int lane = tid % 32;
-  const int g = lane / 4;
-  const int t = lane % 4;
-  // Rows past the sequence's last token borrow its position; they are computed, never stored.
-  int max_pos[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int m = w.row0 + wg * 64 + warp * 16 + g + 8 * r;
-    max_pos[r] = w.ctx_off + min(m / p.group, w.q_len - 1);
-  }
+// One consumer warpgroup's 64 rows: the accumulators and the online-softmax state, and the steps
+// of a K/V tile. M: the mma's operand type.
+template <typename M>
+struct WarpgroupAttention {
   float o[16][4];
   float s[16][4];
-#pragma unroll
-  for (int j = 0; j < 16; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
   float row_max[2] = {-INFINITY, -INFINITY};
   float row_sum[2] = {0.0f, 0.0f};
-  uint32_t pf[kTileN / 16][4];                 // P of an even tile, as the P V wgmma's A fragments
-  const uint32_t q_wg = base + wg * 64 * 128;  // this warpgroup's 64 rows in each column block
+  int max_pos[2];
+  uint32_t q_wg;  // this warpgroup's 64 rows in each column block of the Q tile
+  int wg, warp, g, t;
 
-  // S = Q K^T of `tile` (in its buffer) over the 8 k16 steps of the head dims, committed.
-  auto issue_s = [&](int tile) {
-    const uint32_t k_tile = base + kv_offset(tile % kBufs<C>, 0);
+  // Rows past the sequence's last token borrow its position; they are computed, never stored.
+  __device__ __forceinline__ WarpgroupAttention(const PrefillTile& w, int group, uint32_t q_tile,
+                                                int tid)
+      : q_wg(q_tile + (tid / 128) * 64 * 128),
+        wg(tid / 128),
+        warp((tid / 32) % 4),
+        g((tid % 32) / 4),
+        t(tid % 4) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int m = w.row0 + wg * 64 + warp * 16 + g + 8 * r;
+      max_pos[r] = w.ctx_off + min(m / group, w.q_len - 1);
+    }
+#pragma unroll
+    for (int j = 0; j < 16; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  }
+
+  // S = Q K^T of the K tile at k_tile over the 8 k16 steps of the head dims, committed.
+  __device__ __forceinline__ void IssueS(uint32_t k_tile) {
     FenceAccumulators(s);
     WgmmaFence();
 #pragma unroll
@@ -193,10 +154,12 @@ __global__ void __launch_bounds__(kThreads, 1) PagedPrefillSm90Kernel(const Pref
                  kk > 0);
     }
     WgmmaCommit();
-  };
+  }
+
   // The online-softmax step on S of `tile` (its wgmma's done): masks, updates the row maxima and
   // sums, leaves the factor O must take before the tile's P V in alpha and P in `out`.
-  auto softmax = [&](int tile, float(&alpha)[2], uint32_t(&out)[kTileN / 16][4]) {
+  __device__ __forceinline__ void Softmax(const PrefillTile& w, int tile, float scale_log2,
+                                          float (&alpha)[2], uint32_t (&out)[kTileN / 16][4]) {
     FenceAccumulators(s);
     const int key0 = tile * kTileN;
     if (key0 + kTileN - 1 > w.min_pos) {
@@ -209,9 +172,7 @@ __global__ void __launch_bounds__(kThreads, 1) PagedPrefillSm90Kernel(const Pref
       }
     }
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      alpha[r] = SoftmaxRowStep(s, r, p.scale_log2, row_max[r], row_sum[r]);
-    }
+    for (int r = 0; r < 2; ++r) alpha[r] = SoftmaxRowStep(s, r, scale_log2, row_max[r], row_sum[r]);
 #pragma unroll
     for (int kk = 0; kk < kTileN / 16; ++kk) {
       out[kk][0] = PackPair<M>(s[2 * kk][0], s[2 * kk][1]);
@@ -219,11 +180,10 @@ __global__ void __launch_bounds__(kThreads, 1) PagedPrefillSm90Kernel(const Pref
       out[kk][2] = PackPair<M>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
       out[kk][3] = PackPair<M>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
     }
-  };
+  }
 
-  // O += P V of `tile` (P in pv) over the 8 k16 steps of its keys, committed.
-  auto issue_pv = [&](int tile, const uint32_t(&pv)[kTileN / 16][4]) {
-    const uint32_t v_tile = base + kv_offset(tile % kBufs<C>, 1);
+  // O += P V of the V tile at v_tile (P in pv) over the 8 k16 steps of its keys, committed.
+  __device__ __forceinline__ void IssuePv(uint32_t v_tile, const uint32_t (&pv)[kTileN / 16][4]) {
     FenceAccumulators(o);
     WgmmaFence();
 #pragma unroll
@@ -231,9 +191,10 @@ __global__ void __launch_bounds__(kThreads, 1) PagedPrefillSm90Kernel(const Pref
       WgmmaRSTransB<M>(o, pv[kk], SmemDescSw128(v_tile + kk * 2048, kBlockBytes, 1024));
     }
     WgmmaCommit();
-  };
+  }
+
   // O's rows times the softmax step's factors (no wgmma on O in flight).
-  auto rescale = [&](const float(&alpha)[2]) {
+  __device__ __forceinline__ void Rescale(const float (&alpha)[2]) {
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
       o[j][0] *= alpha[0];
@@ -241,114 +202,253 @@ __global__ void __launch_bounds__(kThreads, 1) PagedPrefillSm90Kernel(const Pref
       o[j][2] *= alpha[1];
       o[j][3] *= alpha[1];
     }
+  }
+
+  // O / l -> T into this warpgroup's Q rows (only its own wgmma's read them; all are done), then
+  // 16-byte coalesced stores.
+  template <typename T, typename C>
+  __device__ __forceinline__ void Store(const PrefillParams<T, C>& p, const PrefillTile& w,
+                                        unsigned char* smem, int tid) {
+    float inv_l[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float l = row_sum[r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      inv_l[r] = l > 0.0f ? p.v_scale / l : 0.0f;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = wg * 64 + warp * 16 + g + 8 * r;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        *reinterpret_cast<Pair<T>*>(smem + SwizzledOffset<kRows>(row, j) + 4 * t) =
+            FloatsToPair<T>(o[j][2 * r] * inv_l[r], o[j][2 * r + 1] * inv_l[r]);
+      }
+    }
+    NamedBarrierSync(1 + wg, 128);
+#pragma unroll
+    for (int i = 0; i < 64 * 16 / 128; ++i) {
+      const int c = tid % 128 + 128 * i;
+      const int row = wg * 64 + c / 16;
+      const int ch = c % 16;
+      const int m = w.row0 + row;
+      if (m >= w.num_rows) continue;
+      *reinterpret_cast<uint4*>(p.out + w.RowOffset(m, p.group, p.out_stride, kHeadDim, ch * 8)) =
+          *reinterpret_cast<const uint4*>(smem + SwizzledOffset<kRows>(row, ch));
+    }
+  }
+};
+
+// Shared memory rounded up to the swizzle's 1,024-byte period: (its address, its pointer).
+[[maybe_unused]] __device__ __forceinline__ uint32_t AlignedSmem(unsigned char* raw,
+                                                                 unsigned char** aligned) {
+  const uint32_t raw_addr = SmemAddr(raw);
+  const uint32_t base = (raw_addr + 1023) & ~1023u;
+  *aligned = raw + (base - raw_addr);
+  return base;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 1) PagedPrefillSm90Kernel(const PrefillParams<T, T> p) {
+#ifdef KILN_WGMMA
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem;
+  const uint32_t base = AlignedSmem(smem_raw, &smem);
+  auto kv_tile = [&](int tile, int which) {
+    return base + kTileBytes * (1 + 2 * (tile % kBufs) + which);
   };
 
-  if constexpr (kFp8) {
-    // fp8 cache: one tile at a time. The next tile's codes are loaded at the start of an
-    // iteration and converted into the other buffer while this tile's P V runs. (The overlapped
-    // loop below was slower here, 1.00-1.07x against 1.07-1.53x of the mma.sync kernel: its
-    // conversion could not start early enough to hide the loads; docs/kernels.md.)
-    load_codes(0);
-    store_codes(0);
-    FenceProxyAsync();
-    __syncthreads();
-    for (int tile = 0; tile < num_tiles; ++tile) {
-      const bool next = tile + 1 < num_tiles;
-      if (next) load_codes(tile + 1);
-      issue_s(tile);
-      WgmmaWait<0>();
-      float alpha[2];
-      softmax(tile, alpha, pf);
-      rescale(alpha);
-      issue_pv(tile, pf);
-      if (next) store_codes((tile + 1) % kBufs<C>);
-      WgmmaWait<0>();
-      FenceAccumulators(o);
-      FenceProxyAsync();
-      __syncthreads();  // the next tile is in its buffer; this one is free for the one after
+  const PrefillTile w = GetPrefillTile(p, kRows);
+  if (w.empty) return;
+  const int num_tiles = (w.key_end + kTileN - 1) / kTileN;
+  const int tid = threadIdx.x;
+  StageQ<T, kThreads, kRows>(p, w, smem, tid, 0);
+
+  // cp.async straight into the swizzled tiles, zero-filled past w.key_end (a masked key's V
+  // must be finite: 0 * NaN would poison O).
+  auto load_async = [&](int tile) {
+#pragma unroll
+    for (int i = 0; i < kTileN * 16 / kThreads; ++i) {
+      const int c = tid + kThreads * i;
+      const int key = (c & 7) + 8 * (c >> 7);
+      const int ch = (c >> 3) & 15;
+      const int pos = tile * kTileN + key;
+      const bool valid = pos < w.key_end;
+      int64_t off = 0;
+      if (valid) {
+        off = w.KeyOffset(p, pos, kHeadDim) + ch * 8;
+      }
+      const uint32_t s = SwizzledOffset<kTileN>(key, ch);
+      CpAsync16(kv_tile(tile, 0) + s, p.k + off, valid);
+      CpAsync16(kv_tile(tile, 1) + s, p.v + off, valid);
     }
-  } else {
-    // T cache: tiles 0 and 1 in their buffers; tile 2 is requested in the first iteration.
-    load_async(0, 0);
-    if (num_tiles > 1) load_async(1, 1);
-    CpAsyncCommit();
+  };
+
+  WarpgroupAttention<T> a(w, p.group, base, tid);
+  uint32_t pf[kTileN / 16][4];  // P of an even tile, as the P V wgmma's A fragments
+
+  // Tiles 0 and 1 in their buffers; tile 2 is requested in the first iteration.
+  load_async(0);
+  if (num_tiles > 1) load_async(1);
+  CpAsyncCommit();
+  CpAsyncWait<0>();
+  FenceProxyAsync();
+  __syncthreads();
+  {
+    float alpha[2];  // O is still zero
+    a.IssueS(kv_tile(0, 0));
+    WgmmaWait<0>();
+    a.Softmax(w, 0, p.scale_log2, alpha, pf);
+  }
+
+  // Each tile's P V runs while the next tile's S is softmaxed (FlashAttention-3's overlap inside
+  // a warpgroup); O's rescale by that step's alpha waits for the P V. Three buffers: the tile
+  // written during an iteration (tile + 2) is the one whose readers finished before the last
+  // barrier. P alternates between two arrays (a copy from one to the other would make ptxas
+  // serialize the wgmma's).
+  auto step = [&](int tile, const uint32_t(&pv)[kTileN / 16][4],
+                  uint32_t(&pv_next)[kTileN / 16][4]) {
+    if (tile + 2 < num_tiles) {
+      load_async(tile + 2);
+      CpAsyncCommit();
+    }
+    a.IssueS(kv_tile(tile + 1, 0));
+    a.IssuePv(kv_tile(tile, 1), pv);
+    float alpha[2];
+    WgmmaWait<1>();
+    a.Softmax(w, tile + 1, p.scale_log2, alpha, pv_next);
+    WgmmaWait<0>();
+    FenceAccumulators(a.o);
+    a.Rescale(alpha);
     CpAsyncWait<0>();
     FenceProxyAsync();
-    __syncthreads();
-    {
-      float alpha[2];  // O is still zero
-      issue_s(0);
-      WgmmaWait<0>();
-      softmax(0, alpha, pf);
-    }
+    __syncthreads();  // tile + 2 is in its buffer; every warpgroup is done with tile's
+  };
+  uint32_t pf_odd[kTileN / 16][4];
+  for (int tile = 0; tile + 1 < num_tiles; tile += 2) {
+    step(tile, pf, pf_odd);
+    if (tile + 2 < num_tiles) step(tile + 1, pf_odd, pf);
+  }
+  if ((num_tiles - 1) % 2 == 0) {
+    a.IssuePv(kv_tile(num_tiles - 1, 1), pf);
+  } else {
+    a.IssuePv(kv_tile(num_tiles - 1, 1), pf_odd);
+  }
+  WgmmaWait<0>();
+  FenceAccumulators(a.o);
+  a.Store(p, w, smem, tid);
+#endif
+}
 
-    // Each tile's P V runs while the next tile's S is softmaxed (FlashAttention-3's overlap inside
-    // a warpgroup); O's rescale by that step's alpha waits for the P V. Three buffers: the tile
-    // written during an iteration (tile + 2) is the one whose readers finished before the last
-    // barrier. P alternates between two arrays (a copy from one to the other would make ptxas
-    // serialize the wgmma's).
-    auto step = [&](int tile, const uint32_t(&pv)[kTileN / 16][4],
-                    uint32_t(&pv_next)[kTileN / 16][4]) {
-      if (tile + 2 < num_tiles) {
-        load_async(tile + 2, (tile + 2) % kBufs<C>);
-        CpAsyncCommit();
+// The fp8 cache's producer warpgroup (thread `index` of 128): tile after tile, once the
+// consumers have released its stage (tile - 3 done), each thread loads its 8 K and 8 V chunks of
+// 16 codes in two halves (8 loads in flight), converts them (cvt e4m3x2 -> f16x2, exact) and
+// stores them swizzled; keys past w.key_end are zeros (a masked key's V must be finite: 0 * NaN
+// would poison O). Then it arrives on the stage's full barrier. Chunk c: key 2 (c / 16) +
+// (c / 4) % 2, codes 16 (c % 4 + 4 ((c / 8) % 2)) .. + 15, so that a quarter-warp's two 16-byte
+// stores a chunk hit 8 distinct swizzled chunks.
+template <typename T>
+__device__ __forceinline__ void ProduceFp8Tiles(const PrefillParams<T, Fp8>& p,
+                                                const PrefillTile& w, int num_tiles,
+                                                unsigned char* smem, uint32_t full, uint32_t empty,
+                                                int index) {
+#ifdef KILN_WGMMA
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int stage = tile % kStages;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      uint4 codes[2][4];
+      int keys[4], chunks[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int c = index + 128 * (4 * half + j);
+        keys[j] = 2 * (c >> 4) + ((c >> 2) & 1);
+        chunks[j] = (c & 3) + 4 * ((c >> 3) & 1);
+        const int pos = tile * kTileN + keys[j];
+        codes[0][j] = codes[1][j] = make_uint4(0, 0, 0, 0);
+        if (pos < w.key_end) {
+          const int64_t off = w.KeyOffset(p, pos, kHeadDim) + chunks[j] * 16;
+          codes[0][j] = __ldg(reinterpret_cast<const uint4*>(p.k + off));
+          codes[1][j] = __ldg(reinterpret_cast<const uint4*>(p.v + off));
+        }
       }
-      issue_s(tile + 1);
-      issue_pv(tile, pv);
-      float alpha[2];
-      WgmmaWait<1>();
-      softmax(tile + 1, alpha, pv_next);
-      WgmmaWait<0>();
-      FenceAccumulators(o);
-      rescale(alpha);
-      CpAsyncWait<0>();
-      FenceProxyAsync();
-      __syncthreads();  // tile + 2 is in its buffer; every warpgroup is done with tile's
-    };
-    uint32_t pf_odd[kTileN / 16][4];
-    for (int tile = 0; tile + 1 < num_tiles; tile += 2) {
-      step(tile, pf, pf_odd);
-      if (tile + 2 < num_tiles) step(tile + 1, pf_odd, pf);
+      // The loads are in flight while the stage's last readers finish.
+      if (half == 0 && tile >= kStages) {
+        MbarrierWait(empty + 8 * stage, ((tile / kStages) & 1) ^ 1);
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+#pragma unroll
+        for (int which = 0; which < 2; ++which) {
+          unsigned char* dst = smem + kTileBytes * (1 + 2 * stage + which);
+          const uint4 c = codes[which][j];
+          *reinterpret_cast<uint4*>(dst + SwizzledOffset<kTileN>(keys[j], 2 * chunks[j])) =
+              E4m3x8ToVec8<__half>(make_uint2(c.x, c.y));
+          *reinterpret_cast<uint4*>(dst + SwizzledOffset<kTileN>(keys[j], 2 * chunks[j] + 1)) =
+              E4m3x8ToVec8<__half>(make_uint2(c.z, c.w));
+        }
+      }
     }
-    if ((num_tiles - 1) % 2 == 0) {
-      issue_pv(num_tiles - 1, pf);
-    } else {
-      issue_pv(num_tiles - 1, pf_odd);
-    }
-    WgmmaWait<0>();
-    FenceAccumulators(o);
+    FenceProxyAsync();  // the stores are visible to the consumers' wgmma's
+    MbarrierArrive(full + 8 * stage);
   }
+#endif
+}
 
-  // O / l -> T into this warpgroup's Q rows (only its own wgmma's read them), then 16-byte
-  // coalesced stores.
-  float inv_l[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = row_sum[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    inv_l[r] = l > 0.0f ? p.v_scale / l : 0.0f;
+template <typename T>
+__global__ void __launch_bounds__(kFp8Threads, 1)
+    PagedPrefillSm90Fp8Kernel(const PrefillParams<T, Fp8> p) {
+#ifdef KILN_WGMMA
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem;
+  const uint32_t base = AlignedSmem(smem_raw, &smem);
+  const uint32_t full = base + kBarrierOffset;  // full[stage], then empty[stage]
+  const uint32_t empty = full + 8 * kStages;
+  auto kv_tile = [&](int tile, int which) {
+    return base + kTileBytes * (1 + 2 * (tile % kStages) + which);
+  };
+
+  const PrefillTile w = GetPrefillTile(p, kRows);
+  if (w.empty) return;
+  const int num_tiles = (w.key_end + kTileN - 1) / kTileN;
+  const int tid = threadIdx.x;
+  if (tid < kStages) {
+    MbarrierInit(full + 8 * tid, 128);  // the producer's threads
+    MbarrierInit(empty + 8 * tid, 8);   // the consumer warps
+    FenceMbarrierInit();
   }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = wg * 64 + warp * 16 + g + 8 * r;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      *reinterpret_cast<Pair<T>*>(smem + SwizzledOffset<kRows>(row, j) + 4 * t) =
-          FloatsToPair<T>(o[j][2 * r] * inv_l[r], o[j][2 * r + 1] * inv_l[r]);
-    }
+  __syncthreads();
+  if (tid >= kProducerThread0) {
+    SetMaxRegisters<false, kProducerRegisters>();
+    ProduceFp8Tiles(p, w, num_tiles, smem, full, empty, tid - kProducerThread0);
+    return;
   }
-  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
-#pragma unroll
-  for (int i = 0; i < 64 * 16 / 128; ++i) {
-    const int c = tid % 128 + 128 * i;
-    const int row = wg * 64 + c / 16;
-    const int ch = c % 16;
-    const int m = w.row0 + row;
-    if (m >= w.num_rows) continue;
-    *reinterpret_cast<uint4*>(p.out + w.RowOffset(m, p.group, p.out_stride, kHeadDim, ch * 8)) =
-        *reinterpret_cast<const uint4*>(smem + SwizzledOffset<kRows>(row, ch));
+  SetMaxRegisters<true, kConsumerRegisters>();
+
+  // A consumer warpgroup: its own Q rows, then tile after tile, one at a time; each warp
+  // releases a stage once its P V is done. (Ping-pong between the two warpgroups and the T
+  // kernel's S / P V overlap were slower here: docs/kernels.md.)
+  const int wg = tid / 128;
+  StageQ<__half, 128, 64>(p, w, smem, tid % 128, wg * 64);
+  FenceProxyAsync();
+  NamedBarrierSync(1 + wg, 128);
+  WarpgroupAttention<__half> a(w, p.group, base, tid);
+  uint32_t pf[kTileN / 16][4];
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    MbarrierWait(full + 8 * (tile % kStages), (tile / kStages) & 1);
+    a.IssueS(kv_tile(tile, 0));
+    WgmmaWait<0>();
+    float alpha[2];
+    a.Softmax(w, tile, p.scale_log2, alpha, pf);
+    a.Rescale(alpha);
+    a.IssuePv(kv_tile(tile, 1), pf);
+    WgmmaWait<0>();
+    FenceAccumulators(a.o);
+    __syncwarp();
+    if (tid % 32 == 0) MbarrierArrive(empty + 8 * (tile % kStages));
   }
+  a.Store(p, w, smem, tid);
 #endif
 }
 
@@ -364,9 +464,15 @@ bool PrefillSm90Built() {
 
 template <typename T, typename C>
 cudaError_t SetUpPrefillSm90() {
-  return cudaFuncSetAttribute(PagedPrefillSm90Kernel<T, C>,
-                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(kSmemBytes<C>));
+  if constexpr (std::is_same_v<C, Fp8>) {
+    return cudaFuncSetAttribute(PagedPrefillSm90Fp8Kernel<T>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(kFp8SmemBytes));
+  } else {
+    return cudaFuncSetAttribute(PagedPrefillSm90Kernel<T>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(kSmemBytes));
+  }
 }
 
 template <typename T, typename C>
@@ -375,7 +481,11 @@ cudaError_t LaunchPrefillSm90(const PrefillParams<T, C>& p, int32_t max_q_len, i
   const int64_t row_tiles = (int64_t{max_q_len} * p.group + kRows - 1) / kRows;
   if (row_tiles > 0x7fffffff || p.num_kv_heads > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(row_tiles), p.num_kv_heads, num_seqs);
-  PagedPrefillSm90Kernel<T, C><<<grid, kThreads, kSmemBytes<C>, stream>>>(p);
+  if constexpr (std::is_same_v<C, Fp8>) {
+    PagedPrefillSm90Fp8Kernel<T><<<grid, kFp8Threads, kFp8SmemBytes, stream>>>(p);
+  } else {
+    PagedPrefillSm90Kernel<T><<<grid, kThreads, kSmemBytes, stream>>>(p);
+  }
   return cudaGetLastError();
 }
 

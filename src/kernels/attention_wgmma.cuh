@@ -74,6 +74,59 @@ __device__ __forceinline__ void FenceProxyAsync() {
 #endif
 }
 
+// ---- mbarriers, named barriers, register limits (the fp8-cache kernel's producer) ----
+// Addresses are shared-memory addresses (SmemAddr) of 8-byte-aligned barriers. A phase of a
+// barrier completes when its expected arrivals are in; waits name the phase's parity.
+
+__device__ __forceinline__ void MbarrierInit(uint32_t bar, uint32_t arrivals) {
+#ifdef KILN_WGMMA
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
+#endif
+}
+// Makes this thread's barrier inits visible to the other threads (and the async proxy); a
+// __syncthreads must follow before anyone uses them.
+__device__ __forceinline__ void FenceMbarrierInit() {
+#ifdef KILN_WGMMA
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void MbarrierArrive(uint32_t bar) {
+#ifdef KILN_WGMMA
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+// Returns once the phase of parity `parity` has completed.
+__device__ __forceinline__ void MbarrierWait(uint32_t bar, uint32_t parity) {
+#ifdef KILN_WGMMA
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (done == 0);
+#endif
+}
+// The calling warpgroup's registers a thread from here on: kIncrease raises the limit to kCount
+// (waiting until the register file has them), else lowers it (freeing them). Every thread of the
+// warpgroup executes it.
+template <bool kIncrease, int kCount>
+__device__ __forceinline__ void SetMaxRegisters() {
+#ifdef KILN_WGMMA
+  if constexpr (kIncrease) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kCount));
+  } else {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kCount));
+  }
+#endif
+}
+// Waits at named barrier `id` until `count` threads have arrived there.
+__device__ __forceinline__ void NamedBarrierSync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
 // Keeps the compiler from moving accesses of the 64 accumulators across a wgmma issue or wait
 // (the asm's operands are read and written asynchronously).
 __device__ __forceinline__ void FenceAccumulators(float (&d)[16][4]) {
