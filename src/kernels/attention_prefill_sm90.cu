@@ -4,12 +4,20 @@
 // parameters and row packing as PagedPrefillKernel (attention.cu), which every other GPU, head_dim
 // 64 and SetPrefillKernel(kMmaSync) still take.
 //
-// A CTA takes 128 packed query rows (row m = token * group + head in group) of one kv head of
-// one sequence, heaviest row tiles first (the causal work grows with the index), in two consumer
-// warpgroups of 64 rows (WarpgroupAttention):
+// A CTA (384 threads) takes 128 packed query rows (row m = token * group + head in group) of one
+// kv head of one sequence, heaviest row tiles first (the causal work grows with the index):
+// FlashAttention-3's warp specialization without its ping-pong. A producer warpgroup fills three
+// K/V stages and signals each on an mbarrier (full); two consumer warpgroups of 64 rows
+// (WarpgroupAttention) take the tiles one at a time and each consumer warp releases a stage on
+// another mbarrier (empty) after its P V. No CTA-wide barrier after the start.
 //
 //   smem   Q [128 rows] and K, V [128 keys] tiles of 16-bit elements, each [2][128][64] with the
-//          128-byte swizzle (32 KiB)
+//          128-byte swizzle (32 KiB); Q and three [K, V] stages: 225 KiB, 1 CTA an SM
+//   fill   T cache: the producer's cp.async straight into the swizzled stage, completion counted
+//          on the full barrier (cp.async.mbarrier.arrive.noinc). fp8 cache: the producer loads
+//          the codes into registers (before it waits for the stage to be free), converts them
+//          (cvt e4m3x2 -> f16x2, exact) and stores them swizzled. Keys past the CTA's last
+//          position are zeros (a masked key's V must be finite: 0 * NaN would poison O).
 //   S      = Q K^T    per warpgroup m64n128k16 x 8 (k = head dims), A = Q and B = K from shared
 //                     memory (both K-major); fp32 accumulators, 64 a thread
 //   mask   key > the row's position -> -inf (tiles past the CTA's first row's position only)
@@ -18,18 +26,6 @@
 //                     to the mma type), B = V from the same swizzled [key][dim] layout read
 //                     MN-major (transposed)
 //   out    O / l (x v_scale) -> T through the warpgroup's own Q rows, 16-byte stores
-//
-// Two kernels:
-//   T cache (PagedPrefillSm90Kernel, 256 threads): S of tile t + 1 and P V of tile t are issued
-//     together and tile t + 1's softmax runs while P V computes (FlashAttention-3's overlap inside
-//     a warpgroup; O's rescale waits for the P V); every thread copies tile t + 2 with cp.async
-//     meanwhile, three K/V buffers (225 KiB), a CTA barrier a tile.
-//   fp8 cache (PagedPrefillSm90Fp8Kernel, 384 threads): a producer warpgroup fills the tiles
-//     and the consumers wait only for their data (FlashAttention-3's warp specialization). The
-//     producer loads each tile's codes into registers (plain 16-byte loads, issued before it
-//     waits for the stage), converts them (cvt e4m3x2 -> f16x2, exact) into one of three 16-bit
-//     stages (225 KiB) and signals it on an mbarrier; each consumer warp releases the stage on
-//     another after its P V. setmaxnreg gives the consumers 208 registers, the producer 88.
 //
 // Types: the mma runs in T over a T cache; over an fp8 cache it runs in fp16 whatever T is (one
 // cvt a pair of codes; Q rounded to fp16 once with satfinite, P in fp16), as the fp8 decode
@@ -69,25 +65,21 @@ constexpr int kRows = 128;  // packed query rows a CTA (two warpgroups of 64)
 constexpr uint32_t kTileBytes = 128 * kHeadDim * 2;  // one [2][128][64] 16-bit tile: 32 KiB
 [[maybe_unused]] constexpr uint32_t kBlockBytes = 128 * 128;  // one of its two column blocks
 
-// T cache: 256 threads, Q then three [K, V] buffers, the start rounded up to the swizzle's
-// 1,024-byte period: 225 KiB.
-constexpr int kThreads = 256;
-[[maybe_unused]] constexpr int kBufs = 3;
-constexpr size_t kSmemBytes = (1 + 2 * kBufs) * size_t{kTileBytes} + 1024;
-
-// fp8 cache: two consumer warpgroups and the producer warpgroup; Q, three 16-bit [K, V] stages,
-// then the mbarriers (full[3], empty[3]): 225 KiB. Registers: launched at 168 a thread (384
-// threads), the consumers take 208 and the producer keeps 88 (setmaxnreg): a register-file
-// quarter holds one warp of each warpgroup, 2 x 208 x 32 + 88 x 32 = 16,128 of its 16,384. (A
-// producer warp at 288 threads could not launch with the consumers' ~210: three warps share a
-// quarter, so ptxas caps them at 168.)
-constexpr int kFp8Threads = 384;
+// Two consumer warpgroups and the producer warpgroup; Q, three 16-bit [K, V] stages, then the
+// mbarriers (full[3], empty[3]): 225 KiB. Registers: launched at 168 a thread (384 threads),
+// setmaxnreg gives the consumers 208 and the producer 88 over an fp8 cache (the producer holds
+// codes), 232 and 40 over a T cache: a register-file quarter holds one warp of each warpgroup,
+// 2 x 208 x 32 + 88 x 32 = 16,128 of its 16,384. (A producer warp at 288 threads could not
+// launch with the consumers' ~210: three warps share a quarter, so ptxas caps them at 168.)
+constexpr int kThreads = 384;
 [[maybe_unused]] constexpr int kProducerThread0 = 256;
-[[maybe_unused]] constexpr int kConsumerRegisters = 208;
-[[maybe_unused]] constexpr int kProducerRegisters = 88;
+template <typename C>
+constexpr int kConsumerRegisters = std::is_same_v<C, Fp8> ? 208 : 232;
+template <typename C>
+constexpr int kProducerRegisters = std::is_same_v<C, Fp8> ? 88 : 40;
 [[maybe_unused]] constexpr int kStages = 3;
 [[maybe_unused]] constexpr uint32_t kBarrierOffset = (1 + 2 * kStages) * kTileBytes;
-constexpr size_t kFp8SmemBytes = kBarrierOffset + 2 * kStages * sizeof(uint64_t) + 1024;
+constexpr size_t kSmemBytes = kBarrierOffset + 2 * kStages * sizeof(uint64_t) + 1024;
 
 // Q rows [row_begin, row_begin + kQRows) of the CTA -> shared memory as M (zeros past
 // w.num_rows), by kQThreads threads (this one is `index`). Thread chunks run down 8 rows first, so
@@ -249,98 +241,6 @@ struct WarpgroupAttention {
   return base;
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads, 1) PagedPrefillSm90Kernel(const PrefillParams<T, T> p) {
-#ifdef KILN_WGMMA
-  extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem;
-  const uint32_t base = AlignedSmem(smem_raw, &smem);
-  auto kv_tile = [&](int tile, int which) {
-    return base + kTileBytes * (1 + 2 * (tile % kBufs) + which);
-  };
-
-  const PrefillTile w = GetPrefillTile(p, kRows);
-  if (w.empty) return;
-  const int num_tiles = (w.key_end + kTileN - 1) / kTileN;
-  const int tid = threadIdx.x;
-  StageQ<T, kThreads, kRows>(p, w, smem, tid, 0);
-
-  // cp.async straight into the swizzled tiles, zero-filled past w.key_end (a masked key's V
-  // must be finite: 0 * NaN would poison O).
-  auto load_async = [&](int tile) {
-#pragma unroll
-    for (int i = 0; i < kTileN * 16 / kThreads; ++i) {
-      const int c = tid + kThreads * i;
-      const int key = (c & 7) + 8 * (c >> 7);
-      const int ch = (c >> 3) & 15;
-      const int pos = tile * kTileN + key;
-      const bool valid = pos < w.key_end;
-      int64_t off = 0;
-      if (valid) {
-        off = w.KeyOffset(p, pos, kHeadDim) + ch * 8;
-      }
-      const uint32_t s = SwizzledOffset<kTileN>(key, ch);
-      CpAsync16(kv_tile(tile, 0) + s, p.k + off, valid);
-      CpAsync16(kv_tile(tile, 1) + s, p.v + off, valid);
-    }
-  };
-
-  WarpgroupAttention<T> a(w, p.group, base, tid);
-  uint32_t pf[kTileN / 16][4];  // P of an even tile, as the P V wgmma's A fragments
-
-  // Tiles 0 and 1 in their buffers; tile 2 is requested in the first iteration.
-  load_async(0);
-  if (num_tiles > 1) load_async(1);
-  CpAsyncCommit();
-  CpAsyncWait<0>();
-  FenceProxyAsync();
-  __syncthreads();
-  {
-    float alpha[2];  // O is still zero
-    a.IssueS(kv_tile(0, 0));
-    WgmmaWait<0>();
-    a.Softmax(w, 0, p.scale_log2, alpha, pf);
-  }
-
-  // Each tile's P V runs while the next tile's S is softmaxed (FlashAttention-3's overlap inside
-  // a warpgroup); O's rescale by that step's alpha waits for the P V. Three buffers: the tile
-  // written during an iteration (tile + 2) is the one whose readers finished before the last
-  // barrier. P alternates between two arrays (a copy from one to the other would make ptxas
-  // serialize the wgmma's).
-  auto step = [&](int tile, const uint32_t(&pv)[kTileN / 16][4],
-                  uint32_t(&pv_next)[kTileN / 16][4]) {
-    if (tile + 2 < num_tiles) {
-      load_async(tile + 2);
-      CpAsyncCommit();
-    }
-    a.IssueS(kv_tile(tile + 1, 0));
-    a.IssuePv(kv_tile(tile, 1), pv);
-    float alpha[2];
-    WgmmaWait<1>();
-    a.Softmax(w, tile + 1, p.scale_log2, alpha, pv_next);
-    WgmmaWait<0>();
-    FenceAccumulators(a.o);
-    a.Rescale(alpha);
-    CpAsyncWait<0>();
-    FenceProxyAsync();
-    __syncthreads();  // tile + 2 is in its buffer; every warpgroup is done with tile's
-  };
-  uint32_t pf_odd[kTileN / 16][4];
-  for (int tile = 0; tile + 1 < num_tiles; tile += 2) {
-    step(tile, pf, pf_odd);
-    if (tile + 2 < num_tiles) step(tile + 1, pf_odd, pf);
-  }
-  if ((num_tiles - 1) % 2 == 0) {
-    a.IssuePv(kv_tile(num_tiles - 1, 1), pf);
-  } else {
-    a.IssuePv(kv_tile(num_tiles - 1, 1), pf_odd);
-  }
-  WgmmaWait<0>();
-  FenceAccumulators(a.o);
-  a.Store(p, w, smem, tid);
-#endif
-}
-
 // The fp8 cache's producer warpgroup (thread `index` of 128): tile after tile, once the
 // consumers have released its stage (tile - 3 done), each thread loads its 8 K and 8 V chunks of
 // 16 codes in two halves (8 loads in flight), converts them (cvt e4m3x2 -> f16x2, exact) and
@@ -396,10 +296,42 @@ __device__ __forceinline__ void ProduceFp8Tiles(const PrefillParams<T, Fp8>& p,
 #endif
 }
 
+// The T cache's producer warpgroup (thread `index` of 128): tile after tile, once the consumers
+// have released its stage, each thread copies its 16 K and 16 V chunks of 16 bytes with cp.async
+// straight into the swizzled stage (zeros past w.key_end); the stage's full barrier counts the
+// thread's arrival when its copies have landed (cp.async.mbarrier.arrive.noinc).
 template <typename T>
-__global__ void __launch_bounds__(kFp8Threads, 1)
-    PagedPrefillSm90Fp8Kernel(const PrefillParams<T, Fp8> p) {
+__device__ __forceinline__ void ProduceTiles(const PrefillParams<T, T>& p, const PrefillTile& w,
+                                             int num_tiles, uint32_t base, uint32_t full,
+                                             uint32_t empty, int index) {
 #ifdef KILN_WGMMA
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int stage = tile % kStages;
+    if (tile >= kStages) MbarrierWait(empty + 8 * stage, ((tile / kStages) & 1) ^ 1);
+    const uint32_t k_tile = base + kTileBytes * (1 + 2 * stage);
+#pragma unroll 4
+    for (int i = 0; i < kTileN * 16 / 128; ++i) {
+      const int c = index + 128 * i;
+      const int key = (c & 7) + 8 * (c >> 7);
+      const int ch = (c >> 3) & 15;
+      const int pos = tile * kTileN + key;
+      const bool valid = pos < w.key_end;
+      const int64_t off = valid ? w.KeyOffset(p, pos, kHeadDim) + ch * 8 : 0;
+      const uint32_t s = SwizzledOffset<kTileN>(key, ch);
+      CpAsync16(k_tile + s, p.k + off, valid);
+      CpAsync16(k_tile + kTileBytes + s, p.v + off, valid);
+    }
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(full + 8 * stage)
+                 : "memory");
+  }
+#endif
+}
+
+template <typename T, typename C>
+__global__ void __launch_bounds__(kThreads, 1) PagedPrefillSm90Kernel(const PrefillParams<T, C> p) {
+#ifdef KILN_WGMMA
+  constexpr bool kFp8 = std::is_same_v<C, Fp8>;
+  using M = std::conditional_t<kFp8, __half, T>;  // the mma's operand type
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem;
   const uint32_t base = AlignedSmem(smem_raw, &smem);
@@ -420,23 +352,28 @@ __global__ void __launch_bounds__(kFp8Threads, 1)
   }
   __syncthreads();
   if (tid >= kProducerThread0) {
-    SetMaxRegisters<false, kProducerRegisters>();
-    ProduceFp8Tiles(p, w, num_tiles, smem, full, empty, tid - kProducerThread0);
+    SetMaxRegisters<false, kProducerRegisters<C>>();
+    if constexpr (kFp8) {
+      ProduceFp8Tiles(p, w, num_tiles, smem, full, empty, tid - kProducerThread0);
+    } else {
+      ProduceTiles(p, w, num_tiles, base, full, empty, tid - kProducerThread0);
+    }
     return;
   }
-  SetMaxRegisters<true, kConsumerRegisters>();
+  SetMaxRegisters<true, kConsumerRegisters<C>>();
 
   // A consumer warpgroup: its own Q rows, then tile after tile, one at a time; each warp
-  // releases a stage once its P V is done. (Ping-pong between the two warpgroups and the T
-  // kernel's S / P V overlap were slower here: docs/kernels.md.)
+  // releases a stage once its P V is done. (Ping-pong between the two warpgroups, and S of the
+  // next tile issued with P V of this one, were no faster: docs/kernels.md.)
   const int wg = tid / 128;
-  StageQ<__half, 128, 64>(p, w, smem, tid % 128, wg * 64);
+  StageQ<M, 128, 64>(p, w, smem, tid % 128, wg * 64);
   FenceProxyAsync();
   NamedBarrierSync(1 + wg, 128);
-  WarpgroupAttention<__half> a(w, p.group, base, tid);
+  WarpgroupAttention<M> a(w, p.group, base, tid);
   uint32_t pf[kTileN / 16][4];
   for (int tile = 0; tile < num_tiles; ++tile) {
     MbarrierWait(full + 8 * (tile % kStages), (tile / kStages) & 1);
+    if constexpr (!kFp8) FenceProxyAsync();  // the producer's cp.async writes, for the wgmma's
     a.IssueS(kv_tile(tile, 0));
     WgmmaWait<0>();
     float alpha[2];
@@ -464,15 +401,9 @@ bool PrefillSm90Built() {
 
 template <typename T, typename C>
 cudaError_t SetUpPrefillSm90() {
-  if constexpr (std::is_same_v<C, Fp8>) {
-    return cudaFuncSetAttribute(PagedPrefillSm90Fp8Kernel<T>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(kFp8SmemBytes));
-  } else {
-    return cudaFuncSetAttribute(PagedPrefillSm90Kernel<T>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(kSmemBytes));
-  }
+  return cudaFuncSetAttribute(PagedPrefillSm90Kernel<T, C>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(kSmemBytes));
 }
 
 template <typename T, typename C>
@@ -481,11 +412,7 @@ cudaError_t LaunchPrefillSm90(const PrefillParams<T, C>& p, int32_t max_q_len, i
   const int64_t row_tiles = (int64_t{max_q_len} * p.group + kRows - 1) / kRows;
   if (row_tiles > 0x7fffffff || p.num_kv_heads > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(row_tiles), p.num_kv_heads, num_seqs);
-  if constexpr (std::is_same_v<C, Fp8>) {
-    PagedPrefillSm90Fp8Kernel<T><<<grid, kFp8Threads, kFp8SmemBytes, stream>>>(p);
-  } else {
-    PagedPrefillSm90Kernel<T><<<grid, kThreads, kSmemBytes, stream>>>(p);
-  }
+  PagedPrefillSm90Kernel<T, C><<<grid, kThreads, kSmemBytes, stream>>>(p);
   return cudaGetLastError();
 }
 
