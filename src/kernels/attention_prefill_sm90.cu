@@ -81,16 +81,16 @@ constexpr int kProducerRegisters = std::is_same_v<C, Fp8> ? 88 : 40;
 [[maybe_unused]] constexpr uint32_t kBarrierOffset = (1 + 2 * kStages) * kTileBytes;
 constexpr size_t kSmemBytes = kBarrierOffset + 2 * kStages * sizeof(uint64_t) + 1024;
 
-// Q rows [row_begin, row_begin + kQRows) of the CTA -> shared memory as M (zeros past
-// w.num_rows), by kQThreads threads (this one is `index`). Thread chunks run down 8 rows first, so
-// a 16-byte store phase lands on 8 distinct swizzled chunks.
-template <typename M, int kQThreads, int kQRows, typename T, typename C>
+// Warpgroup wg's 64 Q rows of the CTA -> shared memory as M (zeros past w.num_rows), thread
+// `index` of its 128. Thread chunks run down 8 rows first, so a 16-byte store phase lands on 8
+// distinct swizzled chunks.
+template <typename M, typename T, typename C>
 __device__ __forceinline__ void StageQ(const PrefillParams<T, C>& p, const PrefillTile& w,
-                                       unsigned char* smem, int index, int row_begin) {
+                                       unsigned char* smem, int index, int wg) {
 #pragma unroll
-  for (int i = 0; i < kQRows * 16 / kQThreads; ++i) {
-    const int c = index + kQThreads * i;
-    const int r = row_begin + (c & 7) + 8 * (c >> 7);
+  for (int i = 0; i < 64 * 16 / 128; ++i) {
+    const int c = index + 128 * i;
+    const int r = wg * 64 + (c & 7) + 8 * (c >> 7);
     const int ch = (c >> 3) & 15;
     const int m = w.row0 + r;
     uint4 v = make_uint4(0, 0, 0, 0);
@@ -321,8 +321,7 @@ __device__ __forceinline__ void ProduceTiles(const PrefillParams<T, T>& p, const
       CpAsync16(k_tile + s, p.k + off, valid);
       CpAsync16(k_tile + kTileBytes + s, p.v + off, valid);
     }
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(full + 8 * stage)
-                 : "memory");
+    CpAsyncArrive(full + 8 * stage);
   }
 #endif
 }
@@ -366,7 +365,7 @@ __global__ void __launch_bounds__(kThreads, 1) PagedPrefillSm90Kernel(const Pref
   // releases a stage once its P V is done. (Ping-pong between the two warpgroups, and S of the
   // next tile issued with P V of this one, were no faster: docs/kernels.md.)
   const int wg = tid / 128;
-  StageQ<M, 128, 64>(p, w, smem, tid % 128, wg * 64);
+  StageQ<M>(p, w, smem, tid % 128, wg);
   FenceProxyAsync();
   NamedBarrierSync(1 + wg, 128);
   WarpgroupAttention<M> a(w, p.group, base, tid);

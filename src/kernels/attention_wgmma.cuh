@@ -74,7 +74,7 @@ __device__ __forceinline__ void FenceProxyAsync() {
 #endif
 }
 
-// ---- mbarriers, named barriers, register limits (the fp8-cache kernel's producer) ----
+// ---- mbarriers, named barriers, register limits (the prefill kernel's warp specialization) ----
 // Addresses are shared-memory addresses (SmemAddr) of 8-byte-aligned barriers. A phase of a
 // barrier completes when its expected arrivals are in; waits name the phase's parity.
 
@@ -93,6 +93,13 @@ __device__ __forceinline__ void FenceMbarrierInit() {
 __device__ __forceinline__ void MbarrierArrive(uint32_t bar) {
 #ifdef KILN_WGMMA
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+// One arrival on `bar` once this thread's cp.async copies so far have landed (counted in the
+// barrier's expected arrivals: .noinc).
+__device__ __forceinline__ void CpAsyncArrive(uint32_t bar) {
+#ifdef KILN_WGMMA
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 #endif
 }
 // Returns once the phase of parity `parity` has completed.
