@@ -610,16 +610,19 @@ int main(int argc, char** argv) {
                             {"512 new on 3584", 1, 512, 4096}};
     for (const Shape& sh : shapes) {
       for (bool fp8 : {false, true}) {
-        for (auto kernel :
-             {kiln::kernels::PrefillKernel::kMmaSync, kiln::kernels::PrefillKernel::kAuto}) {
+        using kiln::kernels::PrefillKernel;
+        // Over the fp8 cache also the wgmma kernel with 16-bit mma's (auto: e4m3 mma's).
+        std::vector<std::pair<PrefillKernel, const char*>> kernels = {
+            {PrefillKernel::kMmaSync, " mma.sync"}, {PrefillKernel::kAuto, " auto"}};
+        if (fp8) kernels.insert(kernels.begin() + 1, {PrefillKernel::kWgmma16Bit, " wgmma16"});
+        const size_t first = rows.size();
+        for (const auto& [kernel, name] : kernels) {
           kiln::kernels::SetPrefillKernel(kernel);
-          const bool mma_sync = kernel == kiln::kernels::PrefillKernel::kMmaSync;
-          rows.push_back(BenchPrefill(std::string("prefill ") + sh.name + (fp8 ? " fp8" : " bf16") +
-                                          (mma_sync ? " mma.sync" : " auto"),
-                                      llama, sh.num_seqs, sh.q_len, sh.seq_len, gemm_peak, stream,
-                                      fp8));
+          rows.push_back(
+              BenchPrefill(std::string("prefill ") + sh.name + (fp8 ? " fp8" : " bf16") + name,
+                           llama, sh.num_seqs, sh.q_len, sh.seq_len, gemm_peak, stream, fp8));
         }
-        kernel_pairs.emplace_back(rows.size() - 2, rows.size() - 1);
+        kernel_pairs.emplace_back(first, rows.size() - 1);
       }
     }
     kiln::kernels::SetPrefillKernel(kiln::kernels::PrefillKernel::kAuto);

@@ -43,6 +43,10 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
                 "CUDA FP8: the GEMMs of steps past 3 tokens promote their partial sums to fp32 "
                 "periodically (cuBLASLt's default; slower) instead of fast accumulation "
                 "(docs/quantization.md)");
+  cmd->add_flag("--no-e4m3-prefill-attention", f->no_e4m3_prefill_attention,
+                "CUDA, fp8 KV cache on Hopper: prompt attention in fp16 mma's (the fp8 codes "
+                "widened) instead of e4m3 ones (Q and the softmax weights rounded to e4m3; faster "
+                "prompt steps, docs/quantization.md)");
   cmd->add_flag("--no-pdl", f->no_pdl,
                 "CUDA: launch the decode kernels without programmatic dependent launch "
                 "(Hopper and later overlap each kernel's start with the previous one's end)");
@@ -98,6 +102,7 @@ Result<LlmOptions> ToLlmOptions(const EngineFlags& f) {
   options.enable_cuda_graphs = !f.no_cuda_graphs;
   options.programmatic_launch = !f.no_pdl;
   options.fp8_fast_accum = !f.no_fp8_fast_accum;
+  options.e4m3_prefill_attention = !f.no_e4m3_prefill_attention;
   options.fuse_activation_quant = !f.no_fused_quant;
   if (!f.l2_prefetch.empty()) {
     auto bytes = f.l2_prefetch == "0" ? Result<int64_t>(int64_t{0}) : ParseByteSize(f.l2_prefetch);

@@ -23,6 +23,7 @@ struct EngineFlags {
   std::string l2_prefetch;  // --l2-prefetch: a byte size, empty = the runner's default
   bool no_fused_quant = false;
   bool no_fp8_fast_accum = false;
+  bool no_e4m3_prefill_attention = false;
   int32_t block_size = 16;
   int32_t max_num_seqs = 0;  // 0 = AutomaticMaxNumSeqs
   int32_t max_num_batched_tokens = 2048;

@@ -66,6 +66,8 @@ struct LlmOptions {
   bool fuse_activation_quant = true;
   // CUDA FP8: cuBLASLt's fast accumulation in the FP8 GEMMs (CudaRunnerOptions).
   bool fp8_fast_accum = true;
+  // CUDA, fp8 KV cache on Hopper: e4m3 mma's in prompt attention (CudaRunnerOptions).
+  bool e4m3_prefill_attention = true;
   // CUDA: bytes of the next linear layer's weights each decode linear layer asks L2 for
   // (CudaRunnerOptions::l2_prefetch_bytes); unset: the runner's default.
   std::optional<int64_t> l2_prefetch_bytes;

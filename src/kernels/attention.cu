@@ -955,9 +955,10 @@ cudaError_t LaunchPrefill(const T* q, int64_t q_stride, const PagedKvCacheT<T, C
   PrefillParams<T, C> p{};
   FillCommon(q, q_stride, kv, seq_lens, dims, out, out_stride, &p);
   p.cu_seqlens_q = cu_seqlens_q;
-  if (dims.head_dim == 128 && f.has_sm90_prefill &&
-      g_prefill_kernel.load(std::memory_order_relaxed) == PrefillKernel::kAuto) {
-    return attention_internal::LaunchPrefillSm90(p, max_q_len, num_seqs, stream);
+  const PrefillKernel kernel = g_prefill_kernel.load(std::memory_order_relaxed);
+  if (dims.head_dim == 128 && f.has_sm90_prefill && kernel != PrefillKernel::kMmaSync) {
+    const bool e4m3 = kIsFp8<C> && kernel != PrefillKernel::kWgmma16Bit;
+    return attention_internal::LaunchPrefillSm90(p, max_q_len, num_seqs, e4m3, stream);
   }
   // Two row tiles a warp (WarpAttendTileM) when that grid still makes two waves of resident CTAs:
   // half the shared-memory reads per FLOP and half the FP8 conversions per row; each row's
@@ -1049,6 +1050,11 @@ cudaError_t LaunchDecode(const T* q, int64_t q_stride, const PagedKvCacheT<T, C>
 
 void SetPrefillKernel(PrefillKernel kernel) {
   g_prefill_kernel.store(kernel, std::memory_order_relaxed);
+}
+
+bool PrefillWgmmaAvailable() {
+  DeviceFigures f;
+  return GetDeviceFigures(&f) == cudaSuccess && f.has_sm90_prefill;
 }
 
 cudaError_t PagedPrefillAttention(const __nv_bfloat16* q, int64_t q_stride, const PagedKvCache& kv,

@@ -87,11 +87,16 @@ cudaError_t PagedPrefillAttention(const __half* q, int64_t q_stride,
 
 // Which kernel PagedPrefillAttention takes at head_dim 128 on a GPU of compute capability 9.0
 // (H100, H200) when the build holds sm_90a code: kAuto picks the wgmma kernel
-// (attention_prefill_sm90.cu), kMmaSync the mma.sync kernel every other GPU and head_dim 64 run.
-// Both compute the same attention within the tolerances of attention_test; tests and
+// (attention_prefill_sm90.cu), with e4m3 mma's over an fp8 cache (kWgmmaE4m3), kWgmma16Bit the
+// wgmma kernel with 16-bit mma's whatever the cache (fp16 over an fp8 one), kMmaSync the
+// mma.sync kernel every other GPU and head_dim 64 run. They compute the same attention within
+// the tolerances of attention_test (wider for e4m3: Q and P rounded to e4m3); tests and
 // attention_bench compare them. Process-wide; set it while no other thread launches attention.
-enum class PrefillKernel { kAuto, kMmaSync };
+enum class PrefillKernel { kAuto, kMmaSync, kWgmma16Bit, kWgmmaE4m3 };
 void SetPrefillKernel(PrefillKernel kernel);
+// True when the current device runs the wgmma kernel (and so kWgmmaE4m3 over an fp8 cache at
+// head_dim 128): compute capability 9.0 and a build with sm_90a code.
+bool PrefillWgmmaAvailable();
 
 // Bytes of the split-K scratch PagedDecodeAttention needs for up to max_num_seqs sequences of up
 // to max_seq_len positions: the same for every activation and cache type (the scratch is fp32,

@@ -125,8 +125,10 @@ cudaError_t SetUpPrefillSm90();
 // Launches the sm_90a prefill kernel (head_dim 128) over num_seqs sequences of up to max_q_len
 // query tokens; p as PagedPrefillKernel takes it. REQUIRES: PrefillSm90Built(), a device of
 // compute capability 9.0, SetUpPrefillSm90<T, C>() done, the arguments validated by the caller.
+// e4m3_math (fp8 caches only): the e4m3 mma kernel (Q quantized per row, P in e4m3), else
+// 16-bit mma's (fp16 over an fp8 cache).
 template <typename T, typename C>
 cudaError_t LaunchPrefillSm90(const PrefillParams<T, C>& p, int32_t max_q_len, int32_t num_seqs,
-                              cudaStream_t stream);
+                              bool e4m3_math, cudaStream_t stream);
 
 }  // namespace kiln::kernels::attention_internal

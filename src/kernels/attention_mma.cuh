@@ -153,7 +153,9 @@ struct WarpState {
 // fragments of kN8 n tiles of 8 keys): m (log2 units) and l become the running maximum and sum,
 // s's scores of the row become exp2(score * scale_log2 - m) (the P values), and the factor that
 // O's row must be multiplied by is returned (exactly 1 where the maximum did not grow).
-template <int kN8>
+// kLog2Gain > 0 scales P and l by 2^kLog2Gain (exact; the e4m3 P of the Hopper prefill kernel
+// keeps small weights out of the subnormals that way), O / l is unchanged.
+template <int kN8, int kLog2Gain = 0>
 __device__ __forceinline__ float SoftmaxRowStep(float (&s)[kN8][4], int r, float scale_log2,
                                                 float& m, float& l) {
   float mx = -INFINITY;
@@ -167,11 +169,12 @@ __device__ __forceinline__ float SoftmaxRowStep(float (&s)[kN8][4], int r, float
   const float base = m_new == -INFINITY ? 0.0f : m_new;
   const float alpha = FastExp2(m - base);
   m = m_new;
+  const float shift = static_cast<float>(kLog2Gain) - base;
   float sum = 0.0f;
 #pragma unroll
   for (int j = 0; j < kN8; ++j) {
-    s[j][2 * r] = FastExp2(s[j][2 * r] * scale_log2 - base);
-    s[j][2 * r + 1] = FastExp2(s[j][2 * r + 1] * scale_log2 - base);
+    s[j][2 * r] = FastExp2(s[j][2 * r] * scale_log2 + shift);
+    s[j][2 * r + 1] = FastExp2(s[j][2 * r + 1] * scale_log2 + shift);
     sum += s[j][2 * r] + s[j][2 * r + 1];
   }
   l = l * alpha + sum;

@@ -6,31 +6,39 @@
 //
 // A CTA (384 threads) takes 128 packed query rows (row m = token * group + head in group) of one
 // kv head of one sequence, heaviest row tiles first (the causal work grows with the index):
-// FlashAttention-3's warp specialization without its ping-pong. A producer warpgroup fills three
+// FlashAttention-3's warp specialization without its ping-pong. A producer warpgroup fills the
 // K/V stages and signals each on an mbarrier (full); two consumer warpgroups of 64 rows
 // (WarpgroupAttention) take the tiles one at a time and each consumer warp releases a stage on
 // another mbarrier (empty) after its P V. No CTA-wide barrier after the start.
 //
-//   smem   Q [128 rows] and K, V [128 keys] tiles of 16-bit elements, each [2][128][64] with the
-//          128-byte swizzle (32 KiB); Q and three [K, V] stages: 225 KiB, 1 CTA an SM
+// Two kinds of mma (SmemLayout):
+// - 16-bit (T cache: T; fp8 cache with PrefillKernel::kWgmma16Bit: fp16, one cvt a pair of codes,
+//   Q rounded to fp16 once with satfinite, P in fp16, as the fp8 decode kernel does).
+//   smem   Q [128 rows] and K, V [128 keys] tiles, each [2][128][64] with the 128-byte swizzle
+//          (32 KiB); Q and three [K, V] stages: 225 KiB, 1 CTA an SM
 //   fill   T cache: the producer's cp.async straight into the swizzled stage, completion counted
 //          on the full barrier (cp.async.mbarrier.arrive.noinc). fp8 cache: the producer loads
 //          the codes into registers (before it waits for the stage to be free), converts them
-//          (cvt e4m3x2 -> f16x2, exact) and stores them swizzled. Keys past the CTA's last
-//          position are zeros (a masked key's V must be finite: 0 * NaN would poison O).
+//          (cvt e4m3x2 -> f16x2, exact) and stores them swizzled.
 //   S      = Q K^T    per warpgroup m64n128k16 x 8 (k = head dims), A = Q and B = K from shared
 //                     memory (both K-major); fp32 accumulators, 64 a thread
-//   mask   key > the row's position -> -inf (tiles past the CTA's first row's position only)
-//   softmax fp32, log2 domain, SoftmaxRowStep (the mma.sync kernels' step, same layout per warp)
 //   O     += P V      m64n128k16 x 8 (k = keys), A = P from registers (the S accumulators rounded
 //                     to the mma type), B = V from the same swizzled [key][dim] layout read
 //                     MN-major (transposed)
-//   out    O / l (x v_scale) -> T through the warpgroup's own Q rows, 16-byte stores
-//
-// Types: the mma runs in T over a T cache; over an fp8 cache it runs in fp16 whatever T is (one
-// cvt a pair of codes; Q rounded to fp16 once with satfinite, P in fp16), as the fp8 decode
-// kernel does (docs/kernels.md "Decode over the fp8 cache without a T tile"). Scales as in
-// attention.cu: k_scale in scale_log2, v_scale in 1 / l.
+// - e4m3 (fp8 cache, the default): the codes as they are, Q rounded to e4m3 with a scale a row
+//   (StageQE4m3), P scaled by 2^8 and rounded to e4m3.
+//   smem   Q codes [128 rows][128 bytes], K [128 keys][128 bytes] and V transposed [128 dims]
+//          [128 keys] (8-bit wgmma reads K-major operands only), 128-byte swizzle; four stages
+//   fill   K by cp.async as above, V through the producer's registers and byte permutes
+//          (ProduceE4m3Tiles), its keys in the order of P's registers
+//   S      m64n128k32 x 4, A = Q and B = K from shared memory
+//   O     += P V      m64n128k32 x 4, A = P from registers, B = V^T from shared memory
+// Both: keys past the CTA's last position are zeros (a masked key's V must be finite: 0 * NaN
+// would poison O); mask key > the row's position -> -inf (tiles past the CTA's first row's
+// position only); softmax fp32, log2 domain, SoftmaxRowStep (the mma.sync kernels' step, same
+// layout per warp); out = O / l (x v_scale) -> T through the warpgroup's own Q rows, 16-byte
+// stores. Scales as in attention.cu: k_scale (and e4m3 Q's row scale) in the rows' scale_log2,
+// v_scale in 1 / l.
 //
 // Napkin math (H100 SXM, dense fp16 wgmma ~990 TFLOP/s = 4,096 FLOP a clock an SM): a 128 x 128
 // tile of one CTA is 2 x 128 x 128 x 128 x 2 = 8.4 MFLOP, 2,048 clocks of tensor time; its
@@ -65,21 +73,35 @@ constexpr int kRows = 128;  // packed query rows a CTA (two warpgroups of 64)
 constexpr uint32_t kTileBytes = 128 * kHeadDim * 2;  // one [2][128][64] 16-bit tile: 32 KiB
 [[maybe_unused]] constexpr uint32_t kBlockBytes = 128 * 128;  // one of its two column blocks
 
-// Two consumer warpgroups and the producer warpgroup; Q, three 16-bit [K, V] stages, then the
-// mbarriers (full[3], empty[3]): 225 KiB. Registers: launched at 168 a thread (384 threads),
-// setmaxnreg gives the consumers 208 and the producer 88 over an fp8 cache (the producer holds
-// codes), 232 and 40 over a T cache: a register-file quarter holds one warp of each warpgroup,
-// 2 x 208 x 32 + 88 x 32 = 16,128 of its 16,384. (A producer warp at 288 threads could not
-// launch with the consumers' ~210: three warps share a quarter, so ptxas caps them at 168.)
+// Two consumer warpgroups and the producer warpgroup. Registers: launched at 168 a thread (384
+// threads); setmaxnreg gives the consumers 200 and the producer 96 over an fp8 cache with fp16
+// mma's (the producer holds codes), 200 and 104 with e4m3 mma's (16 keys' V codes), 232 and 40
+// over a T cache. A register-file quarter holds one warp of each warpgroup: 2 x consumer +
+// producer stays at 504 of its 512 (at 2 x 200 + 112 = 512 the consumers' setmaxnreg.inc never
+// returned). (A producer warp at 288 threads could not launch with the consumers' ~210: three
+// warps share a quarter, so ptxas caps them at 168.)
 constexpr int kThreads = 384;
 [[maybe_unused]] constexpr int kProducerThread0 = 256;
-template <typename C>
-constexpr int kConsumerRegisters = std::is_same_v<C, Fp8> ? 208 : 232;
-template <typename C>
-constexpr int kProducerRegisters = std::is_same_v<C, Fp8> ? 88 : 40;
-[[maybe_unused]] constexpr int kStages = 3;
-[[maybe_unused]] constexpr uint32_t kBarrierOffset = (1 + 2 * kStages) * kTileBytes;
-constexpr size_t kSmemBytes = kBarrierOffset + 2 * kStages * sizeof(uint64_t) + 1024;
+template <typename C, bool kE4m3>
+constexpr int kConsumerRegisters = std::is_same_v<C, Fp8> ? 200 : 232;
+template <typename C, bool kE4m3>
+constexpr int kProducerRegisters = kE4m3                    ? 104
+                                   : std::is_same_v<C, Fp8> ? 96
+                                                            : 40;
+
+// Shared memory of the two kinds of mma operand: 16-bit (K and V tiles of 32 KiB a stage, three
+// stages) or e4m3 (the fp8 cache's codes as they are: a K tile [128 keys][128 bytes] and V
+// transposed, [128 dims][128 keys], 16 KiB each, four stages). Both start with the 32 KiB Q
+// region (the e4m3 Q codes take its first half; the output goes through all of it), then the
+// stages, the mbarriers (full[stage], empty[stage]) and, for e4m3, Q's row scales.
+template <bool kE4m3>
+struct SmemLayout {
+  static constexpr int kStages = kE4m3 ? 4 : 3;
+  static constexpr uint32_t kHalfStage = kE4m3 ? kTileBytes / 2 : kTileBytes;  // K, or V
+  static constexpr uint32_t kBarrierOffset = kTileBytes + 2 * kStages * kHalfStage;
+  static constexpr uint32_t kQScaleOffset = kBarrierOffset + 2 * kStages * sizeof(uint64_t);
+  static constexpr size_t kBytes = kQScaleOffset + (kE4m3 ? kRows * sizeof(float) : 0) + 1024;
+};
 
 // Warpgroup wg's 64 Q rows of the CTA -> shared memory as M (zeros past w.num_rows), thread
 // `index` of its 128. Thread chunks run down 8 rows first, so a 16-byte store phase lands on 8
@@ -106,21 +128,86 @@ __device__ __forceinline__ void StageQ(const PrefillParams<T, C>& p, const Prefi
   }
 }
 
+// Four floats as e4m3 codes in one register (a the lowest byte), rounded to nearest, saturating
+// at +-448.
+[[maybe_unused]] __device__ __forceinline__ uint32_t E4m3x4(float a, float b, float c, float d) {
+  uint16_t lo, hi;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(b), "f"(a));
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(d), "f"(c));
+  return uint32_t{lo} | (uint32_t{hi} << 16);
+}
+
+// Warpgroup wg's 64 Q rows of the CTA as e4m3 codes with a scale a row, thread `index` of its 128
+// (two a row, 64 elements each): codes = e4m3(q * 448 / amax) into shared memory rows of 128
+// bytes (128-byte swizzle), the row's scale amax / 448 into q_scale[row] (1 for an all-zero row
+// and for rows past w.num_rows, whose codes are zeros).
+template <typename T, typename C>
+__device__ __forceinline__ void StageQE4m3(const PrefillParams<T, C>& p, const PrefillTile& w,
+                                           unsigned char* smem, float* q_scale, int index, int wg) {
+  const int r = wg * 64 + index / 2;
+  const int half = index % 2;
+  const int m = w.row0 + r;
+  float v[64];
+  float amax = 0.0f;
+  if (m < w.num_rows) {
+    const T* row = p.q + w.RowOffset(m, p.group, p.q_stride, kHeadDim, 64 * half);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint4 x = *reinterpret_cast<const uint4*>(row + 8 * i);
+      const uint32_t words[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 f =
+            dtype_internal::PairToFloat2<T>(*reinterpret_cast<const Pair<T>*>(&words[j]));
+        v[8 * i + 2 * j] = f.x;
+        v[8 * i + 2 * j + 1] = f.y;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) v[i] = 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < 64; ++i) amax = fmaxf(amax, fabsf(v[i]));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+  const float inv = amax > 0.0f ? dtype_internal::kFp8Max / amax : 1.0f;
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    uint32_t code[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float* x = v + 16 * c + 4 * j;
+      code[j] = E4m3x4(x[0] * inv, x[1] * inv, x[2] * inv, x[3] * inv);
+    }
+    *reinterpret_cast<uint4*>(smem + SwizzledOffset<kRows>(r, 4 * half + c)) =
+        make_uint4(code[0], code[1], code[2], code[3]);
+  }
+  if (half == 0) q_scale[r] = amax > 0.0f ? amax / dtype_internal::kFp8Max : 1.0f;
+}
+
 // One consumer warpgroup's 64 rows: the accumulators and the online-softmax state, and the steps
-// of a K/V tile. M: the mma's operand type.
+// of a K/V tile. M: the mma's operand type (Fp8: e4m3 codes, P scaled by 2^8 before it is
+// rounded to e4m3 so that small weights stay normal numbers).
 template <typename M>
 struct WarpgroupAttention {
+  static constexpr bool kE4m3 = std::is_same_v<M, Fp8>;
+  static constexpr int kKSteps = kE4m3 ? kTileN / 32 : kTileN / 16;  // P V's k-steps a tile
+  using PFragment = uint32_t[kKSteps][4];
+
   float o[16][4];
   float s[16][4];
   float row_max[2] = {-INFINITY, -INFINITY};
   float row_sum[2] = {0.0f, 0.0f};
+  float scale_log2[2];  // the rows' score factor (log2 domain; e4m3: times Q's row scale)
   int max_pos[2];
   uint32_t q_wg;  // this warpgroup's 64 rows in each column block of the Q tile
   int wg, warp, g, t;
 
   // Rows past the sequence's last token borrow its position; they are computed, never stored.
+  // q_scale: the e4m3 Q rows' scales (StageQE4m3), else unused.
   __device__ __forceinline__ WarpgroupAttention(const PrefillTile& w, int group, uint32_t q_tile,
-                                                int tid)
+                                                int tid, float score_scale_log2,
+                                                const float* q_scale)
       : q_wg(q_tile + (tid / 128) * 64 * 128),
         wg(tid / 128),
         warp((tid / 32) % 4),
@@ -128,30 +215,42 @@ struct WarpgroupAttention {
         t(tid % 4) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int m = w.row0 + wg * 64 + warp * 16 + g + 8 * r;
-      max_pos[r] = w.ctx_off + min(m / group, w.q_len - 1);
+      const int row = wg * 64 + warp * 16 + g + 8 * r;
+      max_pos[r] = w.ctx_off + min((w.row0 + row) / group, w.q_len - 1);
+      scale_log2[r] = score_scale_log2;
+      if constexpr (kE4m3) scale_log2[r] *= q_scale[row];
     }
 #pragma unroll
     for (int j = 0; j < 16; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
   }
 
-  // S = Q K^T of the K tile at k_tile over the 8 k16 steps of the head dims, committed.
+  // S = Q K^T of the K tile at k_tile over the head dims (8 k16 or 4 e4m3 k32 steps), committed.
   __device__ __forceinline__ void IssueS(uint32_t k_tile) {
     FenceAccumulators(s);
     WgmmaFence();
+    if constexpr (kE4m3) {
 #pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      const uint32_t k_off = (kk / 4) * kBlockBytes + (kk % 4) * 32;
-      WgmmaSS<M>(s, SmemDescSw128(q_wg + k_off, 0, 1024), SmemDescSw128(k_tile + k_off, 0, 1024),
-                 kk > 0);
+      for (int kk = 0; kk < kHeadDim / 32; ++kk) {
+        WgmmaSSE4m3(s, SmemDescSw128(q_wg + kk * 32, 0, 1024),
+                    SmemDescSw128(k_tile + kk * 32, 0, 1024), kk > 0);
+      }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+        const uint32_t k_off = (kk / 4) * kBlockBytes + (kk % 4) * 32;
+        WgmmaSS<M>(s, SmemDescSw128(q_wg + k_off, 0, 1024), SmemDescSw128(k_tile + k_off, 0, 1024),
+                   kk > 0);
+      }
     }
     WgmmaCommit();
   }
 
   // The online-softmax step on S of `tile` (its wgmma's done): masks, updates the row maxima and
-  // sums, leaves the factor O must take before the tile's P V in alpha and P in `out`.
-  __device__ __forceinline__ void Softmax(const PrefillTile& w, int tile, float scale_log2,
-                                          float (&alpha)[2], uint32_t (&out)[kTileN / 16][4]) {
+  // sums, leaves the factor O must take before the tile's P V in alpha and P in `out`. e4m3: P's
+  // register for k positions 4 t .. 4 t + 3 of a 16-key group holds keys 2 t, 2 t + 1, 8 + 2 t,
+  // 9 + 2 t (the S accumulators the thread has); the producer stores V's keys in that order.
+  __device__ __forceinline__ void Softmax(const PrefillTile& w, int tile, float (&alpha)[2],
+                                          PFragment& out) {
     FenceAccumulators(s);
     const int key0 = tile * kTileN;
     if (key0 + kTileN - 1 > w.min_pos) {
@@ -163,24 +262,49 @@ struct WarpgroupAttention {
         }
       }
     }
+    if constexpr (kE4m3) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) alpha[r] = SoftmaxRowStep(s, r, scale_log2, row_max[r], row_sum[r]);
+      for (int r = 0; r < 2; ++r) {
+        alpha[r] = SoftmaxRowStep<16, 8>(s, r, scale_log2[r], row_max[r], row_sum[r]);
+      }
 #pragma unroll
-    for (int kk = 0; kk < kTileN / 16; ++kk) {
-      out[kk][0] = PackPair<M>(s[2 * kk][0], s[2 * kk][1]);
-      out[kk][1] = PackPair<M>(s[2 * kk][2], s[2 * kk][3]);
-      out[kk][2] = PackPair<M>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      out[kk][3] = PackPair<M>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      for (int kk = 0; kk < kKSteps; ++kk) {
+        const float(&a)[4] = s[4 * kk];
+        const float(&b)[4] = s[4 * kk + 1];
+        const float(&c)[4] = s[4 * kk + 2];
+        const float(&d)[4] = s[4 * kk + 3];
+        out[kk][0] = E4m3x4(a[0], a[1], b[0], b[1]);
+        out[kk][1] = E4m3x4(a[2], a[3], b[2], b[3]);
+        out[kk][2] = E4m3x4(c[0], c[1], d[0], d[1]);
+        out[kk][3] = E4m3x4(c[2], c[3], d[2], d[3]);
+      }
+    } else {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        alpha[r] = SoftmaxRowStep(s, r, scale_log2[r], row_max[r], row_sum[r]);
+      }
+#pragma unroll
+      for (int kk = 0; kk < kKSteps; ++kk) {
+        out[kk][0] = PackPair<M>(s[2 * kk][0], s[2 * kk][1]);
+        out[kk][1] = PackPair<M>(s[2 * kk][2], s[2 * kk][3]);
+        out[kk][2] = PackPair<M>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        out[kk][3] = PackPair<M>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      }
     }
   }
 
-  // O += P V of the V tile at v_tile (P in pv) over the 8 k16 steps of its keys, committed.
-  __device__ __forceinline__ void IssuePv(uint32_t v_tile, const uint32_t (&pv)[kTileN / 16][4]) {
+  // O += P V of the V tile at v_tile (P in pv) over its keys, committed: 16-bit V read MN-major
+  // from its [key][dim] tile, e4m3 V K-major from its transposed [dim][key] tile.
+  __device__ __forceinline__ void IssuePv(uint32_t v_tile, const PFragment& pv) {
     FenceAccumulators(o);
     WgmmaFence();
 #pragma unroll
-    for (int kk = 0; kk < kTileN / 16; ++kk) {
-      WgmmaRSTransB<M>(o, pv[kk], SmemDescSw128(v_tile + kk * 2048, kBlockBytes, 1024));
+    for (int kk = 0; kk < kKSteps; ++kk) {
+      if constexpr (kE4m3) {
+        WgmmaRSE4m3(o, pv[kk], SmemDescSw128(v_tile + kk * 32, 0, 1024));
+      } else {
+        WgmmaRSTransB<M>(o, pv[kk], SmemDescSw128(v_tile + kk * 2048, kBlockBytes, 1024));
+      }
     }
     WgmmaCommit();
   }
@@ -241,6 +365,18 @@ struct WarpgroupAttention {
   return base;
 }
 
+// Element offset in p's cache of key group index % 8 of tile `tile` (keys 16 (index % 8) .. + 15:
+// one cache block holds the whole group, block sizes being multiples of 16, so its positions are
+// head_dim elements apart), 0 for a group past w.key_end (not read). The producers look a
+// group up once a tile and hand it around the warp: lane g % 8 holds group g's offset (the block
+// table lookups, one a key, were the e4m3 producer's bottleneck: docs/kernels.md).
+template <typename P>
+__device__ __forceinline__ int64_t GroupOffset(const P& p, const PrefillTile& w, int tile,
+                                               int index) {
+  const int pos = tile * kTileN + 16 * (index % 8);
+  return pos < w.key_end ? w.KeyOffset(p, pos, kHeadDim) : 0;
+}
+
 // The fp8 cache's producer warpgroup (thread `index` of 128): tile after tile, once the
 // consumers have released its stage (tile - 3 done), each thread loads its 8 K and 8 V chunks of
 // 16 codes in two halves (8 loads in flight), converts them (cvt e4m3x2 -> f16x2, exact) and
@@ -254,21 +390,26 @@ __device__ __forceinline__ void ProduceFp8Tiles(const PrefillParams<T, Fp8>& p,
                                                 unsigned char* smem, uint32_t full, uint32_t empty,
                                                 int index) {
 #ifdef KILN_WGMMA
+  constexpr int kStages = SmemLayout<false>::kStages;
+  // Chunk c = index + 128 (4 half + j) is in key group 4 half + j, row (of 16) and chunk:
+  const int row = 2 * (index >> 4) + ((index >> 2) & 1);
+  const int chunk = (index & 3) + 4 * ((index >> 3) & 1);
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int stage = tile % kStages;
+    const int64_t group = GroupOffset(p, w, tile, index);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       uint4 codes[2][4];
       int keys[4], chunks[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const int c = index + 128 * (4 * half + j);
-        keys[j] = 2 * (c >> 4) + ((c >> 2) & 1);
-        chunks[j] = (c & 3) + 4 * ((c >> 3) & 1);
+        const int64_t g = __shfl_sync(0xffffffffu, group, 4 * half + j);
+        keys[j] = 16 * (4 * half + j) + row;
+        chunks[j] = chunk;
         const int pos = tile * kTileN + keys[j];
         codes[0][j] = codes[1][j] = make_uint4(0, 0, 0, 0);
         if (pos < w.key_end) {
-          const int64_t off = w.KeyOffset(p, pos, kHeadDim) + chunks[j] * 16;
+          const int64_t off = g + row * kHeadDim + chunk * 16;
           codes[0][j] = __ldg(reinterpret_cast<const uint4*>(p.k + off));
           codes[1][j] = __ldg(reinterpret_cast<const uint4*>(p.v + off));
         }
@@ -305,18 +446,21 @@ __device__ __forceinline__ void ProduceTiles(const PrefillParams<T, T>& p, const
                                              int num_tiles, uint32_t base, uint32_t full,
                                              uint32_t empty, int index) {
 #ifdef KILN_WGMMA
+  constexpr int kStages = SmemLayout<false>::kStages;
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int stage = tile % kStages;
     if (tile >= kStages) MbarrierWait(empty + 8 * stage, ((tile / kStages) & 1) ^ 1);
     const uint32_t k_tile = base + kTileBytes * (1 + 2 * stage);
+    const int64_t group = GroupOffset(p, w, tile, index);
 #pragma unroll 4
     for (int i = 0; i < kTileN * 16 / 128; ++i) {
-      const int c = index + 128 * i;
-      const int key = (c & 7) + 8 * (c >> 7);
-      const int ch = (c >> 3) & 15;
+      // Chunk index + 128 i: key 8 i + index % 8 (group i / 2), 16-byte chunk index / 8.
+      const int64_t g = __shfl_sync(0xffffffffu, group, i / 2);
+      const int key = 8 * i + (index & 7);
+      const int ch = index >> 3;
       const int pos = tile * kTileN + key;
       const bool valid = pos < w.key_end;
-      const int64_t off = valid ? w.KeyOffset(p, pos, kHeadDim) + ch * 8 : 0;
+      const int64_t off = valid ? g + (key % 16) * kHeadDim + ch * 8 : 0;
       const uint32_t s = SwizzledOffset<kTileN>(key, ch);
       CpAsync16(k_tile + s, p.k + off, valid);
       CpAsync16(k_tile + kTileBytes + s, p.v + off, valid);
@@ -326,18 +470,105 @@ __device__ __forceinline__ void ProduceTiles(const PrefillParams<T, T>& p, const
 #endif
 }
 
-template <typename T, typename C>
+// The fp8 cache's producer for e4m3 mma's (thread `index` of 128), stage after stage of
+// SmemLayout<true>: K's codes go in as they are (cp.async, 8 16-byte chunks a thread, counted on
+// the full barrier as the T producer's), V's are transposed through registers. A tile is 8
+// groups of 16 keys, each group inside one cache block (block sizes are multiples of 16), so
+// 2 KiB contiguous per kv head: thread (kb = index % 8, db = index / 8) looks up group kb's
+// address once (lane kb of each warp then hands it to the others for K's copies), loads 8 codes
+// (dims 8 db ..) of the group's 16 keys, transposes them with byte permutes and stores dim rows
+// of 16 keys in the order the consumers' P fragments take them (WarpgroupAttention::Softmax):
+// position 4 q + i of the group holds key 2 q, 2 q + 1, 8 + 2 q, 9 + 2 q for i = 0..3. A
+// quarter-warp's 16-byte stores are the 8 key groups of one dim row: 8 distinct swizzled chunks.
+// Keys past w.key_end are zeros. The next tile's V loads go out as soon as this tile's are
+// stored, so they are in flight while the producer waits for its stage. Two arrivals a thread
+// on the full barrier (expected: 256).
+template <typename T>
+__device__ __forceinline__ void ProduceE4m3Tiles(const PrefillParams<T, Fp8>& p,
+                                                 const PrefillTile& w, int num_tiles,
+                                                 unsigned char* smem, uint32_t base, uint32_t full,
+                                                 uint32_t empty, int index) {
+#ifdef KILN_WGMMA
+  using L = SmemLayout<true>;
+  const int kb = index % 8;
+  const int db = index / 8;
+  uint2 v[16];
+  auto load_v = [&](int tile, int64_t group) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      v[i] = make_uint2(0, 0);
+      if (tile * kTileN + 16 * kb + i < w.key_end) {
+        v[i] = __ldg(reinterpret_cast<const uint2*>(p.v + group + i * kHeadDim + 8 * db));
+      }
+    }
+  };
+  int64_t group = GroupOffset(p, w, 0, index);
+  load_v(0, group);
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int stage = tile % L::kStages;
+    if (tile >= L::kStages) MbarrierWait(empty + 8 * stage, ((tile / L::kStages) & 1) ^ 1);
+    const uint32_t k_tile = base + kTileBytes + 2 * stage * L::kHalfStage;
+#pragma unroll
+    for (int i = 0; i < kTileN * 8 / 128; ++i) {
+      // Chunk index + 128 i: key 16 i + index / 8 (group i), 16-byte chunk index % 8.
+      const int64_t g = __shfl_sync(0xffffffffu, group, i);
+      const int key = 16 * i + index / 8;
+      const bool valid = tile * kTileN + key < w.key_end;
+      const int64_t off = valid ? g + (index / 8) * kHeadDim + (index % 8) * 16 : 0;
+      CpAsync16(k_tile + SwizzledOffset<kTileN>(key, index % 8), p.k + off, valid);
+    }
+    CpAsyncArrive(full + 8 * stage);
+    unsigned char* vt = smem + kTileBytes + (2 * stage + 1) * L::kHalfStage;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      // out[b][q]: dim 8 db + 4 h + b, positions 4 q .. 4 q + 3 of the key group.
+      uint32_t out[4][4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        auto word = [&](int key) { return h == 0 ? v[key].x : v[key].y; };
+        const uint32_t a = word(2 * q), b = word(2 * q + 1), c = word(8 + 2 * q),
+                       d = word(9 + 2 * q);
+        const uint32_t ab_lo = __byte_perm(a, b, 0x5140), ab_hi = __byte_perm(a, b, 0x7362);
+        const uint32_t cd_lo = __byte_perm(c, d, 0x5140), cd_hi = __byte_perm(c, d, 0x7362);
+        out[0][q] = __byte_perm(ab_lo, cd_lo, 0x5410);
+        out[1][q] = __byte_perm(ab_lo, cd_lo, 0x7632);
+        out[2][q] = __byte_perm(ab_hi, cd_hi, 0x5410);
+        out[3][q] = __byte_perm(ab_hi, cd_hi, 0x7632);
+      }
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        *reinterpret_cast<uint4*>(vt + SwizzledOffset<kHeadDim>(8 * db + 4 * h + b, kb)) =
+            make_uint4(out[b][0], out[b][1], out[b][2], out[b][3]);
+      }
+    }
+    FenceProxyAsync();  // the stores are visible to the consumers' wgmma's
+    MbarrierArrive(full + 8 * stage);
+    if (tile + 1 < num_tiles) {
+      group = GroupOffset(p, w, tile + 1, index);
+      load_v(tile + 1, group);
+    }
+  }
+#endif
+}
+
+// kE4m3: the fp8 cache's codes straight into e4m3 mma's (C = Fp8 only), else 16-bit mma's.
+template <typename T, typename C, bool kE4m3>
 __global__ void __launch_bounds__(kThreads, 1) PagedPrefillSm90Kernel(const PrefillParams<T, C> p) {
 #ifdef KILN_WGMMA
   constexpr bool kFp8 = std::is_same_v<C, Fp8>;
-  using M = std::conditional_t<kFp8, __half, T>;  // the mma's operand type
+  static_assert(kFp8 || !kE4m3, "e4m3 mma's read an fp8 cache");
+  // The mma's operand type.
+  using M = std::conditional_t<kE4m3, Fp8, std::conditional_t<kFp8, __half, T>>;
+  using L = SmemLayout<kE4m3>;
+  constexpr int kStages = L::kStages;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem;
   const uint32_t base = AlignedSmem(smem_raw, &smem);
-  const uint32_t full = base + kBarrierOffset;  // full[stage], then empty[stage]
+  const uint32_t full = base + L::kBarrierOffset;  // full[stage], then empty[stage]
   const uint32_t empty = full + 8 * kStages;
+  float* q_scale = reinterpret_cast<float*>(smem + L::kQScaleOffset);
   auto kv_tile = [&](int tile, int which) {
-    return base + kTileBytes * (1 + 2 * (tile % kStages) + which);
+    return base + kTileBytes + (2 * (tile % kStages) + which) * L::kHalfStage;
   };
 
   const PrefillTile w = GetPrefillTile(p, kRows);
@@ -345,38 +576,45 @@ __global__ void __launch_bounds__(kThreads, 1) PagedPrefillSm90Kernel(const Pref
   const int num_tiles = (w.key_end + kTileN - 1) / kTileN;
   const int tid = threadIdx.x;
   if (tid < kStages) {
-    MbarrierInit(full + 8 * tid, 128);  // the producer's threads
-    MbarrierInit(empty + 8 * tid, 8);   // the consumer warps
+    MbarrierInit(full + 8 * tid, kE4m3 ? 256 : 128);  // the producer's threads (e4m3: twice)
+    MbarrierInit(empty + 8 * tid, 8);                 // the consumer warps
     FenceMbarrierInit();
   }
   __syncthreads();
   if (tid >= kProducerThread0) {
-    SetMaxRegisters<false, kProducerRegisters<C>>();
-    if constexpr (kFp8) {
+    SetMaxRegisters<false, kProducerRegisters<C, kE4m3>>();
+    if constexpr (kE4m3) {
+      ProduceE4m3Tiles(p, w, num_tiles, smem, base, full, empty, tid - kProducerThread0);
+    } else if constexpr (kFp8) {
       ProduceFp8Tiles(p, w, num_tiles, smem, full, empty, tid - kProducerThread0);
     } else {
       ProduceTiles(p, w, num_tiles, base, full, empty, tid - kProducerThread0);
     }
     return;
   }
-  SetMaxRegisters<true, kConsumerRegisters<C>>();
+  SetMaxRegisters<true, kConsumerRegisters<C, kE4m3>>();
 
   // A consumer warpgroup: its own Q rows, then tile after tile, one at a time; each warp
   // releases a stage once its P V is done. (Ping-pong between the two warpgroups, and S of the
   // next tile issued with P V of this one, were no faster: docs/kernels.md.)
   const int wg = tid / 128;
-  StageQ<M>(p, w, smem, tid % 128, wg);
+  if constexpr (kE4m3) {
+    StageQE4m3(p, w, smem, q_scale, tid % 128, wg);
+  } else {
+    StageQ<M>(p, w, smem, tid % 128, wg);
+  }
   FenceProxyAsync();
   NamedBarrierSync(1 + wg, 128);
-  WarpgroupAttention<M> a(w, p.group, base, tid);
-  uint32_t pf[kTileN / 16][4];
+  WarpgroupAttention<M> a(w, p.group, base, tid, p.scale_log2, q_scale);
+  typename WarpgroupAttention<M>::PFragment pf;
   for (int tile = 0; tile < num_tiles; ++tile) {
     MbarrierWait(full + 8 * (tile % kStages), (tile / kStages) & 1);
-    if constexpr (!kFp8) FenceProxyAsync();  // the producer's cp.async writes, for the wgmma's
+    // The producer's cp.async writes (T: K and V, e4m3: K), for the wgmma's.
+    if constexpr (!kFp8 || kE4m3) FenceProxyAsync();
     a.IssueS(kv_tile(tile, 0));
     WgmmaWait<0>();
     float alpha[2];
-    a.Softmax(w, tile, p.scale_log2, alpha, pf);
+    a.Softmax(w, tile, alpha, pf);
     a.Rescale(alpha);
     a.IssuePv(kv_tile(tile, 1), pf);
     WgmmaWait<0>();
@@ -400,24 +638,38 @@ bool PrefillSm90Built() {
 
 template <typename T, typename C>
 cudaError_t SetUpPrefillSm90() {
-  return cudaFuncSetAttribute(PagedPrefillSm90Kernel<T, C>,
-                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(kSmemBytes));
+  cudaError_t e = cudaFuncSetAttribute(PagedPrefillSm90Kernel<T, C, false>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(SmemLayout<false>::kBytes));
+  if constexpr (std::is_same_v<C, Fp8>) {
+    if (e == cudaSuccess) {
+      e = cudaFuncSetAttribute(PagedPrefillSm90Kernel<T, C, true>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(SmemLayout<true>::kBytes));
+    }
+  }
+  return e;
 }
 
 template <typename T, typename C>
 cudaError_t LaunchPrefillSm90(const PrefillParams<T, C>& p, int32_t max_q_len, int32_t num_seqs,
-                              cudaStream_t stream) {
+                              bool e4m3_math, cudaStream_t stream) {
   const int64_t row_tiles = (int64_t{max_q_len} * p.group + kRows - 1) / kRows;
   if (row_tiles > 0x7fffffff || p.num_kv_heads > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(row_tiles), p.num_kv_heads, num_seqs);
-  PagedPrefillSm90Kernel<T, C><<<grid, kThreads, kSmemBytes, stream>>>(p);
+  if constexpr (std::is_same_v<C, Fp8>) {
+    if (e4m3_math) {
+      PagedPrefillSm90Kernel<T, C, true><<<grid, kThreads, SmemLayout<true>::kBytes, stream>>>(p);
+      return cudaGetLastError();
+    }
+  }
+  PagedPrefillSm90Kernel<T, C, false><<<grid, kThreads, SmemLayout<false>::kBytes, stream>>>(p);
   return cudaGetLastError();
 }
 
-#define KILN_PREFILL_SM90(T, C)                                                              \
-  template cudaError_t SetUpPrefillSm90<T, C>();                                             \
-  template cudaError_t LaunchPrefillSm90<T, C>(const PrefillParams<T, C>&, int32_t, int32_t, \
+#define KILN_PREFILL_SM90(T, C)                                                                    \
+  template cudaError_t SetUpPrefillSm90<T, C>();                                                   \
+  template cudaError_t LaunchPrefillSm90<T, C>(const PrefillParams<T, C>&, int32_t, int32_t, bool, \
                                                cudaStream_t);
 KILN_PREFILL_SM90(__nv_bfloat16, __nv_bfloat16)
 KILN_PREFILL_SM90(__half, __half)

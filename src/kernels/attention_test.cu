@@ -53,6 +53,18 @@ constexpr double kRelTol = std::is_same_v<T, __half> ? 1.25e-3 : 1e-2;
 template <typename T>
 constexpr double kAbsTol = std::is_same_v<T, __half> ? 1.5e-3 : 1.2e-2;
 
+// The Hopper prefill kernel's e4m3 mma's over an fp8 cache (PrefillKernel::kWgmmaE4m3): Q is
+// rounded to e4m3 with a scale a (token, head) row, amax / 448, and P to e4m3 (after a factor
+// 2^8 that keeps weights above 2^-14 normal). The reference gets Q rounded the same way (the
+// kernel's codes times the row's scale), so what remains is P's rounding: at most 2^-4 of each
+// weight (half an ulp of e4m3's 4 significant bits), i.e. at most 2^-4 absolute on an output of
+// values |v| <= 1, and ~2^-3 / sqrt(12) relative in the norm (random rounding of every weight),
+// plus the T rounding above. While set (E4m3Prefill), RunPrefill rounds the reference's Q and
+// checks these bounds: rel 5e-2, max abs 2^-4 + 2^-7.
+bool g_e4m3_prefill = false;
+constexpr double kE4m3RelTol = 5e-2;
+constexpr double kE4m3AbsTol = 0.0625 + 0.0078125;
+
 struct Shape {
   int num_heads, num_kv_heads, head_dim, block_size;
   int q_pad = 0;    // extra elements per q row (q_stride > num_heads * head_dim)
@@ -208,8 +220,8 @@ void ExpectClose(const Shape& s, const std::vector<uint16_t>& out, const std::ve
   const double rel = std::sqrt(err2 / std::max(ref2, 1e-30));
   EXPECT_EQ(bad, 0) << what << ": non-finite (unwritten or NaN-read) outputs";
   EXPECT_EQ(pad_written, 0) << what << ": wrote into the stride padding";
-  EXPECT_LT(rel, kRelTol<T>) << what;
-  EXPECT_LT(max_abs, kAbsTol<T>) << what;
+  EXPECT_LT(rel, g_e4m3_prefill ? kE4m3RelTol : kRelTol<T>) << what;
+  EXPECT_LT(max_abs, g_e4m3_prefill ? kE4m3AbsTol : kAbsTol<T>) << what;
   std::printf("  %-4s %-48s rel %.2e  max_abs %.2e\n", DTypeName(Format<T>::kDType).data(),
               what.c_str(), rel, max_abs);
 }
@@ -247,6 +259,35 @@ AttentionDims DimsOf(const Shape& s) {
                        1.0f / std::sqrt(static_cast<float>(s.head_dim))};
 }
 
+// q_ref's (token, head) rows as the e4m3 prefill kernel sees them: e4m3(x * 448 / amax) *
+// (amax / 448) in f32 (an all-zero row stays zero).
+void RoundQToE4m3Rows(const Shape& s, int num_tokens, std::vector<float>* q_ref) {
+  const int stride = s.num_heads * s.head_dim + s.q_pad;
+  for (int t = 0; t < num_tokens; ++t) {
+    for (int h = 0; h < s.num_heads; ++h) {
+      float* row = q_ref->data() + size_t(t) * stride + size_t(h) * s.head_dim;
+      float amax = 0.0f;
+      for (int d = 0; d < s.head_dim; ++d) amax = std::max(amax, std::fabs(row[d]));
+      if (amax == 0.0f) continue;
+      const float inv = 448.0f / amax, scale = amax / 448.0f;
+      for (int d = 0; d < s.head_dim; ++d) row[d] = F8E4M3ToF32(E4m3Sat(row[d] * inv)) * scale;
+    }
+  }
+}
+
+// While alive: PagedPrefillAttention takes `kernel`, and RunPrefill checks the e4m3 bounds when
+// `e4m3` (restored to kAuto and the T bounds after).
+struct PrefillKernelScope {
+  PrefillKernelScope(PrefillKernel kernel, bool e4m3) {
+    SetPrefillKernel(kernel);
+    g_e4m3_prefill = e4m3;
+  }
+  ~PrefillKernelScope() {
+    SetPrefillKernel(PrefillKernel::kAuto);
+    g_e4m3_prefill = false;
+  }
+};
+
 // C: the cache's element type (T, or Fp8 with scales sc).
 template <typename T, typename C = T>
 void RunPrefill(const Shape& s, const std::vector<int>& q_lens, const std::vector<int>& seq_lens,
@@ -273,6 +314,7 @@ void RunPrefill(const Shape& s, const std::vector<int>& q_lens, const std::vecto
   dcu.Upload(cu);
   dlens.Upload(std::vector<int32_t>(seq_lens.begin(), seq_lens.end()));
   dout.Upload(std::vector<uint16_t>(out_elems, kPoison));
+  if (g_e4m3_prefill) RoundQToE4m3Rows(s, num_tokens, &q_ref);
   const int max_q_len = *std::max_element(q_lens.begin(), q_lens.end());
   CUDA_OK(PagedPrefillAttention(As<T>(dq.ptr), width + s.q_pad, DeviceCache(c, dk, dv, dtab),
                                 dcu.ptr, dlens.ptr, static_cast<int32_t>(q_lens.size()), max_q_len,
@@ -578,6 +620,7 @@ const Scales kTopBinades{0.0025f, 0.0025f};  // codes up to 400
 TYPED_TEST(PagedAttentionFp8CacheGpu, PrefillChunksOnCachedPrefix) {
   REQUIRE_GPU();
   using T = TypeParam;
+  PrefillKernelScope scope(PrefillKernel::kWgmma16Bit, false);  // the e4m3 kernel: below
   RunPrefill<T, Fp8>(kLlama8b, {769}, {769}, 2000, "fp8 prefill hd128 g4 q=ctx=769", kUnit);
   RunPrefill<T, Fp8>(kSmol, {83}, {83}, 2001,
                      "fp8 prefill hd64 g3 q=ctx=83" + ScalesName<Fp8>(kSmallK), kSmallK);
@@ -603,10 +646,7 @@ TYPED_TEST(PagedAttentionFp8CacheGpu, PrefillChunksOnCachedPrefix) {
 TYPED_TEST(PagedAttentionFp8CacheGpu, PrefillMmaSyncKernelAtHeadDim128) {
   REQUIRE_GPU();
   using T = TypeParam;
-  struct Restore {
-    ~Restore() { SetPrefillKernel(PrefillKernel::kAuto); }
-  } restore;
-  SetPrefillKernel(PrefillKernel::kMmaSync);
+  PrefillKernelScope scope(PrefillKernel::kMmaSync, false);
   RunPrefill<T>(kLlama8b, {769, 83}, {769, 5125}, 2020, "mma.sync hd128 q=769,83");
   RunPrefill<T, Fp8>(kLlama8b, {769, 83}, {769, 5125}, 2021,
                      "mma.sync fp8 hd128 q=769,83" + ScalesName<Fp8>(kSmallK), kSmallK);
@@ -618,6 +658,7 @@ TYPED_TEST(PagedAttentionFp8CacheGpu, PrefillMmaSyncKernelAtHeadDim128) {
 TYPED_TEST(PagedAttentionFp8CacheGpu, PrefillHeadDim128TileEdges) {
   REQUIRE_GPU();
   using T = TypeParam;
+  PrefillKernelScope scope(PrefillKernel::kWgmma16Bit, false);  // the e4m3 kernel: below
   RunPrefill<T, Fp8>(kLlama8b, {128, 129, 255, 256, 32, 33}, {128, 129, 255, 384, 160, 1057}, 2023,
                      "fp8 tile edges hd128 g4" + ScalesName<Fp8>(kTopBinades), kTopBinades);
   RunPrefill<T, Fp8>({16, 1, 128, 16}, {300}, {2000}, 2024,
@@ -634,7 +675,49 @@ TYPED_TEST(PagedAttentionFp8CacheGpu, PrefillHeadDim128TileEdges) {
 
 TYPED_TEST(PagedAttentionFp8CacheGpu, PrefillMixedBatchWithStrides) {
   REQUIRE_GPU();
+  PrefillKernelScope scope(PrefillKernel::kWgmma16Bit, false);
   RunMixedBatch<TypeParam, Fp8>(2010, "fp8 ", kSmallK, kLargeK);
+}
+
+// The wgmma kernel with e4m3 mma's (the default over an fp8 cache on Hopper) against a reference
+// fed the same e4m3 Q (bounds: kE4m3RelTol): full prefills, chunks on cached prefixes, the tile
+// edges, block sizes that straddle or hold two tiles, every scale kind, MQA / MHA / g8.
+TYPED_TEST(PagedAttentionFp8CacheGpu, PrefillE4m3MmaAtHeadDim128) {
+  REQUIRE_GPU();
+  if (!PrefillWgmmaAvailable()) GTEST_SKIP() << "no sm_90a prefill kernel on this device/build";
+  using T = TypeParam;
+  PrefillKernelScope scope(PrefillKernel::kWgmmaE4m3, true);
+  RunPrefill<T, Fp8>(kLlama8b, {769}, {769}, 2060, "e4m3 prefill hd128 g4 q=ctx=769", kUnit);
+  RunPrefill<T, Fp8>({64, 8, 128, 16}, {83}, {3000}, 2061,
+                     "e4m3 chunked g8 q=83 ctx=3000" + ScalesName<Fp8>(kTopBinades), kTopBinades);
+  RunPrefill<T, Fp8>({8, 8, 128, 32}, {7}, {1000}, 2062,
+                     "e4m3 chunked bs32 mha q=7 ctx=1000" + ScalesName<Fp8>(kLargeK), kLargeK);
+  RunPrefill<T, Fp8>({32, 8, 128, 16}, {700, 700, 350, 1}, {700, 1400, 350, 900}, 2063,
+                     "e4m3 four seqs g4" + ScalesName<Fp8>(kSmallK), kSmallK);
+  RunPrefill<T, Fp8>(kLlama8b, {128, 129, 255, 256, 32, 33}, {128, 129, 255, 384, 160, 1057}, 2064,
+                     "e4m3 tile edges g4" + ScalesName<Fp8>(kTopBinades), kTopBinades);
+  RunPrefill<T, Fp8>({16, 1, 128, 16}, {300}, {2000}, 2065,
+                     "e4m3 chunked mqa16 q=300 ctx=2000" + ScalesName<Fp8>(kSmallK), kSmallK);
+  RunPrefill<T, Fp8>({8, 8, 128, 64}, {257, 1}, {257, 4000}, 2066,
+                     "e4m3 bs64 mha q=257,1" + ScalesName<Fp8>(kLargeK), kLargeK);
+  RunPrefill<T, Fp8>({32, 8, 128, 48}, {300, 77}, {700, 77}, 2067,
+                     "e4m3 bs48 q=300,77" + ScalesName<Fp8>(kSmallK), kSmallK);
+  RunPrefill<T, Fp8>({32, 8, 128, 256}, {200, 129}, {600, 129}, 2068,
+                     "e4m3 bs256 q=200,129" + ScalesName<Fp8>(kSmallK), kSmallK);
+  Shape padded{32, 8, 128, 16, 1024, 8};  // q as in a fused qkv buffer, out with padding
+  RunPrefill<T, Fp8>(padded, {511, 0, 64}, {2047, 0, 64}, 2069,
+                     "e4m3 strides, an empty seq" + ScalesName<Fp8>(kLargeK), kLargeK);
+}
+
+// The e4m3 kernel at sizes compute-sanitizer gets through quickly.
+TYPED_TEST(PagedAttentionFp8CacheGpu, E4m3PrefillSmallShapesForSanitizers) {
+  REQUIRE_GPU();
+  if (!PrefillWgmmaAvailable()) GTEST_SKIP() << "no sm_90a prefill kernel on this device/build";
+  using T = TypeParam;
+  PrefillKernelScope scope(PrefillKernel::kWgmmaE4m3, true);
+  Shape t{4, 2, 128, 32, 0, 8};
+  RunPrefill<T, Fp8>(t, {19, 1}, {19, 200}, 2071, "e4m3 small prefill bs32", kLargeK);
+  RunPrefill<T, Fp8>(t, {300}, {500}, 2072, "e4m3 small prefill bs32 four tiles", kSmallK);
 }
 
 TYPED_TEST(PagedAttentionFp8CacheGpu, DecodeOddContextsAndPaddingRows) {
@@ -686,6 +769,7 @@ TYPED_TEST(PagedAttentionFp8CacheGpu, DecodeGraphReplay) {
 TYPED_TEST(PagedAttentionFp8CacheGpu, SmallShapesForSanitizers) {
   REQUIRE_GPU();
   using T = TypeParam;
+  PrefillKernelScope scope(PrefillKernel::kWgmma16Bit, false);
   Shape s{6, 2, 64, 16, 64, 8};
   RunPrefill<T, Fp8>(s, {1, 0, 37, 5}, {70, 0, 37, 130}, 2050, "fp8 small prefill hd64", kSmallK);
   Shape t{4, 2, 128, 32, 0, 8};

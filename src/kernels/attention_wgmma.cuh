@@ -214,6 +214,33 @@ __device__ __forceinline__ void WgmmaRSTransB(float (&d)[16][4], const uint32_t 
 #endif
 }
 
+// The e4m3 versions (m64n128k32: a k-step is 32 bytes of a 128-byte row, as k16 is for 16-bit
+// types). 8-bit wgmma reads both shared-memory operands K-major only, so P V needs V transposed
+// in shared memory. SS: A and B from shared memory; RS: A from registers, a[0] / a[1] = rows g /
+// g + 8 of the warp's 16, k = 4 t .. 4 t + 3 (byte 0 the lowest k), a[2] / a[3] the same at
+// k = 16 + 4 t .. (mma.sync m16n8k32's 8-bit A fragment).
+__device__ __forceinline__ void WgmmaSSE4m3(float (&d)[16][4], uint64_t a, uint64_t b,
+                                            bool accumulate) {
+#ifdef KILN_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " KILN_WGMMA_D_REGS
+      "%64, %65, p, 1, 1;\n}\n"
+      : KILN_WGMMA_D_OPERANDS(d)
+      : "l"(a), "l"(b), "r"(int{accumulate}));
+#endif
+}
+__device__ __forceinline__ void WgmmaRSE4m3(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b) {
+#ifdef KILN_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " KILN_WGMMA_D_REGS
+      "{%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+      : KILN_WGMMA_D_OPERANDS(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+#endif
+}
+
 #undef KILN_WGMMA_SS
 #undef KILN_WGMMA_RS_TRANS_B
 #undef KILN_WGMMA_D_REGS

@@ -489,6 +489,8 @@ Status CudaRunner<T>::Init(const Checkpoint& ckpt) {
   kernels::SetProgrammaticLaunch(options_.programmatic_launch && cc_major >= 9);
   KILN_ASSIGN_OR_RETURN(gemm_, cuda::Gemm::Create());
   gemm_->set_fp8_fast_accum(options_.fp8_fast_accum);
+  kernels::SetPrefillKernel(options_.e4m3_prefill_attention ? kernels::PrefillKernel::kAuto
+                                                            : kernels::PrefillKernel::kWgmma16Bit);
   for (StepSlot& slot : slots_) {
     KILN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&slot.start));
     KILN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&slot.end));

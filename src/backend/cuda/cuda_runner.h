@@ -77,6 +77,10 @@ struct CudaRunnerOptions {
   // accumulation (cuda::Gemm::set_fp8_fast_accum): 2-4 % more offline throughput on an H100,
   // perplexity of the default model within +-0.13 % of the promoted sums' (docs/quantization.md).
   bool fp8_fast_accum = true;
+  // Over an fp8 KV cache on Hopper, prompt attention runs e4m3 mma's (kernels::PrefillKernel::
+  // kWgmmaE4m3: Q and the softmax weights rounded to e4m3); false: fp16 mma's on the widened
+  // codes. Process-wide (kernels::SetPrefillKernel), like programmatic_launch.
+  bool e4m3_prefill_attention = true;
   // Skinny linear layers (decode steps of a few rows) ask L2 for up to this many bytes of the
   // next linear layer's weights as each block's stream ends (cuda::L2Prefetch), so that DRAM
   // streams through the tail and the norms, RoPE, attention and SiluMul between them. 0: none.
