@@ -26,6 +26,7 @@
 #include "model/quantization.h"
 #ifdef KILN_HAS_CUDA
 #include "backend/cuda/cuda_runner.h"
+#include "backend/cuda/gemm.h"
 #endif
 
 namespace kiln::cli {
@@ -317,13 +318,18 @@ Status TuneOnGpu(const std::string& dir, int device) {
   CudaRunnerOptions options;
   options.device = device;
   options.tune_gemms = true;
+  // Steps of up to kFp8PromptTuneRows tokens: an FP8 engine's prompt GEMMs are timed at that
+  // many rows (cuda::Gemm::TuneFp8Prompt), and serve with any step budget of 4,096 or more.
+  options.max_num_tokens = std::max<int32_t>(options.max_num_tokens,
+                                             static_cast<int32_t>(cuda::Gemm::kFp8PromptTuneRows));
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner, CreateCudaRunner(engine, options));
-  // Capturing the decode graphs tunes every linear shape they run (CudaRunnerOptions).
+  // Capturing the decode graphs tunes every linear shape they run (CudaRunnerOptions), and an
+  // FP8 engine's prompt GEMMs after them.
   const int32_t blocks = options.max_num_seqs * 2 + 16;
   KILN_RETURN_IF_ERROR(runner->AllocateKvCache(blocks, 16));
   KILN_ASSIGN_OR_RETURN(std::string table, ExportGemmTable(*runner));
   KILN_ASSIGN_OR_RETURN(CudaMemoryReport report, GetCudaMemoryReport(*runner));
-  std::printf("  tuned the decode GEMMs on cuda:%d in %.2f s\n", device, report.gemm_tune_seconds);
+  std::printf("  tuned the GEMMs on cuda:%d in %.2f s\n", device, report.gemm_tune_seconds);
   return WriteEngineGemmTable(dir, table);
 }
 #endif

@@ -129,18 +129,51 @@ using dtype_internal::Pack8;
 using dtype_internal::Store8;
 using dtype_internal::Unpack8;
 
+// 8 elements widened to float as Unpack8 does, bf16 pairs with one integer op an element
+// (the low half shifted up, the high half masked) where __bfloat1622float2 takes two for the
+// high half. The same values.
+template <typename T>
+__device__ __forceinline__ void Widen8(const Vec8<T>& b, float (&v)[8]) {
+  if constexpr (std::is_same_v<T, bf16>) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const uint32_t w = *reinterpret_cast<const uint32_t*>(&b.h[e]);
+      v[2 * e] = __uint_as_float(w << 16);
+      v[2 * e + 1] = __uint_as_float(w & 0xffff0000u);
+    }
+  } else {
+    Unpack8(b, v);
+  }
+}
+
+// v[e] = RoundTo<T>(v[e]), two elements a conversion (one packing cvt instead of two single
+// ones: the conversions' pipe, a quarter of the FP32 rate, bounded SiluMulFp8 at the clocks of
+// a power-capped prompt step). The same values.
+template <typename T>
+__device__ __forceinline__ void RoundPairs(float (&v)[8]) {
+  const Vec8<T> b = Pack8<T>(v);
+  Widen8<T>(b, v);
+}
+
 // Input columns c .. c + 7 of a row whose row scale is rs, scaled in place as Fp8InputScales
 // says (dtype_internal::Fp8ScaledSum, rounded to bf16). The column scales and bias are loaded
 // here, where they are used, not with the row: held in registers for a whole row they would
-// double a thread's registers.
+// double a thread's registers. Without a bias the sum still adds +0, as ApplyFp8Scales does
+// (-0 becomes +0).
 __device__ __forceinline__ void ScaleInput8(const Fp8InputScales& s, float rs, int64_t c,
                                             float (&v)[8]) {
-  float col[8], bias[8] = {};
+  float col[8];
   Load8(s.col + c, col);
-  if (s.bias != nullptr) Load8(s.bias + c, bias);
+  if (s.bias != nullptr) {
+    float bias[8];
+    Load8(s.bias + c, bias);
 #pragma unroll
-  for (int e = 0; e < 8; ++e)
-    v[e] = RoundTo<bf16>(dtype_internal::Fp8ScaledSum(v[e], rs, col[e], bias[e]));
+    for (int e = 0; e < 8; ++e) v[e] = dtype_internal::Fp8ScaledSum(v[e], rs, col[e], bias[e]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = dtype_internal::Fp8ScaledSum(v[e], rs, col[e], 0.0f);
+  }
+  RoundPairs<bf16>(v);
 }
 
 // Which residual update a norm does.
@@ -579,25 +612,31 @@ __global__ void SiluMulFp8Kernel(const T* gate_up, int64_t ld, int32_t dim, __nv
     }
   }
   const float rs = kScaled ? gs.row[blockIdx.x] : 0.0f;
+  // The row's amax over the unrounded products, rounded once: rounding to nearest is monotonic
+  // and odd, so max |round(p)| = round(max |p|), the amax of the rounded products.
   float amax = 0.0f;
 #pragma unroll
   for (int j = 0; j < kVecs; ++j) {
     const int i = threadIdx.x + j * blockDim.x;
     if (i >= nvec) continue;
     float gf[8], uf[8];
-    Unpack8(gv[j], gf);
-    Unpack8(uv[j], uf);
+    Widen8(gv[j], gf);
+    Widen8(uv[j], uf);
     if constexpr (kScaled) {
       ScaleInput8(gs, rs, 8 * i, gf);
       ScaleInput8(gs, rs, dim + 8 * i, uf);
     }
 #pragma unroll
+    for (int e = 0; e < 8; ++e) gf[e] = Silu(gf[e]);
+    RoundPairs<T>(gf);  // HF's act_fn output
+#pragma unroll
     for (int e = 0; e < 8; ++e) {
-      gf[e] = SiluTimesExact<T>(gf[e], uf[e]);
+      gf[e] *= uf[e];
       amax = fmaxf(amax, fabsf(gf[e]));
     }
-    gv[j] = Pack8<T>(gf);  // the products replace the gate values (exactly: they are T values)
+    gv[j] = Pack8<T>(gf);  // the products, rounded, replace the gate values
   }
+  amax = RoundTo<T>(amax);
   const Divisor scale = MakeDivisor(Fp8RowScale(amax, static_scale, out_scales + blockIdx.x));
   WithDivisor(scale, [&]<bool kFast>() {
 #pragma unroll
@@ -605,7 +644,7 @@ __global__ void SiluMulFp8Kernel(const T* gate_up, int64_t ld, int32_t dim, __nv
       const int i = threadIdx.x + j * blockDim.x;
       if (i >= nvec) continue;
       float y[8];
-      Unpack8(gv[j], y);
+      Widen8(gv[j], y);
       StoreFp8x8<kFast>(o + 8 * i, y, scale);
     }
   });

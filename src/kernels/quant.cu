@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "kernels/divide.h"
@@ -407,6 +408,34 @@ cudaError_t GemvInt8(const GemvInt8ArgsT<__nv_bfloat16>& a, cudaStream_t stream)
 }
 cudaError_t GemvInt8(const GemvInt8ArgsT<__half>& a, cudaStream_t stream) {
   return LaunchGemvW8<__half>(a, stream);
+}
+
+namespace {
+
+__global__ void FillGaussianE4m3Kernel(__nv_fp8_e4m3* out, int64_t n, uint64_t seed, float sigma) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    // splitmix64 of the index, two 24-bit uniforms, Box-Muller.
+    uint64_t z = seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    const float u1 = (static_cast<float>(z >> 40) + 1.0f) * 0x1p-24f;  // (0, 1]
+    const float u2 = static_cast<float>((z >> 16) & 0xffffff) * 0x1p-24f;
+    const float g = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+    out[i] = dtype_internal::ToE4m3Sat(g * sigma);
+  }
+}
+
+}  // namespace
+
+cudaError_t FillGaussianE4m3(__nv_fp8_e4m3* out, int64_t n, uint64_t seed, float sigma,
+                             cudaStream_t stream) {
+  if (n < 0 || out == nullptr || !(sigma > 0.0f)) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  const int64_t blocks = std::min<int64_t>((n + 255) / 256, 4096);
+  FillGaussianE4m3Kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(out, n, seed, sigma);
+  return cudaGetLastError();
 }
 
 }  // namespace kiln::kernels

@@ -47,6 +47,13 @@ cudaError_t ApplyFp8Scales(const __nv_bfloat16* y, int64_t ld, int64_t rows, int
                            const float* row_scale, const float* col_scale, const __half* bias,
                            __half* out, cudaStream_t stream);
 
+// n e4m3 codes of a normal distribution N(0, sigma^2) (saturating at +-448), a pure function of
+// (seed, index): stand-in activations with the spread of signs and exponents of real ones, for
+// timing FP8 GEMMs at the power limit (cuda::Gemm::TuneFp8Prompt), where the bits decide the
+// energy a product takes (constant codes run ~15 % faster there than Gaussian ones).
+cudaError_t FillGaussianE4m3(__nv_fp8_e4m3* out, int64_t n, uint64_t seed, float sigma,
+                             cudaStream_t stream);
+
 // Weight-only FP8 skinny linear layer (W8A16, batch-1..8 decode): out[m, n] =
 // (sum_k x[m, k] * e4m3(w[n, k])) * w_scale[n] (+ bias[n]), fp32 accumulation, one rounding to
 // the output type (T, or fp32 with out_f32). The weight stream is half of a bf16 GEMV's: each

@@ -1,14 +1,17 @@
 #include "backend/cuda/cuda_runner.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <deque>
 #include <map>
+#include <span>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -242,6 +245,10 @@ class CudaRunner final : public CudaRunnerBase {
   // Tune() of every linear layer shape a decode graph of `batch` rows runs (cuBLASLt shapes
   // only), cycling through the layers' own weights.
   Status TuneDecodeGemms(int32_t batch);
+  // The prompt steps' FP8 GEMMs (Gemm::TuneFp8Prompt), at start-up after the decode graphs'.
+  Status TunePromptGemms();
+  // The layers' e4m3 weights: qkv, o, gate_up, down (those left in 16 bits skipped).
+  std::array<std::vector<const __nv_fp8_e4m3*>, 4> Fp8LayerWeights() const;
   int32_t GraphBatch(int32_t num_seqs) const;
   // Packs the sampler inputs of the sampled rows into `host`; false when they exceed the
   // capacity (the step then samples on the host).
@@ -1401,6 +1408,7 @@ Status CudaRunner<T>::CaptureGraphs() {
   if (options_.tune_gemms) {
     const auto start = std::chrono::steady_clock::now();
     for (int32_t b : graph_batches_) KILN_RETURN_IF_ERROR(TuneDecodeGemms(b));
+    KILN_RETURN_IF_ERROR(TunePromptGemms());
     gemm_tune_seconds_ =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
@@ -1450,6 +1458,52 @@ void CudaRunner<T>::CollectMarks() {
 }
 
 template <typename T>
+std::array<std::vector<const __nv_fp8_e4m3*>, 4> CudaRunner<T>::Fp8LayerWeights() const {
+  std::array<std::vector<const __nv_fp8_e4m3*>, 4> lists;  // qkv, o, gate_up, down
+  for (const LayerWeights<T>& l : layers_) {
+    const __nv_fp8_e4m3* w[4] = {l.qkv.fp8.w, l.o.fp8.w, l.gate_up.fp8.w, l.down.fp8.w};
+    for (int i = 0; i < 4; ++i) {
+      if (w[i] != nullptr) lists[i].push_back(w[i]);
+    }
+  }
+  return lists;
+}
+
+// The FP8 linear layers' prompt-step GEMMs (Gemm::TuneFp8Prompt: timed at the power limit on
+// Gaussian activations), at up to Gemm::kFp8PromptTuneRows rows, when this runner's steps reach
+// Gemm::kFp8PromptRows tokens. An engine directory's GEMM table supplies them (ImportGemmTable).
+// 8 candidates x 0.1 s for each of the four layers: ~3.6 s of start-up.
+template <typename T>
+Status CudaRunner<T>::TunePromptGemms() {
+  if (options_.quantization != QuantMethod::kFp8 || fp8_scratch_.x == nullptr) {
+    return Status::Ok();
+  }
+  const ModelConfig& c = config_;
+  const int64_t m = std::min<int64_t>(options_.max_num_tokens, cuda::Gemm::kFp8PromptTuneRows);
+  if (m < cuda::Gemm::kFp8PromptRows) return Status::Ok();
+  const int64_t h = c.hidden_size, inter = c.intermediate_size, q = c.q_size();
+  const int64_t qkv_rows = q + 2 * c.kv_size();
+  const auto [qkv, o, gate_up, down] = Fp8LayerWeights();
+  const std::tuple<int64_t, int64_t, const std::vector<const __nv_fp8_e4m3*>*> layers[] = {
+      {qkv_rows, h, &qkv}, {h, q, &o}, {2 * inter, h, &gate_up}, {h, inter, &down}};
+  for (const auto& [n, k, weights] : layers) {
+    // The scratch: fp8_scratch_.x holds max_num_tokens rows of the widest k, gate_up_ as many
+    // rows of 2 * inter values of T (at least 2 bytes each).
+    if (weights->empty() || n > 2 * inter) continue;
+    cuda::Gemm::Fp8PromptTuning t;
+    t.m = m;
+    t.n = n;
+    t.k = k;
+    t.dtype = DTypeOf<T>();
+    t.x = fp8_scratch_.x;
+    t.out = gate_up_;
+    KILN_RETURN_IF_ERROR(
+        gemm_->TuneFp8Prompt(t, stream_, std::span<const __nv_fp8_e4m3* const>(*weights)));
+  }
+  return Status::Ok();
+}
+
+template <typename T>
 Status CudaRunner<T>::TuneDecodeGemms(int32_t batch) {
   const ModelConfig& c = config_;
   const int64_t h = c.hidden_size, inter = c.intermediate_size, q = c.q_size();
@@ -1464,14 +1518,7 @@ Status CudaRunner<T>::TuneDecodeGemms(int32_t batch) {
     if (options_.quantization == QuantMethod::kFp8 && batch > gemm_->fp8_gemv_max_rows()) {
       // The FP8 shapes LinearFp8 runs: x quantized into a contiguous [batch, k] scratch, no bias
       // in the GEMM. Layers a pre-quantized checkpoint left in 16 bits keep the heuristic's pick.
-      std::vector<const __nv_fp8_e4m3*> qkv, o, gate_up, down;
-      for (const LayerWeights<T>& l : layers_) {
-        for (auto [list, w] :
-             {std::pair{&qkv, l.qkv.fp8.w}, std::pair{&o, l.o.fp8.w},
-              std::pair{&gate_up, l.gate_up.fp8.w}, std::pair{&down, l.down.fp8.w}}) {
-          if (w != nullptr) list->push_back(w);
-        }
-      }
+      const auto [qkv, o, gate_up, down] = Fp8LayerWeights();
       auto tune_fp8 = [&](int64_t n, int64_t k, const std::vector<const __nv_fp8_e4m3*>& weights) {
         if (weights.empty()) return Status::Ok();
         Shape s{batch, n, k, k, n, false, false, kType};

@@ -1,6 +1,7 @@
 #include "backend/cuda/gemm.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -161,6 +162,13 @@ Result<Gemm::Plan*> Gemm::GetPlan(const GemmShape& s, int num_candidates) {
   }
   plan->candidates.resize(found);
   plan->algo = plan->candidates[0].algo;
+  if (s.fp8 && s.m >= kFp8PromptRows) {
+    if (auto it = fp8_prompt_algos_.find({s.n, s.k, s.dtype}); it != fp8_prompt_algos_.end()) {
+      cublasLtMatmulAlgo_t algo{};
+      std::memcpy(algo.data, it->second.algo.data(), sizeof(algo.data));
+      if (AlgoFits(*plan, algo)) plan->algo = algo;
+    }
+  }
   Plan* raw = plan.get();
   plans_.emplace(s, std::move(plan));
   return raw;
@@ -457,22 +465,123 @@ std::vector<TunedGemm> Gemm::TunedGemms() const {
     std::memcpy(t.algo.data(), plan->algo.data, sizeof(t.algo));
     out.push_back(t);
   }
+  for (const auto& [key, choice] : fp8_prompt_algos_) {
+    const auto& [n, k, dtype] = key;
+    out.push_back(
+        TunedGemm{GemmShape{choice.m, n, k, k, n, false, false, dtype, true}, choice.algo});
+  }
   return out;
 }
 
+bool Gemm::AlgoFits(const Plan& plan, const cublasLtMatmulAlgo_t& algo) {
+  cublasLtMatmulHeuristicResult_t check{};
+  return cublasLtMatmulAlgoCheck(handle_, plan.desc, plan.a, plan.b, plan.d, plan.d, &algo,
+                                 &check) == CUBLAS_STATUS_SUCCESS &&
+         check.state == CUBLAS_STATUS_SUCCESS && check.workspaceSize <= workspace_.size();
+}
+
 Result<bool> Gemm::ImportTuned(const TunedGemm& tuned) {
-  KILN_ASSIGN_OR_RETURN(Plan * plan, GetPlan(tuned.shape, 1));
+  const GemmShape& s = tuned.shape;
+  const bool prompt = s.fp8 && s.m >= kFp8PromptRows;
+  if (prompt) plans_.erase(s);  // made again below without a previous choice
+  KILN_ASSIGN_OR_RETURN(Plan * plan, GetPlan(s, 1));
   cublasLtMatmulAlgo_t algo{};
   std::memcpy(algo.data, tuned.algo.data(), sizeof(tuned.algo));
-  cublasLtMatmulHeuristicResult_t check{};
-  if (cublasLtMatmulAlgoCheck(handle_, plan->desc, plan->a, plan->b, plan->d, plan->d, &algo,
-                              &check) != CUBLAS_STATUS_SUCCESS ||
-      check.state != CUBLAS_STATUS_SUCCESS || check.workspaceSize > workspace_.size()) {
-    return false;
+  if (!AlgoFits(*plan, algo)) return false;
+  if (prompt) {
+    AdoptFp8PromptAlgo(s.m, s.n, s.k, s.dtype, tuned.algo);
+    return true;
   }
   plan->algo = algo;
   plan->tuned = true;
   return true;
+}
+
+void Gemm::AdoptFp8PromptAlgo(int64_t m, int64_t n, int64_t k, DType dtype,
+                              const std::array<uint64_t, 8>& algo) {
+  fp8_prompt_algos_[{n, k, dtype}] = {m, algo};
+  // Plans made before (the heuristic's pick) are made again with it.
+  std::erase_if(plans_, [&](const auto& entry) {
+    const GemmShape& p = entry.first;
+    return p.fp8 && p.m >= kFp8PromptRows && p.n == n && p.k == k && p.dtype == dtype;
+  });
+}
+
+Status Gemm::TuneFp8Prompt(const Fp8PromptTuning& t, cudaStream_t stream,
+                           std::span<const __nv_fp8_e4m3* const> weights) {
+  const int64_t m = t.m, n = t.n, k = t.k;
+  if (HasFp8PromptAlgo(n, k, t.dtype)) return Status::Ok();
+  if (weights.empty()) return InvalidArgument("Gemm::TuneFp8Prompt: no weights");
+  if (!(t.seconds > 0.0) || t.candidates < 1 || m < kFp8PromptRows || t.x == nullptr ||
+      t.out == nullptr) {
+    return InvalidArgument("Gemm::TuneFp8Prompt: seconds > 0, candidates >= 1, m >= " +
+                           std::to_string(kFp8PromptRows) + " and x / out scratch are required");
+  }
+  KILN_RETURN_IF_ERROR(CheckFp8GemmShape(n, k, n));
+  const GemmShape s{m, n, k, k, n, /*out_f32=*/false, /*bias=*/false, t.dtype, /*fp8=*/true};
+  plans_.erase(s);
+  KILN_ASSIGN_OR_RETURN(Plan * plan, GetPlan(s, t.candidates));
+  std::array<uint64_t, 8> best{};
+  std::memcpy(best.data(), plan->candidates[0].algo.data, sizeof(best));
+  if (plan->candidates.size() > 1) {
+    // sigma 448 / 4.5: a row's amax near 448, as per-token scaling makes it.
+    KILN_CUDA_RETURN_IF_ERROR(
+        kernels::FillGaussianE4m3(t.x, m * k, 0x6b696c6e, 448.0f / 4.5f, stream));
+    cudaEvent_t start, stop;
+    KILN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
+    KILN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
+    const float alpha = 1.0f, beta = 0.0f;
+    size_t run = 0;
+    auto matmul = [&](const cublasLtMatmulAlgo_t& algo) {
+      return cublasLtMatmul(handle_, plan->desc, &alpha, weights[run++ % weights.size()], plan->a,
+                            t.x, plan->b, &beta, t.out, plan->d, t.out, plan->d, &algo,
+                            workspace_.data(), workspace_.size(), stream) == CUBLAS_STATUS_SUCCESS;
+    };
+    // Runs `algo` back to back for `for_seconds`; the mean ms of the runs after the first third
+    // (the power limit's clock settles within it), or a negative value when it fails.
+    auto sustained_ms = [&](const cublasLtMatmulAlgo_t& algo, double for_seconds) -> float {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto elapsed = [&] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      };
+      bool timing = false;
+      int runs = 0;
+      while (elapsed() < for_seconds) {
+        if (!timing && elapsed() >= for_seconds / 3) {
+          timing = true;
+          if (cudaEventRecord(start, stream) != cudaSuccess) return -1.0f;
+        }
+        for (int i = 0; i < 4; ++i) {
+          if (!matmul(algo)) return -1.0f;
+        }
+        if (timing) runs += 4;
+        if (cudaEventRecord(stop, stream) != cudaSuccess ||
+            cudaEventSynchronize(stop) != cudaSuccess) {
+          return -1.0f;
+        }
+      }
+      float ms = 0;
+      if (runs == 0 || cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) return -1.0f;
+      return ms / static_cast<float>(runs);
+    };
+    sustained_ms(plan->candidates[0].algo, t.seconds);  // to the power limit
+    float best_ms = 1e30f;
+    for (const cublasLtMatmulHeuristicResult_t& c : plan->candidates) {
+      if (c.state != CUBLAS_STATUS_SUCCESS) continue;
+      const float ms = sustained_ms(c.algo, t.seconds);
+      if (ms > 0 && ms < best_ms) {
+        best_ms = ms;
+        std::memcpy(best.data(), c.algo.data, sizeof(best));
+      }
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    // A failed launch leaves its error for the next call: clear it, the choice stands.
+    (void)cudaGetLastError();
+  }
+  plans_.erase(s);
+  AdoptFp8PromptAlgo(m, n, k, t.dtype, best);
+  return Status::Ok();
 }
 
 }  // namespace kiln::cuda

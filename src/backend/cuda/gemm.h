@@ -230,10 +230,42 @@ class Gemm {
   Status Tune(const GemmShape& shape, int candidates, cudaStream_t stream,
               std::span<const int8_t* const> weights);
 
-  // The algorithms Tune() chose (or ImportTuned adopted), for an engine's GEMM table.
+  // FP8 GEMMs of at least kFp8PromptRows rows (prompt steps) run, whatever their m, the
+  // algorithm TuneFp8Prompt chose for their (n, k, dtype), when it chose one; else the
+  // heuristic's pick. A prompt step's GEMMs run at the GPU's power limit (an H100 at 700 W
+  // drops its SM clock from 1,980 to ~1,400 MHz through one), where the fastest kernel is the
+  // one that spends the least energy per product, not the one that is fastest at the top clock
+  // (what the heuristic and Tune's short bursts rank by).
+  static constexpr int64_t kFp8PromptRows = 4096;
+  // The rows CudaRunner times prompt GEMMs at when its steps hold as many tokens.
+  static constexpr int64_t kFp8PromptTuneRows = 16384;
+  struct Fp8PromptTuning {
+    int64_t m = kFp8PromptTuneRows, n = 0, k = 0;  // m >= kFp8PromptRows
+    DType dtype = DType::kBF16;                    // the model's (Fp8GemmUnscaled's plans)
+    int candidates = 8;
+    double seconds = 0.1;        // each candidate's run
+    __nv_fp8_e4m3* x = nullptr;  // scratch of m * k codes (overwritten)
+    void* out = nullptr;         // scratch of m * n bf16
+  };
+  // Times up to t.candidates heuristic algorithms of the FP8 shape (t.m, t.n, t.k)
+  // (Fp8GemmUnscaled's) back to back for t.seconds each on Gaussian e4m3 activations
+  // (kernels::FillGaussianE4m3) and `weights` (cycled, as Tune), after running the heuristic's
+  // pick as long to bring the GPU to its power limit; ranks them by the mean time of the last
+  // two thirds of each run and keeps the fastest for every FP8 shape of (n, k, dtype) with
+  // kFp8PromptRows rows or more. Returns at once when (n, k, dtype) has a choice already
+  // (ImportTuned). InvalidArgument without weights or scratch. Synchronizes the stream.
+  Status TuneFp8Prompt(const Fp8PromptTuning& t, cudaStream_t stream,
+                       std::span<const __nv_fp8_e4m3* const> weights);
+  bool HasFp8PromptAlgo(int64_t n, int64_t k, DType dtype) const {
+    return fp8_prompt_algos_.count({n, k, dtype}) > 0;
+  }
+
+  // The algorithms Tune() chose (or ImportTuned adopted), for an engine's GEMM table; those of
+  // TuneFp8Prompt as FP8 entries at the m they were timed at.
   std::vector<TunedGemm> TunedGemms() const;
   // Adopts a table entry as `shape`'s algorithm, so that Tune() of the shape then returns at
-  // once. false (nothing changes) when cuBLASLt rejects the algorithm here
+  // once; an FP8 entry of kFp8PromptRows rows or more as TuneFp8Prompt's choice for its
+  // (n, k, dtype). false (nothing changes) when cuBLASLt rejects the algorithm here
   // (cublasLtMatmulAlgoCheck: another GPU or cuBLASLt version); the caller then tunes.
   Result<bool> ImportTuned(const TunedGemm& tuned);
 
@@ -284,6 +316,11 @@ class Gemm {
   Status LinearInt8Of(const T* x, int64_t ldx, int64_t m, Int8Weight w, int64_t n, int64_t k,
                       const T* bias, void* out, int64_t ldo, bool out_f32, Int8Scratch scratch,
                       cudaStream_t stream, L2Prefetch prefetch);
+  // Whether cuBLASLt runs `algo` for plan's shape here, within the workspace.
+  bool AlgoFits(const Plan& plan, const cublasLtMatmulAlgo_t& algo);
+  // Records a TuneFp8Prompt choice; drops the cached plans it applies to.
+  void AdoptFp8PromptAlgo(int64_t m, int64_t n, int64_t k, DType dtype,
+                          const std::array<uint64_t, 8>& algo);
   // The body of both Tune overloads; `weights` are of shape.dtype (may be empty).
   Status TuneWith(const GemmShape& shape, int candidates, cudaStream_t stream,
                   std::vector<const void*> weights);
@@ -296,6 +333,12 @@ class Gemm {
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
   std::map<GemmShape, std::unique_ptr<Plan>> plans_;
+  // TuneFp8Prompt's choices by (n, k, dtype): the m timed and cublasLtMatmulAlgo_t's words.
+  struct PromptChoice {
+    int64_t m = 0;
+    std::array<uint64_t, 8> algo{};
+  };
+  std::map<std::tuple<int64_t, int64_t, DType>, PromptChoice> fp8_prompt_algos_;
 };
 
 }  // namespace kiln::cuda

@@ -185,5 +185,64 @@ TYPED_TEST(GemmGpu, TunedFp8PlanComputesTheSame) {
             StatusCode::kInvalidArgument);
 }
 
+// TuneFp8Prompt's choice (timed briefly here) runs every FP8 GEMM of kFp8PromptRows rows or
+// more of its (n, k, dtype), and computes the same within the bound; it travels through a GEMM
+// table (TunedGemms at the m it was timed at, ImportTuned into another Gemm).
+TYPED_TEST(GemmGpu, Fp8PromptAlgoComputesTheSame) {
+  REQUIRE_GPU();
+  std::unique_ptr<Gemm> gemm = NewGemm();
+  ASSERT_NE(gemm, nullptr);
+  constexpr int64_t m = Gemm::kFp8PromptRows, n = 256, k = 592;
+  const DType dtype = Format<TypeParam>::kDType;
+  Dev<uint8_t> w(n * k), x(m * k), out(m * n * 2);
+  const __nv_fp8_e4m3* weights[] = {reinterpret_cast<const __nv_fp8_e4m3*>(w.ptr)};
+  Gemm::Fp8PromptTuning t;
+  t.m = m;
+  t.n = n;
+  t.k = k;
+  t.dtype = dtype;
+  t.candidates = 4;
+  t.seconds = 0.01;
+  t.x = reinterpret_cast<__nv_fp8_e4m3*>(x.ptr);
+  t.out = out.ptr;
+  EXPECT_FALSE(gemm->HasFp8PromptAlgo(n, k, dtype));
+  const Status tuned =
+      gemm->TuneFp8Prompt(t, nullptr, std::span<const __nv_fp8_e4m3* const>(weights));
+  ASSERT_TRUE(tuned.ok()) << tuned.ToString();
+  EXPECT_TRUE(gemm->HasFp8PromptAlgo(n, k, dtype));
+  RunLinearFp8<TypeParam>(*gemm, {m + 17, n, k, 0, 0, /*bias=*/true, /*out_f32=*/false}, 40);
+  RunLinearFp8<TypeParam>(*gemm, {300, n, k, 0, 0, false, false}, 41);  // below: the heuristic
+
+  int found = 0;
+  std::unique_ptr<Gemm> other = NewGemm();
+  ASSERT_NE(other, nullptr);
+  for (const TunedGemm& e : gemm->TunedGemms()) {
+    if (!e.shape.fp8 || e.shape.m != m || e.shape.n != n || e.shape.k != k) continue;
+    ++found;
+    Result<bool> adopted = other->ImportTuned(e);
+    ASSERT_TRUE(adopted.ok()) << adopted.status().ToString();
+    EXPECT_TRUE(*adopted);
+  }
+  EXPECT_EQ(found, 1);
+  EXPECT_TRUE(other->HasFp8PromptAlgo(n, k, dtype));
+  RunLinearFp8<TypeParam>(*other, {m + 1, n, k, 0, 0, false, false}, 42);
+
+  // Fewer rows than a prompt step's, no weights, or no scratch: refused.
+  Gemm::Fp8PromptTuning small = t;
+  small.m = Gemm::kFp8PromptRows - 16;
+  small.n = 512;
+  EXPECT_EQ(
+      gemm->TuneFp8Prompt(small, nullptr, std::span<const __nv_fp8_e4m3* const>(weights)).code(),
+      StatusCode::kInvalidArgument);
+  Gemm::Fp8PromptTuning bare = t;
+  bare.n = 512;
+  EXPECT_EQ(gemm->TuneFp8Prompt(bare, nullptr, {}).code(), StatusCode::kInvalidArgument);
+  bare.x = nullptr;
+  EXPECT_EQ(
+      gemm->TuneFp8Prompt(bare, nullptr, std::span<const __nv_fp8_e4m3* const>(weights)).code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_FALSE(gemm->HasFp8PromptAlgo(512, k, dtype));
+}
+
 }  // namespace
 }  // namespace kiln::cuda
