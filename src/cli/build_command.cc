@@ -318,10 +318,13 @@ Status TuneOnGpu(const std::string& dir, int device) {
   CudaRunnerOptions options;
   options.device = device;
   options.tune_gemms = true;
-  // Steps of up to kFp8PromptTuneRows tokens: an FP8 engine's prompt GEMMs are timed at that
-  // many rows (cuda::Gemm::TuneFp8Prompt), and serve with any step budget of 4,096 or more.
-  options.max_num_tokens = std::max<int32_t>(options.max_num_tokens,
-                                             static_cast<int32_t>(cuda::Gemm::kFp8PromptTuneRows));
+  // An FP8 engine's prompt GEMMs are timed at kFp8PromptTuneRows rows (cuda::Gemm::
+  // TuneFp8Prompt, in the runner's workspace: steps of as many tokens), and serve with any step
+  // budget of 4,096 tokens or more. Other engines keep the default workspace.
+  if (engine.quantization().method == QuantMethod::kFp8) {
+    options.max_num_tokens = std::max<int32_t>(
+        options.max_num_tokens, static_cast<int32_t>(cuda::Gemm::kFp8PromptTuneRows));
+  }
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner, CreateCudaRunner(engine, options));
   // Capturing the decode graphs tunes every linear shape they run (CudaRunnerOptions), and an
   // FP8 engine's prompt GEMMs after them.
