@@ -27,27 +27,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
 #include "kernels/quant.h"
 
 namespace kiln::bench {
 namespace {
 
-#define CHECK_CUDA(x)                                                                 \
-  do {                                                                                \
-    const cudaError_t e = (x);                                                        \
-    if (e != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
-#define CHECK_LT(x)                                                                    \
-  do {                                                                                 \
-    const cublasStatus_t s = (x);                                                      \
-    if (s != CUBLAS_STATUS_SUCCESS) {                                                  \
-      std::fprintf(stderr, "%s:%d: cuBLASLt status %d\n", __FILE__, __LINE__, int(s)); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
+// A benchmark has no result once its setup failed (bench_util.h).
+#define CHECK_CUDA(x) BENCH_CHECK((x) == cudaSuccess)
+#define CHECK_LT(x) BENCH_CHECK((x) == CUBLAS_STATUS_SUCCESS)
 
 struct Layer {
   const char* name;
@@ -64,10 +52,6 @@ int ConfigAttr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttribu
     return -1;
   }
   return static_cast<int>(v);
-}
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -164,14 +148,14 @@ int Main(int argc, char** argv) {
       float burst_ms = 0;
       CHECK_CUDA(cudaEventElapsedTime(&burst_ms, e0, e1));
       // Sustained: Gaussian data for `seconds`, timed over the second half.
-      const double start = Now();
-      while (Now() - start < seconds / 2) {
+      const Clock::time_point start = Clock::now();
+      while (Seconds(start, Clock::now()) < seconds / 2) {
         for (int i = 0; i < 4; ++i) run(w, x);
         CHECK_CUDA(cudaDeviceSynchronize());
       }
       int iters = 0;
       CHECK_CUDA(cudaEventRecord(e0));
-      while (Now() - start < seconds) {
+      while (Seconds(start, Clock::now()) < seconds) {
         for (int i = 0; i < 4; ++i) run(w, x);
         iters += 4;
         CHECK_CUDA(cudaEventRecord(e1));

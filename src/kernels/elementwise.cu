@@ -131,7 +131,8 @@ using dtype_internal::Unpack8;
 
 // 8 elements widened to float as Unpack8 does, bf16 pairs with one integer op an element
 // (the low half shifted up, the high half masked) where __bfloat1622float2 takes two for the
-// high half. The same values.
+// high half. The same values. Here rather than in dtype_traits' Unpack8, which the attention
+// kernels share: their register budgets and schedules were tuned on its current SASS.
 template <typename T>
 __device__ __forceinline__ void Widen8(const Vec8<T>& b, float (&v)[8]) {
   if constexpr (std::is_same_v<T, bf16>) {

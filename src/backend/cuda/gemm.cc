@@ -576,8 +576,6 @@ Status Gemm::TuneFp8Prompt(const Fp8PromptTuning& t, cudaStream_t stream,
     }
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
-    // A failed launch leaves its error for the next call: clear it, the choice stands.
-    (void)cudaGetLastError();
   }
   plans_.erase(s);
   AdoptFp8PromptAlgo(m, n, k, t.dtype, best);
