@@ -22,6 +22,7 @@
 //                          [--no-async-scheduling]  (schedule after each step's result)
 //                          [--dtype auto|bfloat16|float16] [-q|--quantization fp8|...]
 //                          [--kv-cache-dtype auto|fp8]
+//                          [--fp32-residual]  (FP8: no 24-bit residual stream, CudaRunnerOptions)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -205,6 +206,7 @@ int main(int argc, char** argv) {
   std::optional<bool> async_scheduling;
   std::string dtype = "auto";                // unset: the engine's default (on for CUDA)
   std::string quantization, kv_cache_dtype;  // "": the engine's defaults
+  bool fp32_residual = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -240,6 +242,8 @@ int main(int argc, char** argv) {
       quantization = next();
     } else if (a == "--kv-cache-dtype") {
       kv_cache_dtype = next();
+    } else if (a == "--fp32-residual") {
+      fp32_residual = true;
     } else if (a == "--no-async-scheduling") {
       async_scheduling = false;
     } else if (a == "--skip-offline") {
@@ -280,6 +284,7 @@ int main(int argc, char** argv) {
   options.dtype = dtype;
   if (!quantization.empty()) options.quantization = quantization;
   if (!kv_cache_dtype.empty()) options.kv_cache_dtype = kv_cache_dtype;
+  options.residual_24bit = !fp32_residual;
   auto policy = ParseCapacityPolicy(capacity_policy);
   if (!policy.ok()) {
     std::fprintf(stderr, "cuda_bench: %s\n", policy.status().ToString().c_str());

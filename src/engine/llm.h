@@ -68,6 +68,8 @@ struct LlmOptions {
   bool fp8_fast_accum = true;
   // CUDA, fp8 KV cache on Hopper: e4m3 mma's in prompt attention (CudaRunnerOptions).
   bool e4m3_prefill_attention = true;
+  // CUDA FP8: the prompt steps' residual stream in 24 bits instead of fp32 (CudaRunnerOptions).
+  bool residual_24bit = true;
   // CUDA: bytes of the next linear layer's weights each decode linear layer asks L2 for
   // (CudaRunnerOptions::l2_prefetch_bytes); unset: the runner's default.
   std::optional<int64_t> l2_prefetch_bytes;

@@ -107,12 +107,39 @@ __global__ void EmbeddingKernel(const int32_t* ids, const T* table, int32_t hidd
 }
 
 // Residual streams: the activation type T (HF's model in T: the sum is rounded before it is
-// normalized) or fp32 (the sum keeps 24 bits). Load/store 8 values as floats.
+// normalized), fp32 (the sum keeps 24 bits), or Residual24 (16 significant bits in 3 bytes,
+// RmsNormResidual24Fp8). Load/store 8 values as floats.
 template <typename T>
 __device__ __forceinline__ float RoundSum(float v, const T*) {
   return RoundTo<T>(v);
 }
 __device__ __forceinline__ float RoundSum(float v, const float*) { return v; }
+
+// The 24-bit stream's element type: a tag, since a value is split over two planes of the row
+// (elementwise.h, Residual24Bytes): its high 16 bits in the row's first 2 ldx bytes, its low
+// byte (bits 8..15 of the fp32 value) in the next ldx bytes.
+struct Residual24 {
+  uint8_t byte;
+};
+
+// v with the low 8 bits of its significand rounded off, to nearest even (a carry into the
+// exponent is the correct rounding; past the largest finite value it gives infinity). A NaN
+// stays a NaN (quieted: its payload may sit in the dropped bits).
+__device__ __forceinline__ float Round24(float v) {
+  const uint32_t u = __float_as_uint(v);
+  const uint32_t r = (u + 0x7fu + ((u >> 8) & 1u)) & 0xffffff00u;
+  return __uint_as_float(v != v ? (u | 0x00400000u) & 0xffffff00u : r);
+}
+__device__ __forceinline__ float RoundSum(float v, const Residual24*) { return Round24(v); }
+
+// The residual row of `row`: rows of ldx elements (3 ldx bytes for Residual24).
+template <typename R>
+__device__ __forceinline__ R* ResidualRow(R* residual, int64_t row, int64_t ldx) {
+  return residual + row * ldx;
+}
+__device__ __forceinline__ Residual24* ResidualRow(Residual24* residual, int64_t row, int64_t ldx) {
+  return residual + 3 * row * ldx;
+}
 template <typename T>
 __device__ __forceinline__ void Store(T* p, float v) {
   *p = FromFloat<T>(v);
@@ -128,6 +155,52 @@ using dtype_internal::Load8;
 using dtype_internal::Pack8;
 using dtype_internal::Store8;
 using dtype_internal::Unpack8;
+
+// Elements 8 i .. 8 i + 7 of residual row rr (ResidualRow), as floats: Load8 / Store8, or the
+// two planes of a Residual24 row (16 bytes of high halves, 8 low bytes; a value is its high half
+// then its low byte then a zero byte, four byte permutes and two shifts for four values).
+template <typename R>
+__device__ __forceinline__ void LoadResidual8(const R* rr, int64_t /*ldx*/, int i, float (&v)[8]) {
+  Load8(rr + 8 * i, v);
+}
+__device__ __forceinline__ void LoadResidual8(const Residual24* rr, int64_t ldx, int i,
+                                              float (&v)[8]) {
+  const auto* bytes = reinterpret_cast<const uint8_t*>(rr);
+  const uint4 hi = *reinterpret_cast<const uint4*>(bytes + 16 * i);
+  const uint2 lo = *reinterpret_cast<const uint2*>(bytes + 2 * ldx + 8 * i);
+  const uint32_t h[4] = {hi.x, hi.y, hi.z, hi.w}, l[2] = {lo.x, lo.y};
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    // l8: [0, l0, l1, l2], l16: [l2, l3, 0, 0] (bytes from the lowest)
+    const uint32_t l8 = l[q] << 8, l16 = l[q] >> 16;
+    v[4 * q] = __uint_as_float(__byte_perm(h[2 * q], l8, 0x1054));
+    v[4 * q + 1] = __uint_as_float(__byte_perm(h[2 * q], l8, 0x3264));
+    v[4 * q + 2] = __uint_as_float(__byte_perm(h[2 * q + 1], l8, 0x1074));
+    v[4 * q + 3] = __uint_as_float(__byte_perm(h[2 * q + 1], l16, 0x3256));
+  }
+}
+template <typename R>
+__device__ __forceinline__ void StoreResidual8(R* rr, int64_t /*ldx*/, int i, const float (&v)[8]) {
+  Store8(rr + 8 * i, v);
+}
+// REQUIRES: v already Round24's (its low bytes are zero).
+__device__ __forceinline__ void StoreResidual8(Residual24* rr, int64_t ldx, int i,
+                                               const float (&v)[8]) {
+  auto* bytes = reinterpret_cast<uint8_t*>(rr);
+  uint32_t u[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) u[e] = __float_as_uint(v[e]);
+  uint4 hi;
+  hi.x = __byte_perm(u[0], u[1], 0x7632);
+  hi.y = __byte_perm(u[2], u[3], 0x7632);
+  hi.z = __byte_perm(u[4], u[5], 0x7632);
+  hi.w = __byte_perm(u[6], u[7], 0x7632);
+  uint2 lo;
+  lo.x = __byte_perm(__byte_perm(u[0], u[1], 0x0051), __byte_perm(u[2], u[3], 0x0051), 0x5410);
+  lo.y = __byte_perm(__byte_perm(u[4], u[5], 0x0051), __byte_perm(u[6], u[7], 0x0051), 0x5410);
+  *reinterpret_cast<uint4*>(bytes + 16 * i) = hi;
+  *reinterpret_cast<uint2*>(bytes + 2 * ldx + 8 * i) = lo;
+}
 
 // 8 elements widened to float as Unpack8 does, bf16 pairs with one integer op an element
 // (the low half shifted up, the high half masked) where __bfloat1622float2 takes two for the
@@ -242,7 +315,7 @@ __global__ void RmsNormVecKernel(const T* x, int64_t ldx, R* residual, NormResid
   const int64_t row = row_ids != nullptr ? row_ids[blockIdx.x] : blockIdx.x;
   const int nvec = dim / 8;
   const T* xr = x + row * ldx;
-  R* rr = mode.add ? residual + row * ldx : nullptr;
+  R* rr = mode.add ? ResidualRow(residual, row, ldx) : nullptr;
   float v[kVecs][8], r[kVecs][8];
   Vec8<T> wv[kVecs];
 #pragma unroll
@@ -250,7 +323,7 @@ __global__ void RmsNormVecKernel(const T* x, int64_t ldx, R* residual, NormResid
     const int i = threadIdx.x + j * blockDim.x;
     if (i < nvec) {
       Load8(xr + 8 * i, v[j]);
-      if (rr != nullptr && !mode.init) Load8(rr + 8 * i, r[j]);
+      if (rr != nullptr && !mode.init) LoadResidual8(rr, ldx, i, r[j]);
       wv[j] = reinterpret_cast<const Vec8<T>*>(weight)[i];
     }
   }
@@ -264,7 +337,7 @@ __global__ void RmsNormVecKernel(const T* x, int64_t ldx, R* residual, NormResid
     if (rr != nullptr) {
 #pragma unroll
       for (int e = 0; e < 8; ++e) v[j][e] = RoundSum((mode.init ? 0.0f : r[j][e]) + v[j][e], rr);
-      if (row_ids == nullptr) Store8(rr + 8 * i, v[j]);
+      if (row_ids == nullptr) StoreResidual8(rr, ldx, i, v[j]);
     }
 #pragma unroll
     for (int e = 0; e < 8; ++e) sum_sq += v[j][e] * v[j][e];
@@ -277,24 +350,30 @@ __global__ void RmsNormVecKernel(const T* x, int64_t ldx, R* residual, NormResid
     const int i = threadIdx.x + j * blockDim.x;
     if (i >= nvec) continue;
     float* y = v[j];  // the normalized row replaces the sum (kept for the FP8 pass)
+    // HF: the normalized row is cast back to the model's dtype, then multiplied by the weight.
+    // Rounded in pairs (RoundPairs: one packing cvt for two values; the single conversions'
+    // pipe bounded the norms at a power-capped prompt step's clocks), the same values.
+#pragma unroll
+    for (int e = 0; e < 8; ++e) y[e] *= inv;
+    RoundPairs<T>(v[j]);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const float2 w = PairToFloat2<T>(wv[j].h[e]);
-      // HF: the normalized row is cast back to the model's dtype, then multiplied by the weight.
-      y[2 * e] = RoundTo<T>(v[j][2 * e] * inv) * w.x;
-      y[2 * e + 1] = RoundTo<T>(v[j][2 * e + 1] * inv) * w.y;
+      y[2 * e] *= w.x;
+      y[2 * e + 1] *= w.y;
     }
     if constexpr (std::is_same_v<O, T>) {
       Store8(o + 8 * i, v[j]);
     } else {
+      // The row's amax over the unrounded values, rounded once (as SiluMulFp8's); the values
+      // rounded as QuantizeRowsFp8 would read them back.
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        y[e] = RoundTo<T>(y[e]);  // what QuantizeRowsFp8 would read back
-        amax = fmaxf(amax, fabsf(y[e]));
-      }
+      for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(y[e]));
+      RoundPairs<T>(v[j]);
     }
   }
   if constexpr (!std::is_same_v<O, T>) {
+    amax = RoundTo<T>(amax);
     const Divisor scale = MakeDivisor(Fp8RowScale(amax, static_scale, out_scales + blockIdx.x));
     WithDivisor(scale, [&]<bool kFast>() {
 #pragma unroll
@@ -325,17 +404,21 @@ cudaError_t LaunchRmsNorm(const T* x, int64_t ldx, R* residual, NormResidual mod
                           float* out_scales = nullptr, const float* static_scale = nullptr,
                           const Fp8InputScales& x_scales = {}) {
   constexpr bool kFp8Out = !std::is_same_v<O, T>;
+  constexpr bool k24 = std::is_same_v<R, Residual24>;
   if (num_rows == 0) return cudaSuccess;
   if (dim <= 0 || dim > kNormMaxDim) return cudaErrorInvalidValue;
   const bool out_aligned = kFp8Out ? reinterpret_cast<uintptr_t>(out) % 8 == 0 : Aligned16(out);
-  const bool vec = dim % 8 == 0 && ldx % 8 == 0 && ldo % 8 == 0 && Aligned16(x) && out_aligned &&
-                   Aligned16(weight) && (residual == nullptr || Aligned16(residual));
-  if (kFp8Out && (!vec || out_scales == nullptr)) return cudaErrorInvalidValue;
+  // A Residual24 row's planes start 16-byte aligned when ldx is a multiple of 16.
+  const bool vec = dim % 8 == 0 && ldx % (k24 ? 16 : 8) == 0 && ldo % 8 == 0 && Aligned16(x) &&
+                   out_aligned && Aligned16(weight) && (residual == nullptr || Aligned16(residual));
+  if ((kFp8Out || k24) && (!vec || (kFp8Out && out_scales == nullptr))) {
+    return cudaErrorInvalidValue;
+  }
   const bool scaled = x_scales.row != nullptr;
   if (scaled && (!vec || !InputScalesOk<T>(x_scales) || out_scales == x_scales.row)) {
     return cudaErrorInvalidValue;
   }
-  if constexpr (!kFp8Out) {
+  if constexpr (!kFp8Out && !k24) {
     if (!vec) {
       return LaunchChained(RmsNormKernel<T, R>, num_rows, kNormThreads, 0, stream, x, ldx, residual,
                            mode, row_ids, dim, weight, eps, out, ldo);
@@ -681,6 +764,20 @@ cudaError_t LaunchRmsNormF32Residual(const T* x, int64_t ldx, float* residual, b
                        eps, out, ldo, stream, out_scales, static_scale, x_scales);
 }
 
+// Over the 24-bit stream (RmsNormResidual24 / RmsNormResidual24Fp8).
+template <typename T, typename O>
+cudaError_t LaunchRmsNormResidual24(const T* x, int64_t ldx, void* residual, bool init,
+                                    const int32_t* row_ids, int32_t num_rows, int32_t dim,
+                                    const T* weight, float eps, O* out, int64_t ldo,
+                                    cudaStream_t stream, float* out_scales = nullptr,
+                                    const float* static_scale = nullptr,
+                                    const Fp8InputScales& x_scales = {}) {
+  if (residual == nullptr || (init && row_ids != nullptr)) return cudaErrorInvalidValue;
+  return LaunchRmsNorm(x, ldx, static_cast<Residual24*>(residual), NormResidual{true, init},
+                       row_ids, num_rows, dim, weight, eps, out, ldo, stream, out_scales,
+                       static_scale, x_scales);
+}
+
 template <typename T, typename C>
 cudaError_t LaunchRopeStoreKv(const RopeKvArgsT<T, C>& args, cudaStream_t stream) {
   const bool scales_ok = kIsFp8<C> ? std::isfinite(args.k_scale) && std::isfinite(args.v_scale) &&
@@ -835,6 +932,38 @@ cudaError_t RmsNormF32ResidualFp8(const __half* x, int64_t ldx, float* residual,
                                   const Fp8InputScales& x_scales) {
   return LaunchRmsNormF32Residual(x, ldx, residual, init, row_ids, num_rows, dim, weight, eps, out,
                                   ldo, stream, out_scales, static_scale, x_scales);
+}
+
+cudaError_t RmsNormResidual24(const bf16* x, int64_t ldx, void* residual, bool init,
+                              const int32_t* row_ids, int32_t num_rows, int32_t dim,
+                              const bf16* weight, float eps, bf16* out, int64_t ldo,
+                              cudaStream_t stream) {
+  return LaunchRmsNormResidual24(x, ldx, residual, init, row_ids, num_rows, dim, weight, eps, out,
+                                 ldo, stream);
+}
+cudaError_t RmsNormResidual24(const __half* x, int64_t ldx, void* residual, bool init,
+                              const int32_t* row_ids, int32_t num_rows, int32_t dim,
+                              const __half* weight, float eps, __half* out, int64_t ldo,
+                              cudaStream_t stream) {
+  return LaunchRmsNormResidual24(x, ldx, residual, init, row_ids, num_rows, dim, weight, eps, out,
+                                 ldo, stream);
+}
+
+cudaError_t RmsNormResidual24Fp8(const bf16* x, int64_t ldx, void* residual, bool init,
+                                 const int32_t* row_ids, int32_t num_rows, int32_t dim,
+                                 const bf16* weight, float eps, __nv_fp8_e4m3* out, int64_t ldo,
+                                 float* out_scales, const float* static_scale, cudaStream_t stream,
+                                 const Fp8InputScales& x_scales) {
+  return LaunchRmsNormResidual24(x, ldx, residual, init, row_ids, num_rows, dim, weight, eps, out,
+                                 ldo, stream, out_scales, static_scale, x_scales);
+}
+cudaError_t RmsNormResidual24Fp8(const __half* x, int64_t ldx, void* residual, bool init,
+                                 const int32_t* row_ids, int32_t num_rows, int32_t dim,
+                                 const __half* weight, float eps, __nv_fp8_e4m3* out, int64_t ldo,
+                                 float* out_scales, const float* static_scale, cudaStream_t stream,
+                                 const Fp8InputScales& x_scales) {
+  return LaunchRmsNormResidual24(x, ldx, residual, init, row_ids, num_rows, dim, weight, eps, out,
+                                 ldo, stream, out_scales, static_scale, x_scales);
 }
 
 cudaError_t RopeStoreKv(const RopeKvArgs& args, cudaStream_t stream) {

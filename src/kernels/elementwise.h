@@ -83,6 +83,39 @@ cudaError_t RmsNormF32ResidualFp8(const __half* x, int64_t ldx, float* residual,
                                   float* out_scales, const float* static_scale, cudaStream_t stream,
                                   const Fp8InputScales& x_scales = {});
 
+// The residual stream in 24 bits, for the FP8 prompt steps (cuda::CudaRunner): each value is
+// the fp32 sum with the lowest 8 bits of its significand rounded off to nearest even (16
+// significant bits: a relative step of 2^-16, where HF's bf16 stream has 2^-8 and fp16 2^-11),
+// stored in 3 bytes instead of 4. A row of the stream is its [ldx] high 16-bit halves, then its
+// [ldx] low bytes (bits 8..15 of each value): Residual24Bytes(rows, ldx) in all. The norms read
+// and write the stream once a layer each, which on an FP8 prompt step is ~7 % of its device
+// time (docs/kernels.md).
+constexpr int64_t Residual24Bytes(int64_t rows, int64_t ldx) { return 3 * rows * ldx; }
+
+// RmsNormF32Residual and RmsNormF32ResidualFp8 over the 24-bit stream: residual[t] =
+// round24(residual[t] + x[t]) (the fp32 sum, rounded as above), normalized and written as they
+// write it; with init the stream starts as x (a T value is exact in 24 bits). residual rows
+// share x's stride ldx. cudaErrorInvalidValue unless dim and ldo are multiples of 8, ldx of 16,
+// x, weight, residual 16-byte and out 16-byte (T) / 8-byte (e4m3) aligned (no scalar fallback).
+cudaError_t RmsNormResidual24(const __nv_bfloat16* x, int64_t ldx, void* residual, bool init,
+                              const int32_t* row_ids, int32_t num_rows, int32_t dim,
+                              const __nv_bfloat16* weight, float eps, __nv_bfloat16* out,
+                              int64_t ldo, cudaStream_t stream);
+cudaError_t RmsNormResidual24(const __half* x, int64_t ldx, void* residual, bool init,
+                              const int32_t* row_ids, int32_t num_rows, int32_t dim,
+                              const __half* weight, float eps, __half* out, int64_t ldo,
+                              cudaStream_t stream);
+cudaError_t RmsNormResidual24Fp8(const __nv_bfloat16* x, int64_t ldx, void* residual, bool init,
+                                 const int32_t* row_ids, int32_t num_rows, int32_t dim,
+                                 const __nv_bfloat16* weight, float eps, __nv_fp8_e4m3* out,
+                                 int64_t ldo, float* out_scales, const float* static_scale,
+                                 cudaStream_t stream, const Fp8InputScales& x_scales = {});
+cudaError_t RmsNormResidual24Fp8(const __half* x, int64_t ldx, void* residual, bool init,
+                                 const int32_t* row_ids, int32_t num_rows, int32_t dim,
+                                 const __half* weight, float eps, __nv_fp8_e4m3* out, int64_t ldo,
+                                 float* out_scales, const float* static_scale, cudaStream_t stream,
+                                 const Fp8InputScales& x_scales = {});
+
 // Rotary embedding fused with the KV-cache write. qkv: [num_tokens, (num_heads + 2 *
 // num_kv_heads) * head_dim] rows (q heads, then k heads, then v heads), row stride ld. Rotates the
 // q heads in place and writes the rotated k heads and the v heads of token t to cache slot

@@ -246,6 +246,135 @@ TYPED_TEST(FusedFp8QuantGpu, RmsNormFp8EqualsRmsNormThenQuantize) {
   }
 }
 
+// The 24-bit residual stream (RmsNormResidual24 / RmsNormResidual24Fp8) on the host: a value
+// rounded to 16 significant bits, and rows of values laid out as the kernels store them (each
+// row's high halves, then its low bytes).
+float Round24OnHost(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  u = (u + 0x7fu + ((u >> 8) & 1u)) & 0xffffff00u;
+  std::memcpy(&v, &u, 4);
+  return v;
+}
+
+std::vector<uint8_t> Encode24(const std::vector<float>& v, int64_t rows, int64_t ldx) {
+  std::vector<uint8_t> bytes(Residual24Bytes(rows, ldx));
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = bytes.data() + 3 * r * ldx;
+    for (int64_t i = 0; i < ldx; ++i) {
+      uint32_t u;
+      std::memcpy(&u, &v[r * ldx + i], 4);
+      EXPECT_EQ(u & 0xffu, 0u) << "not a 24-bit value";
+      row[2 * i] = static_cast<uint8_t>(u >> 16);
+      row[2 * i + 1] = static_cast<uint8_t>(u >> 24);
+      row[2 * ldx + i] = static_cast<uint8_t>(u >> 8);
+    }
+  }
+  return bytes;
+}
+
+// A norm over the 24-bit stream is the fp32 stream's norm of the rounded sum: its new stream is
+// round24(residual + x) (checked byte for byte against the host's encoding), and its e4m3 codes,
+// scales and T rows are those RmsNormF32Residual(Fp8) writes for that sum held in fp32 (with x
+// = 0, which adds nothing). Rows wider than a thread's vector, an init step, a row pick (the
+// final norm's), a static scale.
+TYPED_TEST(FusedFp8QuantGpu, Residual24NormIsTheFp32NormOfTheRoundedSum) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  for (const auto [rows, dim, init, pick] : std::vector<std::tuple<int32_t, int32_t, bool, bool>>{
+           {5, 576, true, false}, {37, 4096, false, false}, {3, 8208, false, true}}) {
+    for (const bool static_scale : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "rows=" << rows << " dim=" << dim << " init=" << init
+                                      << " pick=" << pick << " static=" << static_scale);
+      std::mt19937 rng(static_cast<uint32_t>(rows * dim + 1));
+      std::normal_distribution<float> dist(0.0f, 1.0f);
+      const int64_t n_in = int64_t{rows} * dim;
+      std::vector<uint16_t> x(n_in), zeros(n_in, 0), w(dim);
+      std::vector<float> stream(n_in), sum(n_in);
+      for (int64_t i = 0; i < n_in; ++i) {
+        x[i] = Format<T>::FromF32(i / dim == 1 ? 0.0f : dist(rng) * 3.0f);
+        // Outlier channels: the stream spans 2^-4 .. 2^12, where bf16 would keep 8 bits.
+        stream[i] = Round24OnHost(dist(rng) * std::ldexp(1.0f, static_cast<int>(i % 17) - 4));
+        sum[i] = Round24OnHost((init ? 0.0f : stream[i]) + Format<T>::ToF32(x[i]));
+      }
+      for (auto& v : w) v = Format<T>::FromF32(1.0f + 0.1f * dist(rng));
+      const int32_t out_rows = pick ? 2 : rows;
+      const int64_t n_out = int64_t{out_rows} * dim;
+      // With a pick the stream is not written and the picked rows hold the sums.
+      const std::vector<int32_t> ids = {2, 0};
+      Dev<uint16_t> dx(n_in), dzero(n_in), dw(dim), dout_a(n_out), dout_b(n_out);
+      Dev<uint8_t> dres24(Residual24Bytes(rows, dim)), dq_a(n_out), dq_b(n_out);
+      Dev<float> dsum(n_in), ds_a(out_rows), ds_b(out_rows), dstatic(1);
+      Dev<int32_t> dids(ids.size());
+      dstatic.Upload({0.004f});
+      const float* sscale = static_scale ? dstatic.ptr : nullptr;
+      dx.Upload(x);
+      dzero.Upload(zeros);
+      dw.Upload(w);
+      dids.Upload(ids);
+      const int32_t* row_ids = pick ? dids.ptr : nullptr;
+      auto* q_a = reinterpret_cast<__nv_fp8_e4m3*>(dq_a.ptr);
+      auto* q_b = reinterpret_cast<__nv_fp8_e4m3*>(dq_b.ptr);
+      // The reference: the rounded sums as an fp32 stream, x = 0.
+      dsum.Upload(sum);
+      CUDA_OK(RmsNormF32ResidualFp8(As<T>(dzero.ptr), dim, dsum.ptr, false, row_ids, out_rows, dim,
+                                    As<T>(dw.ptr), 1e-5f, q_a, dim, ds_a.ptr, sscale, nullptr));
+      CUDA_OK(RmsNormF32Residual(As<T>(dzero.ptr), dim, dsum.ptr, false, row_ids, out_rows, dim,
+                                 As<T>(dw.ptr), 1e-5f, As<T>(dout_a.ptr), dim, nullptr));
+      // The 24-bit stream, once a kernel (each starts from the same stream).
+      const std::vector<uint8_t> start = Encode24(stream, rows, dim);
+      dres24.Upload(start);
+      CUDA_OK(RmsNormResidual24Fp8(As<T>(dx.ptr), dim, dres24.ptr, init, row_ids, out_rows, dim,
+                                   As<T>(dw.ptr), 1e-5f, q_b, dim, ds_b.ptr, sscale, nullptr));
+      CUDA_OK(cudaDeviceSynchronize());
+      const std::vector<uint8_t> after = dres24.Download(start.size());
+      ExpectSameBytes(after, pick ? start : Encode24(sum, rows, dim), "stream");
+      ExpectSameBytes(dq_b.Download(n_out), dq_a.Download(n_out), "codes");
+      ExpectSameBytes(ds_b.Download(out_rows), ds_a.Download(out_rows), "scales");
+      if (init) continue;  // the T-row norm below starts from `start` again, which init ignores
+      dres24.Upload(start);
+      CUDA_OK(RmsNormResidual24(As<T>(dx.ptr), dim, dres24.ptr, false, row_ids, out_rows, dim,
+                                As<T>(dw.ptr), 1e-5f, As<T>(dout_b.ptr), dim, nullptr));
+      CUDA_OK(cudaDeviceSynchronize());
+      ExpectSameBytes(dout_b.Download(n_out), dout_a.Download(n_out), "rows");
+      ExpectSameBytes(dres24.Download(start.size()), pick ? start : Encode24(sum, rows, dim),
+                      "stream (T rows)");
+    }
+  }
+}
+
+TYPED_TEST(FusedFp8QuantGpu, Residual24RejectsWhatItCannotStore) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  Dev<uint16_t> dx(64), dw(64), dout(64);
+  Dev<uint8_t> dres(Residual24Bytes(2, 32)), dq(64);
+  Dev<float> ds(2);
+  Dev<int32_t> dids(1);
+  auto* q = reinterpret_cast<__nv_fp8_e4m3*>(dq.ptr);
+  // A row stride that is not a multiple of 16: the planes of odd rows would not be aligned.
+  EXPECT_EQ(RmsNormResidual24Fp8(As<T>(dx.ptr), 8, dres.ptr, false, nullptr, 2, 8, As<T>(dw.ptr),
+                                 1e-5f, q, 8, ds.ptr, nullptr, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(RmsNormResidual24(As<T>(dx.ptr), 24, dres.ptr, false, nullptr, 2, 24, As<T>(dw.ptr),
+                              1e-5f, As<T>(dout.ptr), 24, nullptr),
+            cudaErrorInvalidValue);
+  // No stream, an init with a row pick, a dim that is not a multiple of 8 (no scalar kernel).
+  EXPECT_EQ(RmsNormResidual24(As<T>(dx.ptr), 32, nullptr, false, nullptr, 2, 32, As<T>(dw.ptr),
+                              1e-5f, As<T>(dout.ptr), 32, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(RmsNormResidual24(As<T>(dx.ptr), 32, dres.ptr, true, dids.ptr, 1, 32, As<T>(dw.ptr),
+                              1e-5f, As<T>(dout.ptr), 32, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(RmsNormResidual24(As<T>(dx.ptr), 32, dres.ptr, false, nullptr, 2, 30, As<T>(dw.ptr),
+                              1e-5f, As<T>(dout.ptr), 32, nullptr),
+            cudaErrorInvalidValue);
+  // Valid: 2 rows of 32.
+  EXPECT_EQ(RmsNormResidual24(As<T>(dx.ptr), 32, dres.ptr, true, nullptr, 2, 32, As<T>(dw.ptr),
+                              1e-5f, As<T>(dout.ptr), 32, nullptr),
+            cudaSuccess);
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
 TYPED_TEST(FusedFp8QuantGpu, SiluMulFp8EqualsSiluMulThenQuantize) {
   REQUIRE_GPU();
   using T = TypeParam;
@@ -376,6 +505,46 @@ TEST(FusedFp8ScalesGpu, RmsNormFp8WithInputScalesEqualsApplyFp8ScalesFirst) {
     ExpectSameBytes(dq_b.Download(n), dq_a.Download(n), "codes");
     ExpectSameBytes(ds_b.Download(out_rows), ds_a.Download(out_rows), "scales");
     ExpectSameBytes(dres_b.Download(residual.size()), dres_a.Download(residual.size()), "residual");
+  }
+}
+
+// The same over the 24-bit stream: scaling the unscaled sums as they are read gives the stream,
+// codes and scales of ApplyFp8Scales then the unscaled kernel.
+TEST(FusedFp8ScalesGpu, Residual24NormWithInputScalesEqualsApplyFp8ScalesFirst) {
+  REQUIRE_GPU();
+  using T = __nv_bfloat16;
+  for (const auto [rows, dim, with_bias] :
+       std::vector<std::tuple<int32_t, int32_t, bool>>{{5, 576, true}, {37, 4096, false}}) {
+    SCOPED_TRACE(testing::Message() << "rows=" << rows << " dim=" << dim << " bias=" << with_bias);
+    DevSums sums(MakeUnscaledSums(rows, dim, static_cast<uint32_t>(rows + dim + 2)), rows, dim,
+                 with_bias);
+    sums.ApplyScales();
+    std::mt19937 rng(static_cast<uint32_t>(dim + 2));
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> stream(int64_t{rows} * dim);
+    for (auto& v : stream) v = Round24OnHost(dist(rng) * 20.0f);
+    std::vector<uint16_t> w(dim);
+    for (auto& v : w) v = Format<T>::FromF32(1.0f + 0.1f * dist(rng));
+    const std::vector<uint8_t> start = Encode24(stream, rows, dim);
+    Dev<uint16_t> dw(dim);
+    Dev<uint8_t> dres_a(start.size()), dres_b(start.size()), dq_a(int64_t{rows} * dim),
+        dq_b(int64_t{rows} * dim);
+    Dev<float> ds_a(rows), ds_b(rows);
+    dw.Upload(w);
+    dres_a.Upload(start);
+    dres_b.Upload(start);
+    auto* q_a = reinterpret_cast<__nv_fp8_e4m3*>(dq_a.ptr);
+    auto* q_b = reinterpret_cast<__nv_fp8_e4m3*>(dq_b.ptr);
+    CUDA_OK(RmsNormResidual24Fp8(As<T>(sums.scaled.ptr), dim, dres_a.ptr, false, nullptr, rows, dim,
+                                 As<T>(dw.ptr), 1e-5f, q_a, dim, ds_a.ptr, nullptr, nullptr));
+    CUDA_OK(RmsNormResidual24Fp8(As<T>(sums.y.ptr), dim, dres_b.ptr, false, nullptr, rows, dim,
+                                 As<T>(dw.ptr), 1e-5f, q_b, dim, ds_b.ptr, nullptr, nullptr,
+                                 sums.Scales()));
+    CUDA_OK(cudaDeviceSynchronize());
+    const int64_t n = int64_t{rows} * dim;
+    ExpectSameBytes(dq_b.Download(n), dq_a.Download(n), "codes");
+    ExpectSameBytes(ds_b.Download(rows), ds_a.Download(rows), "scales");
+    ExpectSameBytes(dres_b.Download(start.size()), dres_a.Download(start.size()), "stream");
   }
 }
 

@@ -222,7 +222,15 @@ class CudaRunner final : public CudaRunnerBase {
   // num_decode of which have one token each) up to the fp32 logits of `num_rows` rows.
   Status EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32_t num_decode, int32_t max_q_len,
                         int32_t num_rows);
-  Status EnqueueLogits(int32_t num_rows, int32_t row_offset);
+  // forward_tokens: the num_tokens of the EnqueueForward (or captured graph) whose residual
+  // stream it reads.
+  Status EnqueueLogits(int32_t num_rows, int32_t row_offset, int32_t forward_tokens);
+  // Whether a forward pass of num_tokens tokens has the norms and SiluMul write the FP8 layers'
+  // e4m3 inputs, also leaves the FP8 GEMMs' scale passes to their consumers, and keeps its
+  // residual stream in 24 bits instead of fp32 (EnqueueForward).
+  bool FusedFp8(int32_t num_tokens) const;
+  bool FusedScales(int32_t num_tokens) const;
+  bool Residual24(int32_t num_tokens) const;
   // Layer i's RoPE + KV write and attention, over a cache of element type C (T or e4m3).
   // qkv_scales: qkv_ holds the FP8 qkv projection's unscaled sums (RopeStoreKv scales them).
   template <typename C>
@@ -257,7 +265,8 @@ class CudaRunner final : public CudaRunnerBase {
   Status EnqueueSampling(int32_t num_rows);
   // Enqueues the step's swap copies (swap_out, then swap_in) through the slot's pair list.
   Status EnqueueSwaps(const StepInputs& in, int slot_index);
-  void SampleOnHost(const StepInputs& in, const std::vector<LogitRow>& rows, StepResult& result);
+  void SampleOnHost(const StepInputs& in, const std::vector<LogitRow>& rows, int32_t forward_tokens,
+                    StepResult& result);
 
   ModelConfig config_;
   CudaRunnerOptions options_;
@@ -1125,6 +1134,24 @@ CudaMemoryReport CudaRunner<T>::MemoryReport() const {
 #define KILN_LAUNCH(expr) KILN_CUDA_RETURN_IF_ERROR(expr)
 
 template <typename T>
+bool CudaRunner<T>::FusedFp8(int32_t num_tokens) const {
+  return fp8_fused_inputs_ && num_tokens > gemm_->fp8_gemv_max_rows();
+}
+
+template <typename T>
+bool CudaRunner<T>::FusedScales(int32_t num_tokens) const {
+  return FusedFp8(num_tokens) && fp8_fused_scales_ && num_tokens >= kFp8FusedScalesMinRows;
+}
+
+// Where the stream is 24-bit: the FP8 steps whose activations are e4m3 codes (3 significant
+// bits, rounded per token), next to which the stream's 16 bits add no error that shows
+// (docs/quantization.md), and whose norms move enough bytes to matter.
+template <typename T>
+bool CudaRunner<T>::Residual24(int32_t num_tokens) const {
+  return options_.residual_24bit && config_.hidden_size % 16 == 0 && FusedScales(num_tokens);
+}
+
+template <typename T>
 Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32_t num_decode,
                                      int32_t max_q_len, int32_t num_rows) {
   const ModelConfig& c = config_;
@@ -1139,18 +1166,26 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
   // FP8 layers past the W8A16 GEMV's rows take e4m3 input quantized per token: the norms and
   // SiluMul write it (and its scales) into fp8_scratch_ themselves, instead of a T row that
   // LinearFp8 would quantize in a pass of its own (the same codes: kernels/elementwise.h).
-  const bool fused_fp8 = fp8_fused_inputs_ && num_tokens > gemm_->fp8_gemv_max_rows();
+  const bool fused_fp8 = FusedFp8(num_tokens);
   // And the GEMMs' scale passes fused into the kernels after them (fp8_fused_scales_): qkv's
   // into RopeStoreKv, o's and down's into the next norm, gate_up's into SiluMulFp8; the last
   // down keeps its pass (the final norm reads delta_ as it is). Only from
   // kFp8FusedScalesMinRows tokens: the norms and SiluMul run one block per token, which then
   // also streams the weight's column scales; with few tokens those few blocks are slower than
   // the separate wide passes (measured: docs/benchmarks.md). Both give the same bits.
-  const bool fused_scales = fused_fp8 && fp8_fused_scales_ && num_tokens >= kFp8FusedScalesMinRows;
+  const bool fused_scales = FusedScales(num_tokens);
+  // The residual stream h_: fp32, or 24 bits a value (kernels::Residual24Bytes) in the steps
+  // with fused scales, the prompt steps whose norms' bytes count.
+  const bool residual24 = Residual24(num_tokens);
   kernels::Fp8InputScales delta_scales;  // what scales delta_ still needs (none: the embeddings)
   // x_ = rms_norm(h += delta_) (layer 0: h = delta_), or its e4m3 codes when fused_fp8.
   // `next`: the linear layer the norm feeds (its static activation scale, if any).
   auto norm = [&](bool init, const T* weight, const LinearWeight<T>& next) -> cudaError_t {
+    if (residual24) {
+      return kernels::RmsNormResidual24Fp8(delta_, h, h_, init, nullptr, num_tokens, c.hidden_size,
+                                           weight, eps, fp8_scratch_.x, h, fp8_scratch_.scale,
+                                           next.fp8.input_scale, stream_, delta_scales);
+    }
     if (fused_fp8) {
       return kernels::RmsNormF32ResidualFp8(delta_, h, h_, init, nullptr, num_tokens, c.hidden_size,
                                             weight, eps, fp8_scratch_.x, h, fp8_scratch_.scale,
@@ -1242,7 +1277,7 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
     }
     Mark("down");
   }
-  KILN_RETURN_IF_ERROR(EnqueueLogits(std::min(num_rows, logit_chunk_), 0));
+  KILN_RETURN_IF_ERROR(EnqueueLogits(std::min(num_rows, logit_chunk_), 0, num_tokens));
   Mark("final_norm_lm_head");
   return Status::Ok();
 }
@@ -1343,12 +1378,16 @@ cuda::L2Prefetch CudaRunner<T>::PrefetchOf(const LinearWeight<T>& next, int64_t 
 
 // Logits of rows [row_offset, row_offset + num_rows) of the step's logit_rows into logits_.
 template <typename T>
-Status CudaRunner<T>::EnqueueLogits(int32_t num_rows, int32_t row_offset) {
+Status CudaRunner<T>::EnqueueLogits(int32_t num_rows, int32_t row_offset, int32_t forward_tokens) {
   const ModelConfig& c = config_;
   const int64_t h = c.hidden_size;
-  KILN_LAUNCH(kernels::RmsNormF32Residual(delta_, h, h_, false, dev_.logit_rows + row_offset,
-                                          num_rows, c.hidden_size, final_norm_, c.rms_norm_eps,
-                                          rows_, h, stream_));
+  KILN_LAUNCH(Residual24(forward_tokens)
+                  ? kernels::RmsNormResidual24(delta_, h, h_, false, dev_.logit_rows + row_offset,
+                                               num_rows, c.hidden_size, final_norm_, c.rms_norm_eps,
+                                               rows_, h, stream_)
+                  : kernels::RmsNormF32Residual(delta_, h, h_, false, dev_.logit_rows + row_offset,
+                                                num_rows, c.hidden_size, final_norm_,
+                                                c.rms_norm_eps, rows_, h, stream_));
   // The next step starts with layer 0's qkv.
   const cuda::L2Prefetch next = PrefetchOf(layers_[0].qkv, c.q_size() + 2 * c.kv_size(), h);
   if (lm_head_.w4.tiled != nullptr) {
@@ -1615,12 +1654,12 @@ bool CudaRunner<T>::StageSampling(const StepInputs& in, const std::vector<LogitR
 
 template <typename T>
 void CudaRunner<T>::SampleOnHost(const StepInputs& in, const std::vector<LogitRow>& rows,
-                                 StepResult& result) {
+                                 int32_t forward_tokens, StepResult& result) {
   const int64_t vocab = config_.vocab_size;
   for (int32_t begin = 0; begin < static_cast<int32_t>(rows.size()); begin += logit_chunk_) {
     const int32_t n = std::min<int32_t>(logit_chunk_, static_cast<int32_t>(rows.size()) - begin);
     if (begin > 0) {
-      const Status st = EnqueueLogits(n, begin);
+      const Status st = EnqueueLogits(n, begin, forward_tokens);
       CHECK(st.ok()) << st.ToString();
     }
     CHECK(cudaMemcpyAsync(host_logits_, logits_, n * vocab * sizeof(float), cudaMemcpyDeviceToHost,
@@ -1785,7 +1824,7 @@ void CudaRunner<T>::Launch(const StepInputs& in) {
     CHECK(st.ok()) << st.ToString();
   }
   if (!device_sampling) {
-    SampleOnHost(in, rows, p.result);  // synchronizes
+    SampleOnHost(in, rows, padded, p.result);  // synchronizes
   } else {
     // Sampled rows (all in the first logits chunk), then prompt-logprob rows chunk by chunk.
     if (graph_batch == 0 && num_sampled > 0) {
@@ -1800,7 +1839,7 @@ void CudaRunner<T>::Launch(const StepInputs& in) {
       if (chunk_start > 0) {
         const int32_t n =
             std::min<int32_t>(logit_chunk_, static_cast<int32_t>(rows.size()) - begin);
-        const Status st = EnqueueLogits(n, begin);
+        const Status st = EnqueueLogits(n, begin, padded);
         CHECK(st.ok()) << st.ToString();
       }
       const int32_t chunk_end =

@@ -81,6 +81,11 @@ struct CudaRunnerOptions {
   // kWgmmaE4m3: Q and the softmax weights rounded to e4m3); false: fp16 mma's on the widened
   // codes. Process-wide (kernels::SetPrefillKernel), like programmatic_launch.
   bool e4m3_prefill_attention = true;
+  // FP8 steps of kFp8FusedScalesMinRows (48) tokens or more keep the residual stream in 24 bits
+  // a value (kernels::RmsNormResidual24Fp8: 16 significant bits, 3 bytes) instead of fp32:
+  // the norms move 9 bytes a hidden element instead of 11 (H100, 8B: 15.3 -> 13.4 ms a
+  // 15,360-token prompt step; docs/benchmarks.md, session 29).
+  bool residual_24bit = true;
   // Skinny linear layers (decode steps of a few rows) ask L2 for up to this many bytes of the
   // next linear layer's weights as each block's stream ends (cuda::L2Prefetch), so that DRAM
   // streams through the tail and the norms, RoPE, attention and SiluMul between them. 0: none.
