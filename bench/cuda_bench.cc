@@ -23,6 +23,7 @@
 //                          [--dtype auto|bfloat16|float16] [-q|--quantization fp8|...]
 //                          [--kv-cache-dtype auto|fp8]
 //                          [--fp32-residual]  (FP8: no 24-bit residual stream, CudaRunnerOptions)
+//                          [--no-rope-q-codes]  (fp8 cache: RoPE writes q back in T)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -207,6 +208,7 @@ int main(int argc, char** argv) {
   std::string dtype = "auto";                // unset: the engine's default (on for CUDA)
   std::string quantization, kv_cache_dtype;  // "": the engine's defaults
   bool fp32_residual = false;
+  bool no_rope_q_codes = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -244,6 +246,8 @@ int main(int argc, char** argv) {
       kv_cache_dtype = next();
     } else if (a == "--fp32-residual") {
       fp32_residual = true;
+    } else if (a == "--no-rope-q-codes") {
+      no_rope_q_codes = true;
     } else if (a == "--no-async-scheduling") {
       async_scheduling = false;
     } else if (a == "--skip-offline") {
@@ -285,6 +289,7 @@ int main(int argc, char** argv) {
   if (!quantization.empty()) options.quantization = quantization;
   if (!kv_cache_dtype.empty()) options.kv_cache_dtype = kv_cache_dtype;
   options.residual_24bit = !fp32_residual;
+  options.rope_q_codes = !no_rope_q_codes;
   auto policy = ParseCapacityPolicy(capacity_policy);
   if (!policy.ok()) {
     std::fprintf(stderr, "cuda_bench: %s\n", policy.status().ToString().c_str());

@@ -51,6 +51,10 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
                 "CUDA FP8: keep the residual stream in fp32 in steps of 48 tokens or more too "
                 "(default there: 24 bits a value, 16 significant; fewer bytes in the norms, "
                 "docs/quantization.md)");
+  cmd->add_flag("--no-rope-q-codes", f->no_rope_q_codes,
+                "CUDA, fp8 KV cache on Hopper: RoPE writes the prompt rows' queries back in the "
+                "activation type and prompt attention rounds them to e4m3, instead of RoPE "
+                "writing the e4m3 codes (the same codes; for measuring the fusion)");
   cmd->add_flag("--no-pdl", f->no_pdl,
                 "CUDA: launch the decode kernels without programmatic dependent launch "
                 "(Hopper and later overlap each kernel's start with the previous one's end)");
@@ -108,6 +112,7 @@ Result<LlmOptions> ToLlmOptions(const EngineFlags& f) {
   options.fp8_fast_accum = !f.no_fp8_fast_accum;
   options.e4m3_prefill_attention = !f.no_e4m3_prefill_attention;
   options.residual_24bit = !f.fp32_residual;
+  options.rope_q_codes = !f.no_rope_q_codes;
   options.fuse_activation_quant = !f.no_fused_quant;
   if (!f.l2_prefetch.empty()) {
     auto bytes = f.l2_prefetch == "0" ? Result<int64_t>(int64_t{0}) : ParseByteSize(f.l2_prefetch);

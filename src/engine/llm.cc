@@ -165,6 +165,7 @@ Result<std::unique_ptr<ModelRunner>> CreateRunner(const Checkpoint& checkpoint,
     cuda.fp8_fast_accum = options.fp8_fast_accum;
     cuda.e4m3_prefill_attention = options.e4m3_prefill_attention;
     cuda.residual_24bit = options.residual_24bit;
+    cuda.rope_q_codes = options.rope_q_codes;
     cuda.profile_ops = options.profile_cuda_ops;
     if (options.l2_prefetch_bytes.has_value()) cuda.l2_prefetch_bytes = *options.l2_prefetch_bytes;
     cuda.upload_progress = options.load_progress;

@@ -70,6 +70,8 @@ struct LlmOptions {
   bool e4m3_prefill_attention = true;
   // CUDA FP8: the prompt steps' residual stream in 24 bits instead of fp32 (CudaRunnerOptions).
   bool residual_24bit = true;
+  // CUDA, fp8 KV cache on Hopper: RoPE writes prompt rows' Q as e4m3 codes (CudaRunnerOptions).
+  bool rope_q_codes = true;
   // CUDA: bytes of the next linear layer's weights each decode linear layer asks L2 for
   // (CudaRunnerOptions::l2_prefetch_bytes); unset: the runner's default.
   std::optional<int64_t> l2_prefetch_bytes;

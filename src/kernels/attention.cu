@@ -940,8 +940,14 @@ template <typename T, typename C>
 cudaError_t LaunchPrefill(const T* q, int64_t q_stride, const PagedKvCacheT<T, C>& kv,
                           const int32_t* cu_seqlens_q, const int32_t* seq_lens, int32_t num_seqs,
                           int32_t max_q_len, const AttentionDims& dims, T* out, int64_t out_stride,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, const PrefillQCodes& q_codes = {}) {
   if (!ValidCommon("PagedPrefillAttention", q, q_stride, kv, dims, out, out_stride, num_seqs)) {
+    return cudaErrorInvalidValue;
+  }
+  if (q_codes.codes != nullptr && (!kIsFp8<C> || !PrefillTakesQCodes(dims) ||
+                                   q_codes.scales == nullptr || !IsAligned16(q_codes.codes))) {
+    LOG(ERROR) << "PagedPrefillAttention: Q codes are read only by the e4m3 wgmma kernel "
+                  "(PrefillTakesQCodes), 16-byte aligned, with their scales";
     return cudaErrorInvalidValue;
   }
   if (max_q_len < 0 || (num_seqs > 0 && (!cu_seqlens_q || !seq_lens))) {
@@ -955,6 +961,7 @@ cudaError_t LaunchPrefill(const T* q, int64_t q_stride, const PagedKvCacheT<T, C
   PrefillParams<T, C> p{};
   FillCommon(q, q_stride, kv, seq_lens, dims, out, out_stride, &p);
   p.cu_seqlens_q = cu_seqlens_q;
+  p.q_codes = q_codes;
   const PrefillKernel kernel = g_prefill_kernel.load(std::memory_order_relaxed);
   if (dims.head_dim == 128 && f.has_sm90_prefill && kernel != PrefillKernel::kMmaSync) {
     const bool e4m3 = kIsFp8<C> && kernel != PrefillKernel::kWgmma16Bit;
@@ -1057,6 +1064,12 @@ bool PrefillWgmmaAvailable() {
   return GetDeviceFigures(&f) == cudaSuccess && f.has_sm90_prefill;
 }
 
+bool PrefillTakesQCodes(const AttentionDims& dims) {
+  const PrefillKernel kernel = g_prefill_kernel.load(std::memory_order_relaxed);
+  return (kernel == PrefillKernel::kAuto || kernel == PrefillKernel::kWgmmaE4m3) &&
+         dims.head_dim == 128 && PrefillWgmmaAvailable();
+}
+
 cudaError_t PagedPrefillAttention(const __nv_bfloat16* q, int64_t q_stride, const PagedKvCache& kv,
                                   const int32_t* cu_seqlens_q, const int32_t* seq_lens,
                                   int32_t num_seqs, int32_t max_q_len, const AttentionDims& dims,
@@ -1077,17 +1090,18 @@ cudaError_t PagedPrefillAttention(const __nv_bfloat16* q, int64_t q_stride,
                                   const PagedKvCacheFp8T<__nv_bfloat16>& kv,
                                   const int32_t* cu_seqlens_q, const int32_t* seq_lens,
                                   int32_t num_seqs, int32_t max_q_len, const AttentionDims& dims,
-                                  __nv_bfloat16* out, int64_t out_stride, cudaStream_t stream) {
+                                  __nv_bfloat16* out, int64_t out_stride, cudaStream_t stream,
+                                  const PrefillQCodes& q_codes) {
   return LaunchPrefill(q, q_stride, kv, cu_seqlens_q, seq_lens, num_seqs, max_q_len, dims, out,
-                       out_stride, stream);
+                       out_stride, stream, q_codes);
 }
 cudaError_t PagedPrefillAttention(const __half* q, int64_t q_stride,
                                   const PagedKvCacheFp8T<__half>& kv, const int32_t* cu_seqlens_q,
                                   const int32_t* seq_lens, int32_t num_seqs, int32_t max_q_len,
                                   const AttentionDims& dims, __half* out, int64_t out_stride,
-                                  cudaStream_t stream) {
+                                  cudaStream_t stream, const PrefillQCodes& q_codes) {
   return LaunchPrefill(q, q_stride, kv, cu_seqlens_q, seq_lens, num_seqs, max_q_len, dims, out,
-                       out_stride, stream);
+                       out_stride, stream, q_codes);
 }
 
 size_t PagedDecodeWorkspaceBytes(int32_t max_num_seqs, int32_t max_seq_len,

@@ -73,17 +73,30 @@ cudaError_t PagedPrefillAttention(const __half* q, int64_t q_stride,
                                   const int32_t* seq_lens, int32_t num_seqs, int32_t max_q_len,
                                   const AttentionDims& dims, __half* out, int64_t out_stride,
                                   cudaStream_t stream);
-// The same over an fp8 cache.
+
+// Q as the e4m3 prefill kernel would make it, made ahead by RopeStoreKv (kernels/elementwise.h
+// RopeKvArgsT::q_codes): each (token, head) row's codes e4m3(q * (448 / amax)) and its scale
+// amax / 448, the kernel's own rounding of the T row (StageQE4m3), so the results are the same
+// bits. The kernel then loads 1 byte a Q element instead of 2 and skips the rounding, and RoPE
+// writes the codes instead of the T row back: 8 KiB less a token of the 8B. Rows indexed like q's
+// (by token of the step). Only where PrefillTakesQCodes says so; codes null: q is read.
+struct PrefillQCodes {
+  const __nv_fp8_e4m3* codes = nullptr;  // [tokens, num_heads * head_dim], 16-byte aligned
+  const float* scales = nullptr;         // [tokens, num_heads]
+};
+
+// The same over an fp8 cache, Q optionally as codes.
 cudaError_t PagedPrefillAttention(const __nv_bfloat16* q, int64_t q_stride,
                                   const PagedKvCacheFp8T<__nv_bfloat16>& kv,
                                   const int32_t* cu_seqlens_q, const int32_t* seq_lens,
                                   int32_t num_seqs, int32_t max_q_len, const AttentionDims& dims,
-                                  __nv_bfloat16* out, int64_t out_stride, cudaStream_t stream);
+                                  __nv_bfloat16* out, int64_t out_stride, cudaStream_t stream,
+                                  const PrefillQCodes& q_codes = {});
 cudaError_t PagedPrefillAttention(const __half* q, int64_t q_stride,
                                   const PagedKvCacheFp8T<__half>& kv, const int32_t* cu_seqlens_q,
                                   const int32_t* seq_lens, int32_t num_seqs, int32_t max_q_len,
                                   const AttentionDims& dims, __half* out, int64_t out_stride,
-                                  cudaStream_t stream);
+                                  cudaStream_t stream, const PrefillQCodes& q_codes = {});
 
 // Which kernel PagedPrefillAttention takes at head_dim 128 on a GPU of compute capability 9.0
 // (H100, H200) when the build holds sm_90a code: kAuto picks the wgmma kernel
@@ -97,6 +110,9 @@ void SetPrefillKernel(PrefillKernel kernel);
 // True when the current device runs the wgmma kernel (and so kWgmmaE4m3 over an fp8 cache at
 // head_dim 128): compute capability 9.0 and a build with sm_90a code.
 bool PrefillWgmmaAvailable();
+// True when PagedPrefillAttention over an fp8 cache takes PrefillQCodes on the current device
+// with these dims and the current PrefillKernel: the e4m3 wgmma kernel at head_dim 128.
+bool PrefillTakesQCodes(const AttentionDims& dims);
 
 // Bytes of the split-K scratch PagedDecodeAttention needs for up to max_num_seqs sequences of up
 // to max_seq_len positions: the same for every activation and cache type (the scratch is fp32,

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/attention.h"
+
 namespace kiln::kernels::attention_internal {
 
 // What both kernels read: the contract's pointers and strides, plus derived constants.
@@ -37,6 +39,7 @@ struct AttentionParams {
 template <typename T, typename C>
 struct PrefillParams : AttentionParams<T, C> {
   const int32_t* cu_seqlens_q;
+  PrefillQCodes q_codes;  // the sm_90a e4m3 kernel only (PrefillTakesQCodes)
 };
 
 // Element offset of position `pos` of kv head `kv_head` in the cache, for a sequence's table row.

@@ -141,12 +141,30 @@ __device__ __forceinline__ void StageQ(const PrefillParams<T, C>& p, const Prefi
 // (two a row, 64 elements each): codes = e4m3(q * 448 / amax) into shared memory rows of 128
 // bytes (128-byte swizzle), the row's scale amax / 448 into q_scale[row] (1 for an all-zero row
 // and for rows past w.num_rows, whose codes are zeros).
+// With p.q_codes, the codes and scales RoPE made the same way are copied instead.
 template <typename T, typename C>
 __device__ __forceinline__ void StageQE4m3(const PrefillParams<T, C>& p, const PrefillTile& w,
                                            unsigned char* smem, float* q_scale, int index, int wg) {
   const int r = wg * 64 + index / 2;
   const int half = index % 2;
   const int m = w.row0 + r;
+  if (p.q_codes.codes != nullptr) {
+    uint4 code[4] = {};
+    float scale = 1.0f;
+    if (m < w.num_rows) {
+      const int64_t row = w.RowOffset(m, p.group, int64_t{p.num_heads} * kHeadDim, kHeadDim, 0);
+      const uint4* src = reinterpret_cast<const uint4*>(p.q_codes.codes + row + 64 * half);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) code[c] = src[c];
+      scale = p.q_codes.scales[row / kHeadDim];
+    }
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      *reinterpret_cast<uint4*>(smem + SwizzledOffset<kRows>(r, 4 * half + c)) = code[c];
+    }
+    if (half == 0) q_scale[r] = scale;
+    return;
+  }
   float v[64];
   float amax = 0.0f;
   if (m < w.num_rows) {

@@ -43,6 +43,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "core/buffer.h"
 #include "kernels/attention.h"
+#include "kernels/elementwise.h"
 #include "kernels/test_util.cuh"
 
 namespace kiln::kernels {
@@ -808,6 +809,271 @@ TYPED_TEST(PagedAttentionFp8CacheGpu, RejectsBadScales) {
   plain.v_scale = 0.5f;
   EXPECT_EQ(PagedPrefillAttention(q, 512, plain, ints.ptr, ints.ptr, 1, 1, ok, out, 512, nullptr),
             cudaErrorInvalidValue);
+  CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<uint16_t> after = buf.Download(1 << 16);
+  EXPECT_TRUE(std::all_of(after.begin(), after.end(), [](uint16_t b) { return b == kPoison; }));
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// ---- Q handed over as e4m3 codes by RoPE (PrefillQCodes) --------------------------------------
+
+struct CodesCase {
+  bool interleaved = false;
+  bool scaled = false;  // qkv holds FP8 sums with row and column scales (bf16 only)
+  bool bias = false;
+  int skip_seqs = 0;  // leading sequences handled elsewhere (decode rows): RoPE writes their q
+                      // back in both runs, the prefill launch starts after them
+};
+
+// RopeStoreKv writing every q head back then PagedPrefillAttention rounding Q to e4m3, against
+// RopeStoreKv writing the prompt rows' q as codes (q_codes from the skipped rows on) then
+// PagedPrefillAttention reading them: the cache, the skipped rows' q and the output must be the
+// same bits, the prompt rows' q must be left as the projection wrote it, and the codes and
+// scales must be the host's e4m3(x * (448 / amax)) and amax / 448 of the first run's rotated q.
+template <typename T>
+void RunQCodesPrefill(const Shape& s, const std::vector<int>& q_lens,
+                      const std::vector<int>& seq_lens, const CodesCase& cc, uint32_t seed,
+                      const std::string& what) {
+  std::mt19937 rng(seed);
+  Cache<T, Fp8> c(s, seq_lens, rng, 0, kSmallK);
+  const int num_tokens = std::accumulate(q_lens.begin(), q_lens.end(), 0);
+  const int q_width = s.num_heads * s.head_dim;
+  const int ld = (s.num_heads + 2 * s.num_kv_heads) * s.head_dim;
+  std::vector<int32_t> cu(q_lens.size() + 1, 0), positions;
+  std::vector<int64_t> slots;
+  for (size_t i = 0; i < q_lens.size(); ++i) {
+    cu[i + 1] = cu[i] + q_lens[i];
+    for (int j = 0; j < q_lens[i]; ++j) {
+      const int pos = seq_lens[i] - q_lens[i] + j;
+      positions.push_back(pos);
+      const int64_t block = c.tables[i * c.max_blocks_per_seq + pos / s.block_size];
+      slots.push_back(block * s.block_size + pos % s.block_size);
+    }
+  }
+  // Scaled: sums of tens with scales that make values of a few units, as RandomQ's.
+  std::uniform_real_distribution<float> value(cc.scaled ? -60.0f : -2.5f, cc.scaled ? 60.0f : 2.5f);
+  std::uniform_real_distribution<float> row_scale(0.02f, 0.05f), col_scale(0.5f, 1.5f),
+      bias(-0.5f, 0.5f);
+  std::vector<uint16_t> qkv(size_t(num_tokens) * ld);
+  for (uint16_t& x : qkv) x = cc.scaled ? F32ToBF16(value(rng)) : Format<T>::FromF32(value(rng));
+  // One all-zero q head (scale 1, zero codes).
+  if (num_tokens > cu[cc.skip_seqs]) {
+    std::fill_n(qkv.begin() + size_t(cu[cc.skip_seqs]) * ld, s.head_dim, uint16_t{0});
+  }
+  std::vector<float> rows(num_tokens), cols(ld);
+  std::vector<uint16_t> biases(ld);
+  for (float& x : rows) x = row_scale(rng);
+  for (float& x : cols) x = col_scale(rng);
+  for (uint16_t& x : biases) x = F32ToBF16(bias(rng));
+  std::vector<float> inv_freq(s.head_dim / 2);
+  for (size_t i = 0; i < inv_freq.size(); ++i) {
+    inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * double(i) / s.head_dim));
+  }
+  Dev<float> drows(rows.size()), dcols(cols.size()), dfreq(inv_freq.size());
+  Dev<uint16_t> dbias(biases.size());
+  Dev<int32_t> dpos(positions.size()), dtab(c.tables.size()), dcu(cu.size()),
+      dlens(seq_lens.size());
+  Dev<int64_t> dslots(slots.size());
+  drows.Upload(rows);
+  dcols.Upload(cols);
+  dfreq.Upload(inv_freq);
+  dbias.Upload(biases);
+  dpos.Upload(positions);
+  dtab.Upload(c.tables);
+  dcu.Upload(cu);
+  dlens.Upload(std::vector<int32_t>(seq_lens.begin(), seq_lens.end()));
+  dslots.Upload(slots);
+  Fp8InputScales scales;
+  if (cc.scaled) {
+    scales.row = drows.ptr;
+    scales.col = dcols.ptr;
+    if (cc.bias) scales.bias = reinterpret_cast<const __nv_bfloat16*>(dbias.ptr);
+  }
+  const int skip = cc.skip_seqs, q_tokens = cu[skip];
+  const size_t out_elems = size_t(num_tokens) * q_width;
+  struct Result {
+    std::vector<uint16_t> qkv, out;
+    std::vector<uint8_t> k, v, codes;
+    std::vector<float> code_scales;
+  };
+  auto run = [&](bool codes, Result* r) {
+    Dev<uint16_t> dqkv(qkv.size()), dout(out_elems);
+    Dev<uint8_t> dk(c.k.size()), dv(c.v.size()), dcodes(out_elems);
+    Dev<float> dscales(size_t(num_tokens) * s.num_heads);
+    dqkv.Upload(qkv);
+    dk.Upload(c.k);
+    dv.Upload(c.v);
+    dout.Upload(std::vector<uint16_t>(out_elems, kPoison));
+    dcodes.Upload(std::vector<uint8_t>(out_elems, kPoisonFp8));
+    dscales.Upload(std::vector<float>(size_t(num_tokens) * s.num_heads, NAN));
+    RopeKvArgsFp8T<T> rope;
+    rope.qkv = As<T>(dqkv.ptr);
+    rope.ld = ld;
+    rope.positions = dpos.ptr;
+    rope.slot_mapping = dslots.ptr;
+    rope.num_tokens = num_tokens;
+    rope.num_heads = s.num_heads;
+    rope.num_kv_heads = s.num_kv_heads;
+    rope.head_dim = s.head_dim;
+    rope.inv_freq = dfreq.ptr;
+    rope.interleaved = cc.interleaved;
+    rope.k_cache = reinterpret_cast<Fp8*>(dk.ptr);
+    rope.v_cache = reinterpret_cast<Fp8*>(dv.ptr);
+    rope.block_size = s.block_size;
+    rope.k_scale = kSmallK.k;
+    rope.v_scale = kSmallK.v;
+    rope.qkv_scales = scales;
+    PrefillQCodes q_codes;
+    if (codes) {
+      rope.q_codes = reinterpret_cast<Fp8*>(dcodes.ptr);
+      rope.q_code_scales = dscales.ptr;
+      rope.q_tokens = q_tokens;
+      q_codes = {reinterpret_cast<const Fp8*>(dcodes.ptr), dscales.ptr};
+    }
+    CUDA_OK(RopeStoreKv(rope, nullptr));
+    PagedKvCacheFp8T<T> kv = DeviceCache(c, dk, dv, dtab);
+    kv.block_tables = dtab.ptr + skip * c.max_blocks_per_seq;
+    const int max_q_len = *std::max_element(q_lens.begin() + skip, q_lens.end());
+    CUDA_OK(PagedPrefillAttention(As<T>(dqkv.ptr), ld, kv, dcu.ptr + skip, dlens.ptr + skip,
+                                  static_cast<int32_t>(q_lens.size()) - skip, max_q_len, DimsOf(s),
+                                  As<T>(dout.ptr), q_width, nullptr, q_codes));
+    CUDA_OK(cudaDeviceSynchronize());
+    *r = Result{dqkv.Download(qkv.size()),  dout.Download(out_elems),
+                dk.Download(c.k.size()),    dv.Download(c.v.size()),
+                dcodes.Download(out_elems), dscales.Download(size_t(num_tokens) * s.num_heads)};
+  };
+  Result plain, coded;
+  run(false, &plain);
+  run(true, &coded);
+  if (::testing::Test::HasFatalFailure()) return;
+  int64_t cache_diff = 0, out_diff = 0, skipped_q_diff = 0, prompt_q_touched = 0;
+  for (size_t i = 0; i < c.k.size(); ++i) {
+    cache_diff += (coded.k[i] != plain.k[i]) + (coded.v[i] != plain.v[i]);
+  }
+  for (size_t i = 0; i < out_elems; ++i) out_diff += coded.out[i] != plain.out[i];
+  // The host's codes of the first run's rotated prompt rows.
+  int64_t code_diff = 0, scale_diff = 0;
+  for (int t = 0; t < num_tokens; ++t) {
+    for (int i = 0; i < q_width; ++i) {
+      const size_t at = size_t(t) * ld + i;
+      if (t < q_tokens) {
+        skipped_q_diff += coded.qkv[at] != plain.qkv[at];
+      } else {
+        prompt_q_touched += coded.qkv[at] != qkv[at];
+      }
+    }
+    if (t < q_tokens) continue;
+    for (int h = 0; h < s.num_heads; ++h) {
+      const uint16_t* row = plain.qkv.data() + size_t(t) * ld + size_t(h) * s.head_dim;
+      float amax = 0.0f;
+      for (int d = 0; d < s.head_dim; ++d)
+        amax = std::max(amax, std::fabs(Format<T>::ToF32(row[d])));
+      const float inv = amax > 0.0f ? 448.0f / amax : 1.0f;
+      for (int d = 0; d < s.head_dim; ++d) {
+        code_diff += coded.codes[size_t(t) * q_width + size_t(h) * s.head_dim + d] !=
+                     E4m3Sat(Format<T>::ToF32(row[d]) * inv);
+      }
+      const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+      scale_diff += coded.code_scales[size_t(t) * s.num_heads + h] != scale;
+    }
+  }
+  EXPECT_EQ(cache_diff, 0) << what << ": K / V cache codes";
+  EXPECT_EQ(out_diff, 0) << what << ": outputs that differ from the T rows' kernel";
+  EXPECT_EQ(skipped_q_diff, 0) << what << ": the skipped rows' q";
+  EXPECT_EQ(prompt_q_touched, 0) << what << ": the prompt rows' q must not be written back";
+  EXPECT_EQ(code_diff, 0) << what << ": codes against the host's";
+  EXPECT_EQ(scale_diff, 0) << what << ": scales against the host's";
+  int64_t written = 0;
+  for (size_t i = size_t(q_tokens) * q_width; i < out_elems; ++i)
+    written += plain.out[i] != kPoison;
+  EXPECT_EQ(written, int64_t(num_tokens - q_tokens) * q_width) << what << ": rows not written";
+  std::printf("  %-4s %-48s bitwise equal: %s\n", DTypeName(Format<T>::kDType).data(), what.c_str(),
+              out_diff == 0 && code_diff == 0 ? "yes" : "NO");
+}
+
+// Llama-3.1-8B heads (g4) with decode-like rows ahead, chunks and full prompts; g8, g3, MQA-16
+// and MHA; neox and gpt-j pairs; FP8 sums with and without a bias.
+TYPED_TEST(PagedAttentionFp8CacheGpu, PrefillReadsRopesQCodes) {
+  REQUIRE_GPU();
+  if (!PrefillWgmmaAvailable()) GTEST_SKIP() << "no sm_90a prefill kernel on this device/build";
+  using T = TypeParam;
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  PrefillKernelScope scope(PrefillKernel::kAuto, true);
+  ASSERT_TRUE(PrefillTakesQCodes(DimsOf(kLlama8b)));
+  const std::vector<int> q_lens = {1, 1, 769, 7, 83, 130};
+  const std::vector<int> seq_lens = {1000, 40, 769, 2000, 5125, 130};
+  RunQCodesPrefill<T>(kLlama8b, q_lens, seq_lens, {.skip_seqs = 2}, 2080,
+                      "g4 neox, two decode rows ahead");
+  RunQCodesPrefill<T>(kLlama8b, q_lens, seq_lens,
+                      {.interleaved = true, .scaled = kBf16, .bias = kBf16}, 2081,
+                      "g4 gpt-j, fp8 sums + bias");
+  RunQCodesPrefill<T>({64, 8, 128, 16}, {300, 1, 129}, {300, 900, 2000}, {.scaled = kBf16}, 2082,
+                      "g8 neox, fp8 sums");
+  RunQCodesPrefill<T>({24, 8, 128, 32}, {257, 7, 33}, {600, 7, 33}, {.interleaved = true}, 2083,
+                      "g3 bs32 gpt-j, a 7-token prompt");
+  RunQCodesPrefill<T>({16, 1, 128, 16}, {300, 5}, {2000, 5},
+                      {.scaled = kBf16, .bias = kBf16, .skip_seqs = 1}, 2084,
+                      "mqa16 neox, fp8 sums + bias, a 5-token prompt after");
+  RunQCodesPrefill<T>({8, 8, 128, 16}, {129}, {129}, {}, 2085, "mha neox");
+}
+
+// Where Q codes cannot be made or read: the wrong kernel, head_dim or cache; missing scales.
+TYPED_TEST(PagedAttentionFp8CacheGpu, QCodesRejectWhatTheyCannotDo) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  Dev<uint16_t> buf(1 << 16);
+  Dev<int32_t> ints(64);
+  Dev<float> floats(256);
+  buf.Upload(std::vector<uint16_t>(1 << 16, kPoison));
+  const T* q = As<T>(buf.ptr);
+  T* out = As<T>(buf.ptr);
+  PagedKvCacheFp8T<T> kv = OneBlockCache<T, Fp8>(buf.ptr, ints.ptr);
+  const PrefillQCodes codes{reinterpret_cast<const Fp8*>(floats.ptr), floats.ptr};
+  auto launch = [&](const AttentionDims& d, const PrefillQCodes& c) {
+    return PagedPrefillAttention(q, 1024, kv, ints.ptr, ints.ptr, 1, 1, d, out, 1024, nullptr, c);
+  };
+  EXPECT_FALSE(PrefillTakesQCodes({8, 2, 64, 0.1f}));
+  EXPECT_EQ(launch({8, 2, 64, 0.1f}, codes), cudaErrorInvalidValue);  // head_dim 64
+  {
+    PrefillKernelScope scope(PrefillKernel::kWgmma16Bit, false);
+    EXPECT_FALSE(PrefillTakesQCodes({8, 2, 128, 0.1f}));
+    EXPECT_EQ(launch({8, 2, 128, 0.1f}, codes), cudaErrorInvalidValue);
+  }
+  if (PrefillWgmmaAvailable()) {
+    EXPECT_TRUE(PrefillTakesQCodes({8, 2, 128, 0.1f}));
+    EXPECT_EQ(launch({8, 2, 128, 0.1f}, {codes.codes, nullptr}), cudaErrorInvalidValue);
+  }
+  // RoPE: codes need an fp8 cache, head_dim 128, scales and q_tokens >= 0.
+  RopeKvArgsFp8T<T> rope;
+  rope.qkv = As<T>(buf.ptr);
+  rope.ld = 3 * 128;
+  rope.positions = ints.ptr;
+  rope.num_tokens = 1;
+  rope.num_heads = rope.num_kv_heads = 1;
+  rope.head_dim = 64;
+  rope.inv_freq = floats.ptr;
+  rope.k_cache = rope.v_cache = reinterpret_cast<Fp8*>(buf.ptr);
+  rope.q_codes = reinterpret_cast<Fp8*>(floats.ptr);
+  rope.q_code_scales = floats.ptr;
+  EXPECT_EQ(RopeStoreKv(rope, nullptr), cudaErrorInvalidValue);  // head_dim 64
+  rope.head_dim = 128;
+  rope.q_code_scales = nullptr;
+  EXPECT_EQ(RopeStoreKv(rope, nullptr), cudaErrorInvalidValue);
+  rope.q_code_scales = floats.ptr;
+  rope.q_tokens = -1;
+  EXPECT_EQ(RopeStoreKv(rope, nullptr), cudaErrorInvalidValue);
+  RopeKvArgsT<T> plain;
+  plain.qkv = As<T>(buf.ptr);
+  plain.ld = 3 * 128;
+  plain.positions = ints.ptr;
+  plain.num_tokens = 1;
+  plain.num_heads = plain.num_kv_heads = 1;
+  plain.head_dim = 128;
+  plain.inv_freq = floats.ptr;
+  plain.k_cache = plain.v_cache = As<T>(buf.ptr);
+  plain.q_codes = reinterpret_cast<Fp8*>(floats.ptr);
+  plain.q_code_scales = floats.ptr;
+  EXPECT_EQ(RopeStoreKv(plain, nullptr), cudaErrorInvalidValue);  // a T cache
   CUDA_OK(cudaDeviceSynchronize());
   const std::vector<uint16_t> after = buf.Download(1 << 16);
   EXPECT_TRUE(std::all_of(after.begin(), after.end(), [](uint16_t b) { return b == kPoison; }));

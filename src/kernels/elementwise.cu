@@ -480,12 +480,14 @@ __device__ __forceinline__ C* KvCacheRow(const RopeKvArgsT<T, C>& a, int head, i
 constexpr int kRopeThreads = 128;
 
 // kScaled: qkv holds the unscaled sums, scaled by a.qkv_scales as they are read (T is bf16).
+// Both kernels take tokens token0 + blockIdx.x (the decode rows and the prompt rows of a step go
+// in two launches when the prompt rows' q becomes codes: RopeKvArgsT::q_codes).
 template <bool kScaled, typename T, typename C>
-__global__ void RopeStoreKvKernel(RopeKvArgsT<T, C> a) {
+__global__ void RopeStoreKvKernel(RopeKvArgsT<T, C> a, int32_t token0) {
   static_assert(!kScaled || std::is_same_v<T, bf16>);
   PdlWait();
   PdlLaunchDependents();
-  const int t = blockIdx.x;
+  const int t = token0 + blockIdx.x;
   const int half = a.head_dim / 2;
   const int total_heads = a.num_heads + 2 * a.num_kv_heads;
   const float pos = static_cast<float>(a.positions[t]);
@@ -545,13 +547,33 @@ constexpr int kRopeVecMaxHalf = 256;
 // the batch-1 decode step shows (H100, Llama-3.1-8B FP8: 3.484 ms, 3.490 with 8 pairs a thread).
 constexpr int kRopeVecMinTokens = 16;
 
-template <bool kScaled, bool kInterleaved, typename T, typename C>
-__global__ void RopeStoreKvVec8Kernel(RopeKvArgsT<T, C> a) {
+// Eight floats times inv as e4m3 codes, x[0] at the lowest address: cvt.rn.satfinite of each
+// product, as the e4m3 prefill kernel rounds its Q rows (attention_prefill_sm90.cu E4m3x4).
+__device__ __forceinline__ uint2 E4m3x8Times(const float (&x)[8], float inv) {
+  uint32_t w[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    uint16_t lo, hi;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n"
+        : "=h"(lo)
+        : "f"(x[4 * i + 1] * inv), "f"(x[4 * i] * inv));
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n"
+        : "=h"(hi)
+        : "f"(x[4 * i + 3] * inv), "f"(x[4 * i + 2] * inv));
+    w[i] = uint32_t{lo} | (uint32_t{hi} << 16);
+  }
+  return make_uint2(w[0], w[1]);
+}
+
+// kQCodes: the q heads go to a.q_codes as e4m3 codes (RopeKvArgsT; head_dim 128, so a head's 8
+// pieces are 8 neighbouring lanes, whose amax three shuffles combine).
+template <bool kScaled, bool kInterleaved, bool kQCodes, typename T, typename C>
+__global__ void RopeStoreKvVec8Kernel(RopeKvArgsT<T, C> a, int32_t token0) {
   static_assert(!kScaled || std::is_same_v<T, bf16>);
   __shared__ float cos_t[kRopeVecMaxHalf], sin_t[kRopeVecMaxHalf];
   PdlWait();
   PdlLaunchDependents();
-  const int t = blockIdx.x;
+  const int t = token0 + blockIdx.x;
   const int half = a.head_dim / 2;
   const int vecs = half / 8;  // 8-pair pieces a head
   const int total_heads = a.num_heads + 2 * a.num_kv_heads;
@@ -585,6 +607,32 @@ __global__ void RopeStoreKvVec8Kernel(RopeKvArgsT<T, C> a) {
         const int j0 = kInterleaved ? 2 * e : e, j1 = kInterleaved ? 2 * e + 1 : 8 + e;
         const float c = cos_t[8 * v + e], s = sin_t[8 * v + e];
         RotatePair(c, s, z(j0), z(j1));
+      }
+    }
+    if constexpr (kQCodes) {
+      // Every lane of the warp's active groups takes part in the shuffles (a group of 8 lanes is
+      // one head; the items end on a multiple of 8).
+      float amax = 0.0f;
+      if (head < a.num_heads) {
+        RoundPairs<T>(x);
+        RoundPairs<T>(y);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fmaxf(fabsf(x[e]), fabsf(y[e])));
+      }
+      const unsigned lanes = __activemask();
+      amax = fmaxf(amax, __shfl_xor_sync(lanes, amax, 1));
+      amax = fmaxf(amax, __shfl_xor_sync(lanes, amax, 2));
+      amax = fmaxf(amax, __shfl_xor_sync(lanes, amax, 4));
+      if (head < a.num_heads) {
+        const float inv = amax > 0.0f ? kFp8Max / amax : 1.0f;
+        __nv_fp8_e4m3* codes =
+            a.q_codes + int64_t{t} * a.num_heads * a.head_dim + int64_t{head} * a.head_dim;
+        *reinterpret_cast<uint2*>(codes + off_x) = E4m3x8Times(x, inv);
+        *reinterpret_cast<uint2*>(codes + off_y) = E4m3x8Times(y, inv);
+        if (v == 0) {
+          a.q_code_scales[int64_t{t} * a.num_heads + head] = amax > 0.0f ? amax / kFp8Max : 1.0f;
+        }
+        continue;
       }
     }
     if (head < a.num_heads) {
@@ -784,35 +832,55 @@ cudaError_t LaunchRopeStoreKv(const RopeKvArgsT<T, C>& args, cudaStream_t stream
                                          args.k_scale > 0.0f && args.v_scale > 0.0f
                                    : args.k_scale == 1.0f && args.v_scale == 1.0f;
   if (!scales_ok || !InputScalesOk<T>(args.qkv_scales)) return cudaErrorInvalidValue;
-  if (args.num_tokens == 0) return cudaSuccess;
   if (args.head_dim % 2 != 0) return cudaErrorInvalidValue;
   const int total_heads = args.num_heads + 2 * args.num_kv_heads;
-  const bool vec = args.num_tokens >= kRopeVecMinTokens && args.head_dim % 16 == 0 &&
-                   args.head_dim / 2 <= kRopeVecMaxHalf && args.ld % 8 == 0 &&
-                   Aligned16(args.qkv) && Aligned16(args.k_cache) && Aligned16(args.v_cache) &&
-                   Aligned16(args.qkv_scales.col) && Aligned16(args.qkv_scales.bias);
-  if (vec) {
-    const int items = total_heads * (args.head_dim / 16);
-    const dim3 grid(args.num_tokens, (items + kRopeThreads - 1) / kRopeThreads);
-    auto run = [&]<bool kScaled>() {
-      return args.interleaved ? LaunchChained(RopeStoreKvVec8Kernel<kScaled, true, T, C>, grid,
-                                              kRopeThreads, 0, stream, args)
-                              : LaunchChained(RopeStoreKvVec8Kernel<kScaled, false, T, C>, grid,
-                                              kRopeThreads, 0, stream, args);
-    };
+  const bool aligned = args.head_dim % 16 == 0 && args.head_dim / 2 <= kRopeVecMaxHalf &&
+                       args.ld % 8 == 0 && Aligned16(args.qkv) && Aligned16(args.k_cache) &&
+                       Aligned16(args.v_cache) && Aligned16(args.qkv_scales.col) &&
+                       Aligned16(args.qkv_scales.bias);
+  const bool codes = args.q_codes != nullptr;
+  if (codes && (!kIsFp8<C> || args.head_dim != 128 || !aligned || !Aligned16(args.q_codes) ||
+                args.q_code_scales == nullptr || args.q_tokens < 0)) {
+    return cudaErrorInvalidValue;
+  }
+  // Tokens [token0, token0 + count); q as codes (kQCodes).
+  auto launch = [&](int32_t token0, int32_t count, bool q_codes) -> cudaError_t {
+    if (count == 0) return cudaSuccess;
+    if ((count >= kRopeVecMinTokens && aligned) || q_codes) {
+      const int items = total_heads * (args.head_dim / 16);
+      const dim3 grid(count, (items + kRopeThreads - 1) / kRopeThreads);
+      auto run = [&]<bool kScaled, bool kQCodes>() {
+        return args.interleaved
+                   ? LaunchChained(RopeStoreKvVec8Kernel<kScaled, true, kQCodes, T, C>, grid,
+                                   kRopeThreads, 0, stream, args, token0)
+                   : LaunchChained(RopeStoreKvVec8Kernel<kScaled, false, kQCodes, T, C>, grid,
+                                   kRopeThreads, 0, stream, args, token0);
+      };
+      auto run_scaled = [&]<bool kQCodes>() {
+        if constexpr (std::is_same_v<T, bf16>) {
+          if (args.qkv_scales.row != nullptr) return run.template operator()<true, kQCodes>();
+        }
+        return run.template operator()<false, kQCodes>();
+      };
+      if constexpr (kIsFp8<C>) {
+        if (q_codes) return run_scaled.template operator()<true>();
+      }
+      return run_scaled.template operator()<false>();
+    }
+    const int items = total_heads * (args.head_dim / 2);
+    const dim3 grid(count, (items + kRopeThreads - 1) / kRopeThreads);
     if constexpr (std::is_same_v<T, bf16>) {
-      if (args.qkv_scales.row != nullptr) return run.template operator()<true>();
+      if (args.qkv_scales.row != nullptr) {
+        return LaunchChained(RopeStoreKvKernel<true, T, C>, grid, kRopeThreads, 0, stream, args,
+                             token0);
+      }
     }
-    return run.template operator()<false>();
-  }
-  const int items = total_heads * (args.head_dim / 2);
-  const dim3 grid(args.num_tokens, (items + kRopeThreads - 1) / kRopeThreads);
-  if constexpr (std::is_same_v<T, bf16>) {
-    if (args.qkv_scales.row != nullptr) {
-      return LaunchChained(RopeStoreKvKernel<true, T, C>, grid, kRopeThreads, 0, stream, args);
-    }
-  }
-  return LaunchChained(RopeStoreKvKernel<false, T, C>, grid, kRopeThreads, 0, stream, args);
+    return LaunchChained(RopeStoreKvKernel<false, T, C>, grid, kRopeThreads, 0, stream, args,
+                         token0);
+  };
+  const int32_t q_tokens = codes ? std::min(args.q_tokens, args.num_tokens) : args.num_tokens;
+  if (cudaError_t e = launch(0, q_tokens, false); e != cudaSuccess) return e;
+  return launch(q_tokens, args.num_tokens - q_tokens, true);
 }
 
 template <typename T>

@@ -132,7 +132,12 @@ cudaError_t RmsNormResidual24Fp8(const __half* x, int64_t ldx, void* residual, b
 // qkv_scales: qkv holds the FP8 qkv projection's unscaled output (Fp8InputScales, rows indexed by
 // token, columns by the qkv row's element): each value is scaled as it is read, the rotated q
 // heads are written back scaled (the k and v heads in qkv stay unscaled: attention reads them
-// from the cache).
+// from the cache). q_codes (fp8 caches; head_dim 128): the q heads of tokens from q_tokens on (a
+// step's prompt rows; the decode rows come first) are not written back but handed to the e4m3
+// prefill kernel as what it would make of them (kernels/attention.h PrefillQCodes): each
+// (token, head) row, rotated and rounded to T, as codes e4m3(x * (448 / amax)) (cvt.rn.satfinite)
+// in q_codes[t * num_heads * head_dim + head * head_dim ..] and its scale amax / 448 (1 for an
+// all-zero row) in q_code_scales[t * num_heads + head].
 template <typename T, typename C = T>
 struct RopeKvArgsT {
   T* qkv = nullptr;
@@ -151,12 +156,16 @@ struct RopeKvArgsT {
   // An fp8 cache's quantization scales (finite, positive); a T cache's must be 1.
   float k_scale = 1.0f;
   float v_scale = 1.0f;
-  Fp8InputScales qkv_scales;  // 16-byte aligned vectors
+  Fp8InputScales qkv_scales;         // 16-byte aligned vectors
+  __nv_fp8_e4m3* q_codes = nullptr;  // 16-byte aligned; null: every q head written back
+  float* q_code_scales = nullptr;
+  int32_t q_tokens = 0;
 };
 using RopeKvArgs = RopeKvArgsT<__nv_bfloat16>;
 template <typename T>
 using RopeKvArgsFp8T = RopeKvArgsT<T, __nv_fp8_e4m3>;
-// cudaErrorInvalidValue for an odd head_dim or scales as above.
+// cudaErrorInvalidValue for an odd head_dim, scales as above, or q_codes where it cannot write
+// them (a T cache, head_dim other than 128, unaligned rows, no q_code_scales, q_tokens < 0).
 cudaError_t RopeStoreKv(const RopeKvArgs& args, cudaStream_t stream);
 cudaError_t RopeStoreKv(const RopeKvArgsT<__half>& args, cudaStream_t stream);
 cudaError_t RopeStoreKv(const RopeKvArgsFp8T<__nv_bfloat16>& args, cudaStream_t stream);

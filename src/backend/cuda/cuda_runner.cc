@@ -310,6 +310,12 @@ class CudaRunner final : public CudaRunnerBase {
   int32_t logit_chunk_ = 0;  // logits rows computed per lm_head pass
   void* attn_workspace_ = nullptr;
   size_t attn_workspace_bytes_ = 0;
+  // Prompt rows' Q as e4m3 codes and row scales from RoPE for the e4m3 prefill kernel
+  // (options_.rope_q_codes and kernels::PrefillTakesQCodes): [max_num_tokens, q_size] bytes and
+  // [max_num_tokens, num_heads] floats in gate_up_'s memory, which is free from RoPE to the
+  // prefill attention (gate_up writes it later in the layer, in stream order).
+  __nv_fp8_e4m3* q_codes_ = nullptr;
+  float* q_code_scales_ = nullptr;
 
   DeviceBuffer kv_memory_;
   int32_t num_blocks_ = 0;
@@ -912,6 +918,13 @@ Status CudaRunner<T>::AllocateWorkspace() {
     attn_ = a.Take<T>(t * c.q_size());
     delta_ = a.Take<T>(t * h);
     gate_up_ = a.Take<T>(t * 2 * c.intermediate_size);
+    const int64_t code_bytes = t * (c.q_size() + int64_t{c.num_heads} * sizeof(float));
+    if (fp8_kv() && options_.rope_q_codes &&
+        code_bytes <= t * 2 * c.intermediate_size * int64_t{sizeof(T)} &&
+        kernels::PrefillTakesQCodes({c.num_heads, c.num_kv_heads, c.head_dim, 1.0f})) {
+      q_codes_ = reinterpret_cast<__nv_fp8_e4m3*>(gate_up_);
+      q_code_scales_ = reinterpret_cast<float*>(q_codes_ + t * c.q_size());
+    }
     act_ = a.Take<T>(t * c.intermediate_size);
     rows_ = a.Take<T>(int64_t{logit_chunk_} * h);
     if (options_.quantization == QuantMethod::kFp8) {
@@ -1306,9 +1319,18 @@ Status CudaRunner<T>::EnqueueAttention(int i, int32_t num_tokens, int32_t num_se
   rope.v_cache = static_cast<C*>(v_cache_[i]);
   rope.block_size = block_size_;
   rope.qkv_scales = qkv_scales;
+  // Over an fp8 cache RoPE may hand the prompt rows' q (after the decode rows) to the e4m3
+  // prefill kernel as its codes (kernels::PrefillQCodes) instead of writing it back.
+  kernels::PrefillQCodes q_codes;
   if constexpr (!std::is_same_v<C, T>) {
     rope.k_scale = k_scale_[i];
     rope.v_scale = v_scale_[i];
+    if (q_codes_ != nullptr && num_seqs > num_decode) {
+      rope.q_codes = q_codes_;
+      rope.q_code_scales = q_code_scales_;
+      rope.q_tokens = num_decode;
+      q_codes = {q_codes_, q_code_scales_};
+    }
   }
   KILN_LAUNCH(kernels::RopeStoreKv(rope, stream_));
   Mark("rope_kv_write");
@@ -1332,9 +1354,15 @@ Status CudaRunner<T>::EnqueueAttention(int i, int32_t num_tokens, int32_t num_se
   Mark("decode_attention");
   if (num_seqs > num_decode) {
     cache.block_tables = dev_.block_tables + int64_t{num_decode} * max_blocks_per_seq_;
-    KILN_LAUNCH(kernels::PagedPrefillAttention(qkv_, qkv_rows, cache, dev_.cu_seqlens + num_decode,
-                                               dev_.seq_lens + num_decode, num_seqs - num_decode,
-                                               max_q_len, dims, attn_, q, stream_));
+    if constexpr (std::is_same_v<C, T>) {
+      KILN_LAUNCH(kernels::PagedPrefillAttention(
+          qkv_, qkv_rows, cache, dev_.cu_seqlens + num_decode, dev_.seq_lens + num_decode,
+          num_seqs - num_decode, max_q_len, dims, attn_, q, stream_));
+    } else {
+      KILN_LAUNCH(kernels::PagedPrefillAttention(
+          qkv_, qkv_rows, cache, dev_.cu_seqlens + num_decode, dev_.seq_lens + num_decode,
+          num_seqs - num_decode, max_q_len, dims, attn_, q, stream_, q_codes));
+    }
   }
   Mark("prefill_attention");
   return Status::Ok();

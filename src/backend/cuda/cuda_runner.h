@@ -86,6 +86,11 @@ struct CudaRunnerOptions {
   // the norms move 9 bytes a hidden element instead of 11 (H100, 8B: 15.3 -> 13.4 ms a
   // 15,360-token prompt step; docs/benchmarks.md, session 29).
   bool residual_24bit = true;
+  // Over an fp8 KV cache on Hopper (kernels::PrefillTakesQCodes), RoPE hands the prompt rows' q
+  // to the e4m3 prefill kernel as the e4m3 codes and row scales that kernel would compute
+  // (kernels::PrefillQCodes) instead of writing the T row back: the same bits, 8 KiB less
+  // written and read a token of the 8B. false: RoPE writes q back (for A/B benchmarks).
+  bool rope_q_codes = true;
   // Skinny linear layers (decode steps of a few rows) ask L2 for up to this many bytes of the
   // next linear layer's weights as each block's stream ends (cuda::L2Prefetch), so that DRAM
   // streams through the tail and the norms, RoPE, attention and SiluMul between them. 0: none.
