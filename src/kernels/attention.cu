@@ -841,6 +841,12 @@ cudaError_t GetDeviceFigures(DeviceFigures* out) {
 
 std::atomic<PrefillKernel> g_prefill_kernel{PrefillKernel::kAuto};
 
+// PrefillTakesQCodes for a kernel choice and the device's figures.
+bool TakesQCodes(PrefillKernel kernel, const AttentionDims& dims, const DeviceFigures& f) {
+  return (kernel == PrefillKernel::kAuto || kernel == PrefillKernel::kWgmmaE4m3) &&
+         dims.head_dim == 128 && f.has_sm90_prefill;
+}
+
 bool IsAligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Checks what both launchers assume; logs the reason for a bad argument.
@@ -944,25 +950,25 @@ cudaError_t LaunchPrefill(const T* q, int64_t q_stride, const PagedKvCacheT<T, C
   if (!ValidCommon("PagedPrefillAttention", q, q_stride, kv, dims, out, out_stride, num_seqs)) {
     return cudaErrorInvalidValue;
   }
-  if (q_codes.codes != nullptr && (!kIsFp8<C> || !PrefillTakesQCodes(dims) ||
-                                   q_codes.scales == nullptr || !IsAligned16(q_codes.codes))) {
-    LOG(ERROR) << "PagedPrefillAttention: Q codes are read only by the e4m3 wgmma kernel "
-                  "(PrefillTakesQCodes), 16-byte aligned, with their scales";
-    return cudaErrorInvalidValue;
-  }
   if (max_q_len < 0 || (num_seqs > 0 && (!cu_seqlens_q || !seq_lens))) {
     LOG(ERROR) << "PagedPrefillAttention: max_q_len must be >= 0 and cu_seqlens_q, seq_lens "
                   "non-null";
     return cudaErrorInvalidValue;
   }
-  if (num_seqs == 0 || max_q_len == 0) return cudaSuccess;
   DeviceFigures f;
   if (cudaError_t e = GetDeviceFigures(&f); e != cudaSuccess) return e;
+  const PrefillKernel kernel = g_prefill_kernel.load(std::memory_order_relaxed);
+  if (q_codes.codes != nullptr && (!kIsFp8<C> || !TakesQCodes(kernel, dims, f) ||
+                                   q_codes.scales == nullptr || !IsAligned16(q_codes.codes))) {
+    LOG(ERROR) << "PagedPrefillAttention: Q codes are read only by the e4m3 wgmma kernel "
+                  "(PrefillTakesQCodes), 16-byte aligned, with their scales";
+    return cudaErrorInvalidValue;
+  }
+  if (num_seqs == 0 || max_q_len == 0) return cudaSuccess;
   PrefillParams<T, C> p{};
   FillCommon(q, q_stride, kv, seq_lens, dims, out, out_stride, &p);
   p.cu_seqlens_q = cu_seqlens_q;
   p.q_codes = q_codes;
-  const PrefillKernel kernel = g_prefill_kernel.load(std::memory_order_relaxed);
   if (dims.head_dim == 128 && f.has_sm90_prefill && kernel != PrefillKernel::kMmaSync) {
     const bool e4m3 = kIsFp8<C> && kernel != PrefillKernel::kWgmma16Bit;
     return attention_internal::LaunchPrefillSm90(p, max_q_len, num_seqs, e4m3, stream);
@@ -1065,9 +1071,9 @@ bool PrefillWgmmaAvailable() {
 }
 
 bool PrefillTakesQCodes(const AttentionDims& dims) {
-  const PrefillKernel kernel = g_prefill_kernel.load(std::memory_order_relaxed);
-  return (kernel == PrefillKernel::kAuto || kernel == PrefillKernel::kWgmmaE4m3) &&
-         dims.head_dim == 128 && PrefillWgmmaAvailable();
+  DeviceFigures f;
+  return GetDeviceFigures(&f) == cudaSuccess &&
+         TakesQCodes(g_prefill_kernel.load(std::memory_order_relaxed), dims, f);
 }
 
 cudaError_t PagedPrefillAttention(const __nv_bfloat16* q, int64_t q_stride, const PagedKvCache& kv,

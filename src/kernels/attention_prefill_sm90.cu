@@ -60,6 +60,7 @@
 namespace kiln::kernels::attention_internal {
 namespace {
 
+using dtype_internal::E4m3x4;
 using dtype_internal::E4m3x8ToVec8;
 using dtype_internal::FloatsToPair;
 using dtype_internal::PackPair;
@@ -126,15 +127,6 @@ __device__ __forceinline__ void StageQ(const PrefillParams<T, C>& p, const Prefi
     }
     *reinterpret_cast<uint4*>(smem + SwizzledOffset<kRows>(r, ch)) = v;
   }
-}
-
-// Four floats as e4m3 codes in one register (a the lowest byte), rounded to nearest, saturating
-// at +-448.
-[[maybe_unused]] __device__ __forceinline__ uint32_t E4m3x4(float a, float b, float c, float d) {
-  uint16_t lo, hi;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(b), "f"(a));
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(d), "f"(c));
-  return uint32_t{lo} | (uint32_t{hi} << 16);
 }
 
 // Warpgroup wg's 64 Q rows of the CTA as e4m3 codes with a scale a row, thread `index` of its 128

@@ -243,6 +243,16 @@ __device__ __forceinline__ float Fp8ScaledSum(float y, float row_scale, float co
   return __fadd_rn(__fmul_rn(__fmul_rn(y, row_scale), col_scale), bias);
 }
 
+// Four floats as e4m3 codes in one register (a the lowest byte), rounded to nearest, saturating
+// at +-448: how the e4m3 prefill kernel rounds Q rows and P, and how RoPE makes the Q codes it
+// hands that kernel (kernels/attention.h PrefillQCodes), so both give the same bytes.
+__device__ __forceinline__ uint32_t E4m3x4(float a, float b, float c, float d) {
+  uint16_t lo, hi;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(b), "f"(a));
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(d), "f"(c));
+  return uint32_t{lo} | (uint32_t{hi} << 16);
+}
+
 // The e4m3 code of v, rounded to nearest even; |v| beyond 448 saturates to +-448 (never NaN).
 __device__ __forceinline__ __nv_fp8_e4m3 ToE4m3Sat(float v) {
   __nv_fp8_e4m3 r;

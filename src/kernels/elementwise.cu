@@ -547,22 +547,11 @@ constexpr int kRopeVecMaxHalf = 256;
 // the batch-1 decode step shows (H100, Llama-3.1-8B FP8: 3.484 ms, 3.490 with 8 pairs a thread).
 constexpr int kRopeVecMinTokens = 16;
 
-// Eight floats times inv as e4m3 codes, x[0] at the lowest address: cvt.rn.satfinite of each
-// product, as the e4m3 prefill kernel rounds its Q rows (attention_prefill_sm90.cu E4m3x4).
+// Eight floats times inv as e4m3 codes, x[0] at the lowest address: the e4m3 prefill kernel's
+// rounding of its Q rows (dtype_internal::E4m3x4 of each product).
 __device__ __forceinline__ uint2 E4m3x8Times(const float (&x)[8], float inv) {
-  uint32_t w[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    uint16_t lo, hi;
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n"
-        : "=h"(lo)
-        : "f"(x[4 * i + 1] * inv), "f"(x[4 * i] * inv));
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n"
-        : "=h"(hi)
-        : "f"(x[4 * i + 3] * inv), "f"(x[4 * i + 2] * inv));
-    w[i] = uint32_t{lo} | (uint32_t{hi} << 16);
-  }
-  return make_uint2(w[0], w[1]);
+  return make_uint2(dtype_internal::E4m3x4(x[0] * inv, x[1] * inv, x[2] * inv, x[3] * inv),
+                    dtype_internal::E4m3x4(x[4] * inv, x[5] * inv, x[6] * inv, x[7] * inv));
 }
 
 // kQCodes: the q heads go to a.q_codes as e4m3 codes (RopeKvArgsT; head_dim 128, so a head's 8
