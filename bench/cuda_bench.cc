@@ -24,6 +24,7 @@
 //                          [--kv-cache-dtype auto|fp8]
 //                          [--fp32-residual]  (FP8: no 24-bit residual stream, CudaRunnerOptions)
 //                          [--no-rope-q-codes]  (fp8 cache: RoPE writes q back in T)
+//                          [--no-fused-gate-up]  (FP8: cuBLASLt's gate_up, then SiluMulFp8)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -209,6 +210,7 @@ int main(int argc, char** argv) {
   std::string quantization, kv_cache_dtype;  // "": the engine's defaults
   bool fp32_residual = false;
   bool no_rope_q_codes = false;
+  bool no_fused_gate_up = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -248,6 +250,8 @@ int main(int argc, char** argv) {
       fp32_residual = true;
     } else if (a == "--no-rope-q-codes") {
       no_rope_q_codes = true;
+    } else if (a == "--no-fused-gate-up") {
+      no_fused_gate_up = true;
     } else if (a == "--no-async-scheduling") {
       async_scheduling = false;
     } else if (a == "--skip-offline") {
@@ -290,6 +294,7 @@ int main(int argc, char** argv) {
   if (!kv_cache_dtype.empty()) options.kv_cache_dtype = kv_cache_dtype;
   options.residual_24bit = !fp32_residual;
   options.rope_q_codes = !no_rope_q_codes;
+  options.fused_gate_up = !no_fused_gate_up;
   auto policy = ParseCapacityPolicy(capacity_policy);
   if (!policy.ok()) {
     std::fprintf(stderr, "cuda_bench: %s\n", policy.status().ToString().c_str());

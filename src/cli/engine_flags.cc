@@ -51,6 +51,9 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
                 "CUDA FP8: keep the residual stream in fp32 in steps of 48 tokens or more too "
                 "(default there: 24 bits a value, 16 significant; fewer bytes in the norms, "
                 "docs/quantization.md)");
+  cmd->add_flag("--no-fused-gate-up", f->no_fused_gate_up,
+                "CUDA, FP8 prompt steps on Hopper: cuBLASLt's gate_up GEMM then SiluMul, instead "
+                "of the GEMM with SiluMul in its epilogue (for measuring the fusion)");
   cmd->add_flag("--no-rope-q-codes", f->no_rope_q_codes,
                 "CUDA, fp8 KV cache on Hopper: RoPE writes the prompt rows' queries back in the "
                 "activation type and prompt attention rounds them to e4m3, instead of RoPE "
@@ -113,6 +116,7 @@ Result<LlmOptions> ToLlmOptions(const EngineFlags& f) {
   options.e4m3_prefill_attention = !f.no_e4m3_prefill_attention;
   options.residual_24bit = !f.fp32_residual;
   options.rope_q_codes = !f.no_rope_q_codes;
+  options.fused_gate_up = !f.no_fused_gate_up;
   options.fuse_activation_quant = !f.no_fused_quant;
   if (!f.l2_prefetch.empty()) {
     auto bytes = f.l2_prefetch == "0" ? Result<int64_t>(int64_t{0}) : ParseByteSize(f.l2_prefetch);

@@ -26,6 +26,7 @@ struct EngineFlags {
   bool no_e4m3_prefill_attention = false;
   bool fp32_residual = false;
   bool no_rope_q_codes = false;
+  bool no_fused_gate_up = false;
   int32_t block_size = 16;
   int32_t max_num_seqs = 0;  // 0 = AutomaticMaxNumSeqs
   int32_t max_num_batched_tokens = 2048;

@@ -72,6 +72,8 @@ struct LlmOptions {
   bool residual_24bit = true;
   // CUDA, fp8 KV cache on Hopper: RoPE writes prompt rows' Q as e4m3 codes (CudaRunnerOptions).
   bool rope_q_codes = true;
+  // CUDA, FP8 prompt steps on Hopper: SiluMul in the gate_up GEMM's epilogue (CudaRunnerOptions).
+  bool fused_gate_up = true;
   // CUDA: bytes of the next linear layer's weights each decode linear layer asks L2 for
   // (CudaRunnerOptions::l2_prefetch_bytes); unset: the runner's default.
   std::optional<int64_t> l2_prefetch_bytes;

@@ -260,4 +260,16 @@ __device__ __forceinline__ __nv_fp8_e4m3 ToE4m3Sat(float v) {
   return r;
 }
 
+// silu(x) = x / (1 + e^-x) in five instructions: e^-x as __expf computes it but flushing
+// results below 2^-126 to zero (1 + e^-x rounds to 1 either way), and the quotient as
+// rcp.approx's product (__fdividef: within 2 ulps; 0 where 1 + e^-x passes 2^126, i.e. x below
+// -87.3, where silu is below 1e-36). The IEEE division it replaced cost ~12 instructions with
+// its range check, and SiluMulFp8 was bound by its instructions (docs/kernels.md). Shared by
+// SiluMul* and Fp8GateUpSilu's epilogue, which must give the same bits.
+__device__ __forceinline__ float Silu(float x) {
+  float e;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.4426950408889634f));
+  return __fdividef(x, 1.0f + e);
+}
+
 }  // namespace kiln::kernels::dtype_internal

@@ -22,6 +22,7 @@ using dtype_internal::kFp8MinScale;
 using dtype_internal::kIsFp8;
 using dtype_internal::PairToFloat2;
 using dtype_internal::RoundTo;
+using dtype_internal::Silu;
 using dtype_internal::ToFloat;
 using dtype_internal::Vec8;
 
@@ -645,17 +646,6 @@ __global__ void RopeStoreKvVec8Kernel(RopeKvArgsT<T, C> a, int32_t token0) {
       }
     }
   }
-}
-
-// silu(x) = x / (1 + e^-x) in five instructions: e^-x as __expf computes it but flushing
-// results below 2^-126 to zero (1 + e^-x rounds to 1 either way), and the quotient as
-// rcp.approx's product (__fdividef: within 2 ulps; 0 where 1 + e^-x passes 2^126, i.e. x below
-// -87.3, where silu is below 1e-36). The IEEE division it replaced cost ~12 instructions with
-// its range check, and SiluMulFp8 was bound by its instructions (docs/kernels.md).
-__device__ __forceinline__ float Silu(float x) {
-  float e;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.4426950408889634f));
-  return __fdividef(x, 1.0f + e);
 }
 
 // silu(g) * u at HF's rounding points: act_fn(gate) is rounded to the model's dtype before the

@@ -31,6 +31,7 @@
 #include "core/logging.h"
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
+#include "kernels/fp8_gate_up.h"
 #include "kernels/kv_swap.h"
 #include "kernels/launch.h"
 #include "kernels/quant.h"
@@ -230,6 +231,7 @@ class CudaRunner final : public CudaRunnerBase {
   // residual stream in 24 bits instead of fp32 (EnqueueForward).
   bool FusedFp8(int32_t num_tokens) const;
   bool FusedScales(int32_t num_tokens) const;
+  bool FusedGateUp(int32_t num_tokens) const;
   bool Residual24(int32_t num_tokens) const;
   // Layer i's RoPE + KV write and attention, over a cache of element type C (T or e4m3).
   // qkv_scales: qkv_ holds the FP8 qkv projection's unscaled sums (RopeStoreKv scales them).
@@ -1159,6 +1161,14 @@ bool CudaRunner<T>::FusedScales(int32_t num_tokens) const {
 // Where the stream is 24-bit: the FP8 steps whose activations are e4m3 codes (3 significant
 // bits, rounded per token), next to which the stream's 16 bits add no error that shows
 // (docs/quantization.md), and whose norms move enough bytes to matter.
+// Prompt steps (Gemm::kFp8PromptRows tokens or more, where it was measured: docs/benchmarks.md)
+// run gate_up as kernels::Fp8GateUpSilu where the kernel takes the shapes.
+template <typename T>
+bool CudaRunner<T>::FusedGateUp(int32_t num_tokens) const {
+  return options_.fused_gate_up && FusedScales(num_tokens) &&
+         num_tokens >= cuda::Gemm::kFp8PromptRows;
+}
+
 template <typename T>
 bool CudaRunner<T>::Residual24(int32_t num_tokens) const {
   return options_.residual_24bit && config_.hidden_size % 16 == 0 && FusedScales(num_tokens);
@@ -1259,9 +1269,25 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
     KILN_LAUNCH(norm(/*init=*/false, l.post_norm, l.gate_up));
     Mark("rms_norm");
     kernels::Fp8InputScales gate_up_scales;
+    // With SiluMul in the GEMM's epilogue (FusedGateUp), act_ holds the bf16 products.
+    bool products = false;
     if (fused_scales) {
-      KILN_RETURN_IF_ERROR(unscaled(l.gate_up, 2 * inter, h, gate_up_));
       gate_up_scales = ScalesOf(fp8_scratch_.scale, l.gate_up, l.gate_up_bias);
+      kernels::Fp8GateUpSiluArgs g;
+      g.x = fp8_scratch_.x;
+      g.m = num_tokens;
+      g.k = h;
+      g.w = l.gate_up.fp8.w;
+      g.dim = inter;
+      g.scales = gate_up_scales;
+      g.out = reinterpret_cast<__nv_bfloat16*>(act_);
+      g.ldo = inter;
+      products = FusedGateUp(num_tokens) && kernels::Fp8GateUpSiluSupported(g);
+      if (products) {
+        KILN_LAUNCH(kernels::Fp8GateUpSilu(g, stream_));
+      } else {
+        KILN_RETURN_IF_ERROR(unscaled(l.gate_up, 2 * inter, h, gate_up_));
+      }
     } else {
       KILN_RETURN_IF_ERROR(linear(x_, l.gate_up, 2 * inter, h, l.gate_up_bias, gate_up_,
                                   PrefetchOf(l.down, h, inter)));
@@ -1269,12 +1295,23 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
     Mark("gate_up");
     // down's input scales: where SiluMulFp8 writes them.
     float* down_scales = fused_scales ? fp8_scales_b_ : fp8_scratch_.scale;
-    KILN_LAUNCH(fused_fp8
-                    ? kernels::SiluMulFp8(gate_up_, 2 * inter, num_tokens, c.intermediate_size,
-                                          fp8_scratch_.x, inter, down_scales,
-                                          l.down.fp8.input_scale, stream_, gate_up_scales)
-                    : kernels::SiluMul(gate_up_, 2 * inter, num_tokens, c.intermediate_size, act_,
-                                       inter, stream_));
+    if (products) {
+      // down's input: the products quantized per token, the codes SiluMulFp8 would write.
+      const auto* act = reinterpret_cast<const __nv_bfloat16*>(act_);
+      KILN_LAUNCH(l.down.fp8.input_scale != nullptr
+                      ? kernels::QuantizeRowsFp8Static(act, inter, num_tokens, inter,
+                                                       l.down.fp8.input_scale, fp8_scratch_.x,
+                                                       inter, down_scales, stream_)
+                      : kernels::QuantizeRowsFp8(act, inter, num_tokens, inter, fp8_scratch_.x,
+                                                 inter, down_scales, stream_));
+    } else {
+      KILN_LAUNCH(fused_fp8
+                      ? kernels::SiluMulFp8(gate_up_, 2 * inter, num_tokens, c.intermediate_size,
+                                            fp8_scratch_.x, inter, down_scales,
+                                            l.down.fp8.input_scale, stream_, gate_up_scales)
+                      : kernels::SiluMul(gate_up_, 2 * inter, num_tokens, c.intermediate_size, act_,
+                                         inter, stream_));
+    }
     Mark("silu_mul");
     if (fused_scales && !last) {
       KILN_RETURN_IF_ERROR(unscaled(l.down, h, inter, delta_));

@@ -91,6 +91,11 @@ struct CudaRunnerOptions {
   // (kernels::PrefillQCodes) instead of writing the T row back: the same bits, 8 KiB less
   // written and read a token of the 8B. false: RoPE writes q back (for A/B benchmarks).
   bool rope_q_codes = true;
+  // FP8 prompt steps on Hopper (kernels::Fp8GateUpSilu): the gate_up GEMM computes SiluMul in
+  // its epilogue and writes the bf16 products, which QuantizeRowsFp8 turns into down's input;
+  // half the bytes of the bf16 gate and up sums are never written or read. false: cuBLASLt's
+  // GEMM and SiluMulFp8 (for A/B benchmarks).
+  bool fused_gate_up = true;
   // Skinny linear layers (decode steps of a few rows) ask L2 for up to this many bytes of the
   // next linear layer's weights as each block's stream ends (cuda::L2Prefetch), so that DRAM
   // streams through the tail and the norms, RoPE, attention and SiluMul between them. 0: none.
