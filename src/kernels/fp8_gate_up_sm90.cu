@@ -31,9 +31,11 @@
 
 #include <algorithm>
 #include <array>
+#include <mutex>
 
 #include "kernels/attention_wgmma.cuh"
 #include "kernels/dtype_traits.cuh"
+#include "kernels/launch.h"
 
 #if defined(KILN_SM90A) && defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define KILN_GATE_UP_SM90 1
@@ -355,33 +357,29 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// The device's figures this launcher needs, looked up once a device.
-struct DeviceInfo {
-  bool sm90 = false;
-  int sms = 0;
-};
-cudaError_t GetDeviceInfo(DeviceInfo* info) {
-  static std::array<DeviceInfo, 64> cache{};
-  static std::array<bool, 64> known{};
+// Whether the current device runs the kernel (compute capability 9.0), with its dynamic shared
+// memory granted: looked up and set up once a device.
+[[maybe_unused]] bool DeviceRunsKernel() {
+  static std::mutex mu;
+  static std::array<int8_t, 64> runs{};  // per device ordinal: 0 not known yet, 1 yes, -1 no
   int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess) return e;
-  if (dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
-  if (!known[dev]) {
-    int major = 0, minor = 0, sms = 0;
-    e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    if (e == cudaSuccess)
-      e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (e == cudaSuccess)
-      e = cudaFuncSetAttribute(GateUpSiluKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               kSmemBytes);
-    if (e != cudaSuccess) return e;
-    cache[dev] = {major == 9 && minor == 0, sms};
-    known[dev] = true;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= static_cast<int>(runs.size())) {
+    return false;
   }
-  *info = cache[dev];
-  return cudaSuccess;
+  std::lock_guard<std::mutex> lock(mu);
+  if (runs[dev] == 0) {
+    int major = 0, minor = 0;
+    const bool sm90 =
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+        major == 9 && minor == 0;
+    runs[dev] =
+        sm90 && cudaFuncSetAttribute(GateUpSiluKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     kSmemBytes) == cudaSuccess
+            ? 1
+            : -1;
+  }
+  return runs[dev] == 1;
 }
 
 // cuTensorMapEncodeTiled from the driver (no link against libcuda); null where it is missing.
@@ -425,10 +423,7 @@ bool Fp8GateUpSiluSupported(const Fp8GateUpSiluArgs& a) {
   (void)a;
   return false;
 #else
-  DeviceInfo info;
-  if (GetDeviceInfo(&info) != cudaSuccess || !info.sm90 || TensorMapEncoder() == nullptr) {
-    return false;
-  }
+  if (!DeviceRunsKernel() || TensorMapEncoder() == nullptr) return false;
   constexpr int64_t kMax = int64_t{1} << 31;
   const int64_t m_tiles = (a.m + kTileM - 1) / kTileM;
   return a.x != nullptr && a.w != nullptr && a.out != nullptr && a.scales.row != nullptr &&
@@ -443,9 +438,6 @@ bool Fp8GateUpSiluSupported(const Fp8GateUpSiluArgs& a) {
 cudaError_t Fp8GateUpSilu(const Fp8GateUpSiluArgs& a, cudaStream_t stream) {
   if (!Fp8GateUpSiluSupported(a)) return cudaErrorInvalidValue;
   if (a.m == 0) return cudaSuccess;
-  DeviceInfo info;
-  cudaError_t e = GetDeviceInfo(&info);
-  if (e != cudaSuccess) return e;
   CUtensorMap x_map, w_map;
   if (!EncodeRows(a.x, a.m, a.k, &x_map) || !EncodeRows(a.w, 2 * a.dim, a.k, &w_map)) {
     return cudaErrorInvalidValue;
@@ -462,7 +454,7 @@ cudaError_t Fp8GateUpSilu(const Fp8GateUpSiluArgs& a, cudaStream_t stream) {
   p.bias = a.scales.bias;
   p.out = a.out;
   p.ldo = a.ldo;
-  const int blocks = std::min(p.num_tiles, info.sms);
+  const int blocks = std::min(p.num_tiles, CurrentDeviceSmCount());
   GateUpSiluKernel<<<blocks, kThreads, kSmemBytes, stream>>>(x_map, w_map, p);
   return cudaGetLastError();
 }
