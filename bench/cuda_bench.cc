@@ -25,6 +25,7 @@
 //                          [--fp32-residual]  (FP8: no 24-bit residual stream, CudaRunnerOptions)
 //                          [--no-rope-q-codes]  (fp8 cache: RoPE writes q back in T)
 //                          [--no-fused-gate-up]  (FP8: cuBLASLt's gate_up, then SiluMulFp8)
+//                          [--fused-decode]  (FP8 batch 1: every layer in one kernel)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -211,6 +212,7 @@ int main(int argc, char** argv) {
   bool fp32_residual = false;
   bool no_rope_q_codes = false;
   bool no_fused_gate_up = false;
+  bool fused_decode = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -252,6 +254,8 @@ int main(int argc, char** argv) {
       no_rope_q_codes = true;
     } else if (a == "--no-fused-gate-up") {
       no_fused_gate_up = true;
+    } else if (a == "--fused-decode") {
+      fused_decode = true;
     } else if (a == "--no-async-scheduling") {
       async_scheduling = false;
     } else if (a == "--skip-offline") {
@@ -295,6 +299,7 @@ int main(int argc, char** argv) {
   options.residual_24bit = !fp32_residual;
   options.rope_q_codes = !no_rope_q_codes;
   options.fused_gate_up = !no_fused_gate_up;
+  options.fused_decode = fused_decode;
   auto policy = ParseCapacityPolicy(capacity_policy);
   if (!policy.ok()) {
     std::fprintf(stderr, "cuda_bench: %s\n", policy.status().ToString().c_str());

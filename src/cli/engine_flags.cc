@@ -54,6 +54,10 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
   cmd->add_flag("--no-fused-gate-up", f->no_fused_gate_up,
                 "CUDA, FP8 prompt steps on Hopper: cuBLASLt's gate_up GEMM then SiluMul, instead "
                 "of the GEMM with SiluMul in its epilogue (for measuring the fusion)");
+  cmd->add_flag("--fused-decode", f->fused_decode,
+                "CUDA, FP8 batch-1 decode on Hopper (experimental): every decoder layer in one "
+                "persistent kernel instead of a kernel per op; still slower on the H100 "
+                "(docs/benchmarks.md)");
   cmd->add_flag("--no-rope-q-codes", f->no_rope_q_codes,
                 "CUDA, fp8 KV cache on Hopper: RoPE writes the prompt rows' queries back in the "
                 "activation type and prompt attention rounds them to e4m3, instead of RoPE "
@@ -117,6 +121,7 @@ Result<LlmOptions> ToLlmOptions(const EngineFlags& f) {
   options.residual_24bit = !f.fp32_residual;
   options.rope_q_codes = !f.no_rope_q_codes;
   options.fused_gate_up = !f.no_fused_gate_up;
+  options.fused_decode = f.fused_decode;
   options.fuse_activation_quant = !f.no_fused_quant;
   if (!f.l2_prefetch.empty()) {
     auto bytes = f.l2_prefetch == "0" ? Result<int64_t>(int64_t{0}) : ParseByteSize(f.l2_prefetch);

@@ -167,6 +167,7 @@ Result<std::unique_ptr<ModelRunner>> CreateRunner(const Checkpoint& checkpoint,
     cuda.residual_24bit = options.residual_24bit;
     cuda.rope_q_codes = options.rope_q_codes;
     cuda.fused_gate_up = options.fused_gate_up;
+    cuda.fused_decode = options.fused_decode;
     cuda.profile_ops = options.profile_cuda_ops;
     if (options.l2_prefetch_bytes.has_value()) cuda.l2_prefetch_bytes = *options.l2_prefetch_bytes;
     cuda.upload_progress = options.load_progress;

@@ -74,6 +74,9 @@ struct LlmOptions {
   bool rope_q_codes = true;
   // CUDA, FP8 prompt steps on Hopper: SiluMul in the gate_up GEMM's epilogue (CudaRunnerOptions).
   bool fused_gate_up = true;
+  // CUDA, FP8 batch-1 decode on Hopper: every decoder layer in one kernel (CudaRunnerOptions;
+  // experimental, off by default).
+  bool fused_decode = false;
   // CUDA: bytes of the next linear layer's weights each decode linear layer asks L2 for
   // (CudaRunnerOptions::l2_prefetch_bytes); unset: the runner's default.
   std::optional<int64_t> l2_prefetch_bytes;

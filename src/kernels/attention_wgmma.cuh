@@ -102,6 +102,13 @@ __device__ __forceinline__ void CpAsyncArrive(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 #endif
 }
+// The transaction bytes the next phase of `bar` waits for, with this thread's arrival.
+__device__ __forceinline__ void ArriveExpectTx(uint32_t bar, uint32_t bytes) {
+#ifdef KILN_WGMMA
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+#endif
+}
 // Returns once the phase of parity `parity` has completed.
 __device__ __forceinline__ void MbarrierWait(uint32_t bar, uint32_t parity) {
 #ifdef KILN_WGMMA

@@ -272,4 +272,22 @@ __device__ __forceinline__ float Silu(float x) {
   return __fdividef(x, 1.0f + e);
 }
 
+// silu(g) * u at HF's rounding points (act_fn(gate) rounded to the model's dtype before the
+// product with up), for g and u already T values held as floats: the product as a float (a T
+// value). SiluMul* (elementwise.cu) and FusedDecode.
+template <typename T>
+__device__ __forceinline__ float SiluTimesExact(float x, float u) {
+  return RoundTo<T>(RoundTo<T>(Silu(x)) * u);
+}
+
+// (x0, x1) rotated by the angle of (c, s): x0 c - x1 s, x1 c + x0 s, each with one product
+// rounded and the other fused, as nvcc contracted the plain expression in the first kernel (so
+// the RoPE kernels (elementwise.cu) and FusedDecode give the same bits as it did).
+__device__ __forceinline__ void RotatePair(float c, float s, float& x0, float& x1) {
+  const float y0 = __fmaf_rn(x0, c, -__fmul_rn(x1, s));
+  const float y1 = __fmaf_rn(x1, c, __fmul_rn(x0, s));
+  x0 = y0;
+  x1 = y1;
+}
+
 }  // namespace kiln::kernels::dtype_internal

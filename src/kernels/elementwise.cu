@@ -21,8 +21,10 @@ using dtype_internal::kFp8Max;
 using dtype_internal::kFp8MinScale;
 using dtype_internal::kIsFp8;
 using dtype_internal::PairToFloat2;
+using dtype_internal::RotatePair;
 using dtype_internal::RoundTo;
 using dtype_internal::Silu;
+using dtype_internal::SiluTimesExact;
 using dtype_internal::ToFloat;
 using dtype_internal::Vec8;
 
@@ -453,16 +455,6 @@ cudaError_t LaunchRmsNorm(const T* x, int64_t ldx, R* residual, NormResidual mod
   }
 }
 
-// (x0, x1) rotated by the angle of (c, s): x0 c - x1 s, x1 c + x0 s, each with one product
-// rounded and the other fused, as nvcc contracted the plain expression in the first kernel (so
-// both RoPE kernels give the same bits as it did).
-__device__ __forceinline__ void RotatePair(float c, float s, float& x0, float& x1) {
-  const float y0 = __fmaf_rn(x0, c, -__fmul_rn(x1, s));
-  const float y1 = __fmaf_rn(x1, c, __fmul_rn(x0, s));
-  x0 = y0;
-  x1 = y1;
-}
-
 // The cache row that k or v head `head` of a fused qkv row (head >= num_heads) goes to for the
 // token in cache slot `slot`, and that cache's fp8 scale (1 for a T cache).
 template <typename T, typename C>
@@ -650,12 +642,6 @@ __global__ void RopeStoreKvVec8Kernel(RopeKvArgsT<T, C> a, int32_t token0) {
 
 // silu(g) * u at HF's rounding points: act_fn(gate) is rounded to the model's dtype before the
 // product with up.
-// SiluTimesExact: for g and u already T values held as floats, the product as a float (a T
-// value).
-template <typename T>
-__device__ __forceinline__ float SiluTimesExact(float x, float u) {
-  return RoundTo<T>(RoundTo<T>(Silu(x)) * u);
-}
 template <typename T>
 __device__ __forceinline__ T SiluTimes(T g, T u) {
   return FromFloat<T>(SiluTimesExact<T>(ToFloat(g), ToFloat(u)));

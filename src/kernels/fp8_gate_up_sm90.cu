@@ -33,6 +33,7 @@
 #include <array>
 #include <mutex>
 
+#include "kernels/attention_mma.cuh"
 #include "kernels/attention_wgmma.cuh"
 #include "kernels/dtype_traits.cuh"
 #include "kernels/launch.h"
@@ -46,11 +47,13 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 // The wgmma building blocks of the prefill kernel (descriptors, fences, mbarriers).
+using attention_internal::ArriveExpectTx;
 using attention_internal::FenceMbarrierInit;
 using attention_internal::MbarrierArrive;
 using attention_internal::MbarrierInit;
 using attention_internal::MbarrierWait;
 using attention_internal::SetMaxRegisters;
+using attention_internal::SmemAddr;
 using attention_internal::SmemDescSw128;
 using attention_internal::WgmmaCommit;
 using attention_internal::WgmmaFence;
@@ -96,18 +99,6 @@ struct GateUpParams {
   const int in = tile - group * per_group;
   *mt = first + in % rows;
   *nt = in / rows;
-}
-
-[[maybe_unused]] __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// The transaction bytes the next phase of `bar` waits for, with this thread's arrival.
-[[maybe_unused]] __device__ __forceinline__ void ArriveExpectTx(uint32_t bar, uint32_t bytes) {
-#ifdef KILN_GATE_UP_SM90
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-#endif
 }
 
 // A 2-D TMA copy of the box at (inner byte x, row y) of `map` into shared memory at dst,
@@ -360,26 +351,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 // Whether the current device runs the kernel (compute capability 9.0), with its dynamic shared
 // memory granted: looked up and set up once a device.
 [[maybe_unused]] bool DeviceRunsKernel() {
-  static std::mutex mu;
-  static std::array<int8_t, 64> runs{};  // per device ordinal: 0 not known yet, 1 yes, -1 no
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= static_cast<int>(runs.size())) {
-    return false;
-  }
-  std::lock_guard<std::mutex> lock(mu);
-  if (runs[dev] == 0) {
-    int major = 0, minor = 0;
-    const bool sm90 =
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
-        major == 9 && minor == 0;
-    runs[dev] =
-        sm90 && cudaFuncSetAttribute(GateUpSiluKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     kSmemBytes) == cudaSuccess
-            ? 1
-            : -1;
-  }
-  return runs[dev] == 1;
+  static PerDeviceFact runs;
+  return runs.Get([](int device) {
+    return ComputeCapabilityIs(device, 9, 0) &&
+           cudaFuncSetAttribute(GateUpSiluKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                kSmemBytes) == cudaSuccess;
+  });
 }
 
 // cuTensorMapEncodeTiled from the driver (no link against libcuda); null where it is missing.

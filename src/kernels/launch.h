@@ -5,6 +5,11 @@
 // later (docs/kernels.md, "Programmatic dependent launch").
 #pragma once
 
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+
 namespace kiln::kernels {
 
 void SetProgrammaticLaunch(bool on);
@@ -13,5 +18,20 @@ bool ProgrammaticLaunch();
 // The current device's SM count, queried once per device (132, an H100's, if the query fails):
 // what kernels size their grids or splits by.
 int CurrentDeviceSmCount();
+
+// A yes-or-no fact about a device (whether a kernel runs there, set up for it), found by `probe`
+// (given the device ordinal, under the lock) the first time the current device asks, then
+// remembered: one instance a fact, thread-safe. False when the device cannot be asked.
+class PerDeviceFact {
+ public:
+  bool Get(const std::function<bool(int device)>& probe);
+
+ private:
+  std::mutex mu_;
+  std::array<int8_t, 64> known_{};  // per device ordinal: 0 not known yet, 1 yes, -1 no
+};
+
+// Whether `device` has compute capability major.minor.
+bool ComputeCapabilityIs(int device, int major, int minor);
 
 }  // namespace kiln::kernels

@@ -30,6 +30,7 @@
 #include "core/dtype.h"
 #include "core/logging.h"
 #include "kernels/attention.h"
+#include "kernels/decode_fused.h"
 #include "kernels/elementwise.h"
 #include "kernels/fp8_gate_up.h"
 #include "kernels/kv_swap.h"
@@ -232,6 +233,9 @@ class CudaRunner final : public CudaRunnerBase {
   bool FusedFp8(int32_t num_tokens) const;
   bool FusedScales(int32_t num_tokens) const;
   bool FusedGateUp(int32_t num_tokens) const;
+  // Fills fused_layers_ and fused_args_ for the current KV cache and step arrays, and sets
+  // fused_decode_ where kernels::FusedDecode takes the model (CudaRunnerOptions::fused_decode).
+  Status PrepareFusedDecode();
   bool Residual24(int32_t num_tokens) const;
   // Layer i's RoPE + KV write and attention, over a cache of element type C (T or e4m3).
   // qkv_scales: qkv_ holds the FP8 qkv projection's unscaled sums (RopeStoreKv scales them).
@@ -318,6 +322,13 @@ class CudaRunner final : public CudaRunnerBase {
   // prefill attention (gate_up writes it later in the layer, in stream order).
   __nv_fp8_e4m3* q_codes_ = nullptr;
   float* q_code_scales_ = nullptr;
+  // FP8 batch-1 decode steps as one kernel (PrepareFusedDecode): the layers' weights and caches
+  // (device array), the kernel's partials and counters (zeroed with the workspace).
+  kernels::FusedDecodeLayer* fused_layers_ = nullptr;
+  float* fused_partials_ = nullptr;
+  uint32_t* fused_sync_ = nullptr;
+  kernels::FusedDecodeArgs fused_args_;
+  bool fused_decode_ = false;
 
   DeviceBuffer kv_memory_;
   int32_t num_blocks_ = 0;
@@ -961,6 +972,13 @@ Status CudaRunner<T>::AllocateWorkspace() {
     }
     logits_ = a.Take<float>(int64_t{logit_chunk_} * c.vocab_size);
     attn_workspace_ = a.Take<uint8_t>(static_cast<int64_t>(attn_workspace_bytes_));
+    if (options_.quantization == QuantMethod::kFp8 && options_.fused_decode) {
+      fused_layers_ = a.Take<kernels::FusedDecodeLayer>(c.num_layers);
+      fused_partials_ = a.Take<float>(static_cast<int64_t>(
+          kernels::FusedDecodeWorkspaceBytes(c.num_heads, c.head_dim) / sizeof(float)));
+      fused_sync_ = a.Take<uint32_t>(
+          static_cast<int64_t>(kernels::FusedDecodeSyncBytes(c.num_kv_heads) / sizeof(uint32_t)));
+    }
   };
   Arena sizing(nullptr);
   place(sizing);
@@ -1105,6 +1123,7 @@ Status CudaRunner<T>::AllocateKvCache(int32_t num_blocks, int32_t block_size) {
   KILN_ASSIGN_OR_RETURN(sampling_workspace_,
                         DeviceBuffer::Allocate(std::max<size_t>(
                             1, kernels::SamplingWorkspaceBytes(cap.seqs, config_.vocab_size))));
+  KILN_RETURN_IF_ERROR(PrepareFusedDecode());
   if (options_.enable_cuda_graphs) {
     const auto start = std::chrono::steady_clock::now();
     KILN_RETURN_IF_ERROR(CaptureGraphs());
@@ -1170,6 +1189,74 @@ bool CudaRunner<T>::FusedGateUp(int32_t num_tokens) const {
 }
 
 template <typename T>
+Status CudaRunner<T>::PrepareFusedDecode() {
+  fused_decode_ = false;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    if (fused_layers_ == nullptr) return Status::Ok();
+    const ModelConfig& c = config_;
+    std::vector<kernels::FusedDecodeLayer> layers(c.num_layers);
+    for (int i = 0; i < c.num_layers; ++i) {
+      const LayerWeights<T>& w = layers_[i];
+      // Every linear layer in e4m3 (a pre-quantized checkpoint may leave some in T).
+      if (w.qkv.fp8.w == nullptr || w.o.fp8.w == nullptr || w.gate_up.fp8.w == nullptr ||
+          w.down.fp8.w == nullptr) {
+        return Status::Ok();
+      }
+      kernels::FusedDecodeLayer& f = layers[i];
+      f.input_norm = w.input_norm;
+      f.post_norm = w.post_norm;
+      f.qkv = w.qkv.fp8.w;
+      f.qkv_scale = w.qkv.fp8.scale;
+      f.qkv_bias = w.qkv_bias;
+      f.o = w.o.fp8.w;
+      f.o_scale = w.o.fp8.scale;
+      f.o_bias = w.o_bias;
+      f.gate_up = w.gate_up.fp8.w;
+      f.gate_up_scale = w.gate_up.fp8.scale;
+      f.gate_up_bias = w.gate_up_bias;
+      f.down = w.down.fp8.w;
+      f.down_scale = w.down.fp8.scale;
+      f.down_bias = w.down_bias;
+      f.k_cache = k_cache_[i];
+      f.v_cache = v_cache_[i];
+      f.k_scale = k_scale_[i];
+      f.v_scale = v_scale_[i];
+      if (!kernels::FusedDecodeLayerOk(f, fp8_kv())) return Status::Ok();
+    }
+    kernels::FusedDecodeArgs& a = fused_args_;
+    a.layers = fused_layers_;
+    a.num_layers = c.num_layers;
+    a.hidden = c.hidden_size;
+    a.intermediate = c.intermediate_size;
+    a.num_heads = c.num_heads;
+    a.num_kv_heads = c.num_kv_heads;
+    a.head_dim = c.head_dim;
+    a.rms_eps = c.rms_norm_eps;
+    a.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    a.fp8_cache = fp8_kv();
+    a.inv_freq = inv_freq_;
+    a.interleaved_rope = interleaved_rope_;
+    a.position = dev_.positions;
+    a.slot = dev_.slots;
+    a.seq_len = dev_.seq_lens;
+    a.block_table = dev_.block_tables;
+    a.block_size = block_size_;
+    a.delta = delta_;
+    a.residual = h_;
+    a.qkv_out = qkv_;
+    a.attn_out = attn_;
+    a.act_out = act_;
+    a.partials = fused_partials_;
+    a.sync = fused_sync_;
+    if (!kernels::FusedDecodeSupported(a)) return Status::Ok();
+    KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(
+        fused_layers_, layers.data(), layers.size() * sizeof(layers[0]), cudaMemcpyHostToDevice));
+    fused_decode_ = true;
+  }
+  return Status::Ok();
+}
+
+template <typename T>
 bool CudaRunner<T>::Residual24(int32_t num_tokens) const {
   return options_.residual_24bit && config_.hidden_size % 16 == 0 && FusedScales(num_tokens);
 }
@@ -1186,6 +1273,15 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
   KILN_LAUNCH(kernels::EmbeddingLookup(dev_.token_ids, num_tokens, embedding_, c.hidden_size,
                                        delta_, stream_));
   Mark("embedding");
+  if (fused_decode_ && num_tokens == 1 && num_seqs == 1 && num_decode == 1) {
+    // Every decoder layer in one kernel (PrepareFusedDecode): it leaves h_ and delta_ as the
+    // last layer's down leaves them below.
+    KILN_LAUNCH(kernels::FusedDecode(fused_args_, stream_));
+    Mark("fused_decode");
+    KILN_RETURN_IF_ERROR(EnqueueLogits(std::min(num_rows, logit_chunk_), 0, num_tokens));
+    Mark("final_norm_lm_head");
+    return Status::Ok();
+  }
   // FP8 layers past the W8A16 GEMV's rows take e4m3 input quantized per token: the norms and
   // SiluMul write it (and its scales) into fp8_scratch_ themselves, instead of a T row that
   // LinearFp8 would quantize in a pass of its own (the same codes: kernels/elementwise.h).

@@ -96,6 +96,11 @@ struct CudaRunnerOptions {
   // half the bytes of the bf16 gate and up sums are never written or read. false: cuBLASLt's
   // GEMM and SiluMulFp8 (for A/B benchmarks).
   bool fused_gate_up = true;
+  // Batch-1 decode steps of FP8 models (bf16, every linear layer in e4m3) on Hopper run all
+  // decoder layers as one persistent kernel (kernels::FusedDecode) that streams the weights
+  // through the norms, attention and the barriers between them. Off by default: on the H100 it
+  // is still slower than the kernel-per-op step (docs/benchmarks.md, session 32).
+  bool fused_decode = false;
   // Skinny linear layers (decode steps of a few rows) ask L2 for up to this many bytes of the
   // next linear layer's weights as each block's stream ends (cuda::L2Prefetch), so that DRAM
   // streams through the tail and the norms, RoPE, attention and SiluMul between them. 0: none.
