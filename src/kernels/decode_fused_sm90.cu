@@ -71,7 +71,7 @@ constexpr int kMaxWidth = 16384;  // elements of the widest activation (hidden, 
 constexpr int kMaxGateRows = 512;
 constexpr int kMaxGroup = 8;  // query heads a kv head
 constexpr int kMaxSplits = 32;
-constexpr int kMinSplitTokens = 16;
+[[maybe_unused]] constexpr int kMinSplitTokens = 16;
 constexpr int kNormMaxVecs = kMaxWidth / 8 / kConsumers;
 // Shared memory: the ring; the activations (bf16 [kMaxWidth], attention's fp32 merge scratch
 // [kWarps][group][head_dim] in between); the gate outputs; softmax statistics; a flag; barriers.
@@ -86,7 +86,7 @@ static_assert(kWarps * kMaxGroup * 128 * 4 <= 2 * kMaxWidth, "merge scratch fits
 // Sync words: [0] the grid barriers' arrivals (GridSync), [1] unused, [2 + g] kv head g's
 // splits done.
 constexpr int kSyncHeader = 2;
-constexpr float kLog2e = 1.4426950408889634f;
+[[maybe_unused]] constexpr float kLog2e = 1.4426950408889634f;
 
 struct Params {
   FusedDecodeArgs a;
@@ -205,7 +205,8 @@ __device__ __forceinline__ void Trace(const FusedDecodeArgs& a, int layer, int p
 // arrivals over the launch (FusedDecode zeroes it before each): the n-th barrier (n from 1,
 // `*count` in thread 0) is passed once it reaches n * gridDim.x. One release-add an arrival and
 // acquire-loads to poll: no read-modify-write round trip, no reset inside the launch.
-__device__ __forceinline__ void GridSync(uint32_t* sync, uint32_t debug, uint32_t* count) {
+[[maybe_unused]] __device__ __forceinline__ void GridSync(uint32_t* sync, uint32_t debug,
+                                                          uint32_t* count) {
   if (debug & kFusedDecodeSkipGridSync) {
     ConsumerSync();
     return;
@@ -251,7 +252,7 @@ __device__ __forceinline__ void GridSync(uint32_t* sync, uint32_t debug, uint32_
 
 // The row's dot product with the activations, as GemvW8Kernel sums it (lane l: pieces l,
 // l + 32, ... in order, then the warp's butterfly), four pieces' loads issued together.
-__device__ __forceinline__ float RowDot(const uint4* w, const uint4* x, int vecs) {
+[[maybe_unused]] __device__ __forceinline__ float RowDot(const uint4* w, const uint4* x, int vecs) {
   const int lane = threadIdx.x % 32;
   float acc = 0.0f;
   int c = lane;
@@ -309,7 +310,8 @@ __device__ __forceinline__ void Consume(Pipe& pipe, const Slice& s, const uint8_
 }
 
 // n bf16 values from global memory (another CTA's writes: through L2) into the activations.
-__device__ __forceinline__ void LoadActivations(const bf16* src, int n, uint8_t* smem) {
+[[maybe_unused]] __device__ __forceinline__ void LoadActivations(const bf16* src, int n,
+                                                                 uint8_t* smem) {
   auto* x = reinterpret_cast<uint4*>(smem + kXOffset);
   const auto* s = reinterpret_cast<const uint4*>(src);
   for (int i = threadIdx.x; i < n / 8; i += kConsumers) x[i] = __ldcg(s + i);
@@ -331,7 +333,8 @@ __device__ __forceinline__ float NormSum(float v, uint8_t* smem) {
 
 // x = rms_norm(h) * weight into the activations, with RmsNormVecKernel's roundings and summation
 // order (its launch's thread count for this dim). Layer 0: h is 0 + the embeddings (delta).
-__device__ void NormToSmem(const Params& p, bool first, const bf16* weight, uint8_t* smem) {
+[[maybe_unused]] __device__ void NormToSmem(const Params& p, bool first, const bf16* weight,
+                                            uint8_t* smem) {
   const int dim = p.a.hidden, nvec = dim / 8;
   const int threads = nvec <= 128 ? 128 : kConsumers;
   const int t = threadIdx.x;
@@ -444,7 +447,7 @@ __device__ __forceinline__ void Rotated(const Params& p, const Angles<kHd>& r, c
 
 // The weight of a partial whose running max is m in a merge whose max is big (0 for a partial
 // that saw no position).
-__device__ __forceinline__ float MergeWeight(float m, float big) {
+[[maybe_unused]] __device__ __forceinline__ float MergeWeight(float m, float big) {
   return m == -INFINITY ? 0.0f : exp2f(m - big);
 }
 
