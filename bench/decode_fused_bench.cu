@@ -1,7 +1,8 @@
 // kernels::FusedDecode alone on Llama-3.1-8B shapes (32 layers; e4m3 weights as Gaussian codes,
 // a bf16 cache of --context positions): microseconds a launch, the weights' GB/s against the
 // device-to-device copy bandwidth measured in the same run, and what each part costs (runs with
-// the dot products, the grid barriers or attention skipped: wrong results, real timing). With
+// the dot products, the grid barriers, attention or the copies skipped: wrong results, real
+// timing; "dot products only" is the consumers' pace with no DRAM at all). With
 // --trace, CTA 0's phase boundaries (%globaltimer) averaged over layers 1 .. n-2.
 //
 //   decode_fused_bench [--context N (256)] [--iterations N (50)] [--json F]
@@ -153,6 +154,16 @@ int Main(int argc, char** argv) {
       {kernels::kFusedDecodeSkipDot | kernels::kFusedDecodeSkipGridSync |
            kernels::kFusedDecodeSkipAttention,
        "weights streamed only"},
+      {kernels::kFusedDecodeSkipCopy, "no copies (stale stages)"},
+      {kernels::kFusedDecodeSkipCopy | kernels::kFusedDecodeSkipGridSync |
+           kernels::kFusedDecodeSkipAttention,
+       "dot products only"},
+      {kernels::kFusedDecodeSkipRing | kernels::kFusedDecodeSkipGridSync |
+           kernels::kFusedDecodeSkipAttention,
+       "dot products, no stage waits"},
+      {kernels::kFusedDecodeSkipRing | kernels::kFusedDecodeSkipDot |
+           kernels::kFusedDecodeSkipGridSync | kernels::kFusedDecodeSkipAttention,
+       "consumers' loop only"},
   };
   for (const auto& [debug, name] : variants) {
     a.debug = debug;
@@ -168,38 +179,58 @@ int Main(int argc, char** argv) {
     std::printf("%-34s %10.1f %8.0f %9.1f%%\n", name, us, gbs, 100.0 * gbs * 1e9 / copy_bw);
     out["variants"][name] = {{"us", us}, {"gb_s", gbs}};
   }
-  a.debug = 0;
   std::vector<uint64_t> trace(kernels::FusedDecodeTraceWords(kLayers));
   a.trace = Alloc<uint64_t>(static_cast<int64_t>(trace.size()));
-  CHECK_CUDA(kernels::FusedDecode(a, nullptr));
-  CHECK_CUDA(cudaDeviceSynchronize());
-  CHECK_CUDA(
-      cudaMemcpy(trace.data(), a.trace, trace.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
   const char* names[] = {"norm",    "qkv",  "barrier", "attention",
                          "barrier", "o",    "barrier", "norm + gate + up",
                          "barrier", "down", "barrier"};
-  std::printf("CTA 0 phases, us (mean over layers 1..%d):\n", kLayers - 2);
-  double layer_us = 0;
-  for (int p = 0; p + 1 < kernels::kFusedDecodeTracePoints - 1; ++p) {
-    double sum = 0;
+  // CTA 0's phases in one launch of `debug`'s variant, under out["trace_us"][key].
+  auto trace_variant = [&](uint32_t debug, const std::string& key) {
+    a.debug = debug;
+    CHECK_CUDA(kernels::FusedDecode(a, nullptr));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_CUDA(
+        cudaMemcpy(trace.data(), a.trace, trace.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+    std::printf("CTA 0 phases (%s), us (mean over layers 1..%d):\n", key.c_str(), kLayers - 2);
+    double layer_us = 0;
+    for (int p = 0; p + 1 < kernels::kFusedDecodeTracePoints - 1; ++p) {
+      double sum = 0;
+      for (int l = 1; l + 1 < kLayers; ++l) {
+        const uint64_t* t = trace.data() + l * kernels::kFusedDecodeTracePoints;
+        sum += (static_cast<double>(t[p + 1]) - static_cast<double>(t[p])) * 1e-3;
+      }
+      const double mean = sum / (kLayers - 2);
+      layer_us += mean;
+      std::printf("  %-18s %7.2f\n", names[p], mean);
+      out["trace_us"][key][names[p]] = mean;
+    }
+    double lead = 0;
     for (int l = 1; l + 1 < kLayers; ++l) {
       const uint64_t* t = trace.data() + l * kernels::kFusedDecodeTracePoints;
-      sum += (t[p + 1] - t[p]) * 1e-3;
+      lead += (static_cast<double>(t[kernels::kFusedDecodeTracePoints - 1]) - t[0]) * 1e-3;
     }
-    const double mean = sum / (kLayers - 2);
-    layer_us += mean;
-    std::printf("  %-18s %7.2f\n", names[p], mean);
-    out["trace_us"][names[p]] = mean;
-  }
-  double lead = 0;
-  for (int l = 1; l + 1 < kLayers; ++l) {
-    const uint64_t* t = trace.data() + l * kernels::kFusedDecodeTracePoints;
-    lead += (static_cast<double>(t[kernels::kFusedDecodeTracePoints - 1]) - t[0]) * 1e-3;
-  }
-  std::printf("  layer %.2f us; producer issued the layer's last copy %.2f us after its start\n",
-              layer_us, lead / (kLayers - 2));
-  out["trace_us"]["layer"] = layer_us;
-  out["trace_us"]["producer_last_copy_after_start"] = lead / (kLayers - 2);
+    // The SM's clock over layers 1 .. n-2 (consumer thread 0's points 0 of layers 1 and n-1).
+    const int64_t half = int64_t{kLayers} * kernels::kFusedDecodeTracePoints;
+    const int64_t p0 = kernels::kFusedDecodeTracePoints, p1 = (kLayers - 1) * p0;
+    const double mhz = static_cast<double>(trace[half + p1] - trace[half + p0]) /
+                       (static_cast<double>(trace[p1] - trace[p0]) * 1e-3);
+    // (No producer in the variants that skip the ring: its points are left from an earlier run.)
+    const bool produced = (debug & kernels::kFusedDecodeSkipRing) == 0;
+    std::printf(
+        "  layer %.2f us; producer issued the layer's last copy %s us after its start;"
+        " SM clock %.0f MHz\n",
+        layer_us, produced ? std::to_string(lead / (kLayers - 2)).c_str() : "n/a", mhz);
+    out["trace_us"][key]["sm_clock_mhz"] = mhz;
+    out["trace_us"][key]["layer"] = layer_us;
+    if (produced) out["trace_us"][key]["producer_last_copy_after_start"] = lead / (kLayers - 2);
+  };
+  trace_variant(0, "full");
+  trace_variant(kernels::kFusedDecodeSkipCopy | kernels::kFusedDecodeSkipGridSync |
+                    kernels::kFusedDecodeSkipAttention,
+                "dot products only");
+  trace_variant(kernels::kFusedDecodeSkipRing | kernels::kFusedDecodeSkipGridSync |
+                    kernels::kFusedDecodeSkipAttention,
+                "dot products, no stage waits");
   if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
   return 0;
 }

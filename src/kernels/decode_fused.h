@@ -7,10 +7,12 @@
 // kernels run and while each GEMV ramps up and drains. Here each SM owns a fixed slice of the
 // rows of every weight, and one warp streams the SM's slices of all layers, in the order they
 // are used, through a ring of shared-memory stages (bulk copies completing on mbarriers) without
-// waiting for the activations: the weights are no kernel's output. The other warps compute each
-// phase once its input is ready (a grid-wide barrier between dependent phases), from the stages
-// already landed. DRAM keeps streaming through the norms, attention and the barriers as long as
-// the ring has room (~10 us of an SM's share of the bandwidth).
+// waiting for the activations: the weights are no kernel's output. Between a layer's qkv and o
+// weights it also copies the K and V rows its attention work needs (all but the step's own
+// token's). The other warps compute each phase once its input is ready (a grid-wide barrier
+// between dependent phases), from the stages already landed. DRAM keeps streaming through the
+// norms, attention and the barriers as long as the ring has room (~8.5 us of an SM's share of
+// the bandwidth).
 //
 // Per layer, with h the fp32 residual stream and x, attn, act bf16:
 //   1. x = rms_norm(h) * input_norm (every CTA computes all of x into shared memory);
@@ -25,7 +27,8 @@
 //      the final norm adds, as the op-by-op step leaves it);                        grid barrier
 // The roundings are the op-by-op step's (the GEMV's summation order, bf16 outputs, the norm's
 // reduction order, RoPE's and SiluMul's arithmetic), so every value up to attention's output is
-// the same bits as there; attention sums in another order (fp32).
+// the same bits as there; attention sums in another order (fp32; positions in the order the
+// ring's stages bring them).
 //
 // The grid is one CTA per SM, launched cooperatively (all CTAs resident: the grid barriers
 // need it), so it is graph-capturable and fixed in size. Every function returns the launch
@@ -98,19 +101,23 @@ struct FusedDecodeArgs {
   uint32_t* sync = nullptr;
   // Benchmarks only (decode_fused_bench): kFusedDecode* bits that skip work (the results are
   // then wrong), and a device array of FusedDecodeTraceWords(num_layers) words where CTA 0
-  // records %globaltimer at each phase boundary of every layer. 0 / null in the engine.
+  // records %globaltimer and its SM's clock at each phase boundary of every layer. 0 / null in
+  // the engine.
   uint32_t debug = 0;
   uint64_t* trace = nullptr;
 };
 inline constexpr uint32_t kFusedDecodeSkipDot = 1;        // consumers only wait and release
 inline constexpr uint32_t kFusedDecodeSkipGridSync = 2;   // CTA barriers instead of grid ones
 inline constexpr uint32_t kFusedDecodeSkipAttention = 4;  // no RoPE, KV write or attention
+inline constexpr uint32_t kFusedDecodeSkipCopy = 8;  // stages released empty: no weight or KV read
+// No producer, no stage waits, no attention: the consumers' own pace.
+inline constexpr uint32_t kFusedDecodeSkipRing = 16;
 // Per layer: the consumers' 12 phase boundaries (start, norm, qkv, barrier, attention, barrier,
 // o, barrier, gate + up, barrier, down, barrier), then the time the producer had issued the
-// layer's last copy.
+// layer's last copy; %globaltimer for every layer, then the SM's clock64 at the same points.
 inline constexpr int kFusedDecodeTracePoints = 13;
 inline int64_t FusedDecodeTraceWords(int32_t num_layers) {
-  return int64_t{num_layers} * kFusedDecodeTracePoints;
+  return 2 * int64_t{num_layers} * kFusedDecodeTracePoints;
 }
 
 size_t FusedDecodeWorkspaceBytes(int32_t num_heads, int32_t head_dim);
@@ -120,8 +127,8 @@ size_t FusedDecodeSyncBytes(int32_t num_kv_heads);
 bool FusedDecodeLayerOk(const FusedDecodeLayer& layer, bool fp8_cache);
 // Whether FusedDecode runs these shapes on the current device: compute capability 9.0 or later
 // with this build's sm_90 code, head_dim 64 or 128, at most 8 query heads a kv head, at least
-// as many SMs as kv heads, hidden, q and intermediate multiples of 16 and at most 16,384, the
-// scratch pointers aligned.
+// as many SMs as kv heads, hidden, q and intermediate multiples of 16 and at most 16,384 (hidden
+// at most 8,192), at most 256 rows of any weight an SM, the scratch pointers aligned.
 bool FusedDecodeSupported(const FusedDecodeArgs& a);
 // The device half of FusedDecodeSupported: whether the current device runs the kernel at all.
 bool FusedDecodeDeviceRuns();

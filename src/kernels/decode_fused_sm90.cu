@@ -4,24 +4,27 @@
 // every weight in the order the layers use them (qkv, o, gate, up, down; layer by layer) and
 // bulk-copies them, kStageBytes at most a copy and whole rows only, into a ring of kStages
 // stages, each completing on its `full` mbarrier; it waits only for a stage's `empty` barrier.
-// Warps 0-7 (the consumers) follow the same walk: for each stage, the warps whose rows it holds
-// (row i of a slice goes to warp i % 8) take the dot product of the row with the activations in
-// shared memory (w8_internal::Dot16, lane l over 16-element pieces l, l + 32, ...: the
-// GemvFp8 kernel's order, so the same bits), reduce it over the warp and store the row's
-// output; then every warp arrives on `empty`. Between the phases the consumers meet at a grid
-// barrier (GridSync: an arrival counter and a generation word, reset by the last arrival).
+// Between a layer's qkv and o slices it also copies the K and V rows of the CTA's attention item
+// (below), so attention never waits for DRAM either. Warps 0-7 (the consumers) follow the same
+// walk: for each stage, the warps whose rows it holds (row i of a slice goes to warp i % 8) take
+// the dot product of the row with the activations in shared memory (w8_internal::Dot16, lane l
+// over 16-element pieces l, l + 32, ...: the GemvFp8 kernel's order, so the same bits), reduce it
+// over the warp and store the row's output; then every warp arrives on `empty`. A row's scale and
+// bias, and h at the CTA's own rows of o and down, wait in lane i / 8 of the row's warp
+// (RowParams, loaded a phase ahead), so no row waits for a global load. Between the phases the
+// consumers meet at a grid barrier (GridSync: a release-add arrival counter, acquire polls).
 //
 // Slices: matrix of n rows, CTA b of G takes rows [n b / G, n (b + 1) / G); gate and up the same
 // columns, so SiluMul needs no exchange between CTAs.
 //
 // Attention: CTA b < num_kv_heads * splits takes kv head b / splits and context split
 // b % splits (splits: up to kMaxSplits, at least kMinSplitTokens positions each, at most
-// G / num_kv_heads); its warps take positions t0 + warp, t0 + warp + 8, ..., each keeping an
+// G / num_kv_heads). The warps take each ring stage's cached positions round-robin, keeping an
 // online softmax (fp32, base 2) for every query head of the group, merged over the warps in
 // shared memory. One split: the CTA writes attn itself; more: it writes its partial (max, sum,
 // unnormalized output per head) and the last CTA of the kv head to arrive (a counter per kv
-// head, reset by it) merges them. The CTA with the context's last position first rotates the
-// token's k and writes k and v into the cache as RopeStoreKv does.
+// head, reset by it) merges them. The CTA with the context's last position rotates the token's k,
+// writes k and v into the cache as RopeStoreKv does and scores them from registers.
 #include "kernels/decode_fused.h"
 
 #include <algorithm>
@@ -66,26 +69,29 @@ constexpr int kWarps = 8;  // consumer warps
 constexpr int kConsumers = 32 * kWarps;
 constexpr int kThreads = kConsumers + 32;
 constexpr int kStageBytes = 16384;
-constexpr int kStages = 11;
+constexpr int kStages = 12;
 constexpr int kMaxWidth = 16384;  // elements of the widest activation (hidden, q, intermediate)
-constexpr int kMaxGateRows = 512;
-constexpr int kMaxGroup = 8;  // query heads a kv head
+constexpr int kMaxSliceRows = 32 * kWarps;  // a CTA's rows of a weight: 32 a warp (RowParams)
+constexpr int kMaxGroup = 8;                // query heads a kv head
 constexpr int kMaxSplits = 32;
 [[maybe_unused]] constexpr int kMinSplitTokens = 16;
-constexpr int kNormMaxVecs = kMaxWidth / 8 / kConsumers;
+constexpr int kNormThreads = 256;  // RmsNormVecKernel's block for rows of more than 1,024
+constexpr int kMaxHidden = 8192;   // the norms keep a thread's share of h in registers
+constexpr int kNormMaxVecs = kMaxHidden / 8 / kNormThreads;
+static_assert(kConsumers >= kNormThreads, "the norm runs on the consumers");
 // Shared memory: the ring; the activations (bf16 [kMaxWidth], attention's fp32 merge scratch
 // [kWarps][group][head_dim] in between); the gate outputs; softmax statistics; a flag; barriers.
 constexpr int kXOffset = kStages * kStageBytes;
 constexpr int kGateOffset = kXOffset + 2 * kMaxWidth;
-constexpr int kStatsOffset = kGateOffset + 4 * kMaxGateRows;
-constexpr int kStatsFloats = 2 * kMaxGroup * (kMaxSplits > kWarps ? kMaxSplits : kWarps);
+constexpr int kStatsOffset = kGateOffset + 4 * kMaxSliceRows;
+constexpr int kStatsFloats = 2 * kMaxGroup * kWarps;
 constexpr int kReduceOffset = kStatsOffset + 4 * kStatsFloats;  // float [32], then the flag
 constexpr int kBarOffset = kReduceOffset + 4 * 64;
 constexpr int kSmemBytes = kBarOffset + 16 * kStages;  // full[kStages], empty[kStages]
 static_assert(kWarps * kMaxGroup * 128 * 4 <= 2 * kMaxWidth, "merge scratch fits the activations");
-// Sync words: [0] the grid barriers' arrivals (GridSync), [1] unused, [2 + g] kv head g's
-// splits done.
-constexpr int kSyncHeader = 2;
+static_assert(kSmemBytes <= 227 * 1024, "one CTA an SM");
+// Sync words: [0] the grid barriers' arrivals (GridSync), [1 + g] kv head g's splits done.
+constexpr int kSyncHeader = 1;
 [[maybe_unused]] constexpr float kLog2e = 1.4426950408889634f;
 
 struct Params {
@@ -104,9 +110,10 @@ struct Slice {
 };
 
 // The walk's five slices of a layer: 0 qkv, 1 o, 2 gate, 3 up, 4 down.
-constexpr int kSlices = 5;
+[[maybe_unused]] constexpr int kSlices = 5;
 
-__device__ __forceinline__ Slice SliceOf(const Params& p, const FusedDecodeLayer& l, int which) {
+[[maybe_unused]] __device__ __forceinline__ Slice SliceOf(const Params& p,
+                                                          const FusedDecodeLayer& l, int which) {
   const int64_t b = blockIdx.x, g = gridDim.x;
   const auto& a = p.a;
   int64_t n, first = 0;
@@ -139,21 +146,57 @@ __device__ __forceinline__ Slice SliceOf(const Params& p, const FusedDecodeLayer
 }
 
 // Whole rows a stage holds.
-__device__ __forceinline__ int RowsPerStage(int k) { return max(1, kStageBytes / k); }
+[[maybe_unused]] __device__ __forceinline__ int RowsPerStage(int k) {
+  return max(1, kStageBytes / k);
+}
 
+// The CTA's attention work in a step: kv head g, context positions [t0, t1) (split `split` of
+// `splits`); none where the CTA has no item or the step no context.
+struct AttnItem {
+  int g = 0, split = 0, splits = 1, t0 = 0, t1 = 0;
+  bool active = false;
+};
+
+[[maybe_unused]] __device__ __forceinline__ AttnItem ItemOf(const Params& p, int context) {
+  AttnItem it;
+  if (context <= 0) return it;
+  const int nkv = p.a.num_kv_heads;
+  it.splits = max(1, min(min(kMaxSplits, static_cast<int>(gridDim.x) / nkv),
+                         (context + kMinSplitTokens - 1) / kMinSplitTokens));
+  if (static_cast<int>(blockIdx.x) >= nkv * it.splits) return it;
+  it.g = blockIdx.x / it.splits;
+  it.split = blockIdx.x % it.splits;
+  const int per = (context + it.splits - 1) / it.splits;
+  it.t0 = min(context, it.split * per);
+  it.t1 = min(context, it.t0 + per);
+  it.active = true;
+  return it;
+}
+
+// The item's positions already in the cache, [t0, end): all but the step's own token, whose k and
+// v attention takes from qkv_out. The producer copies them through the ring, kv_rows positions a
+// stage: their K rows from the stage's start, their V rows from its middle.
+[[maybe_unused]] __device__ __forceinline__ int CachedEnd(const AttnItem& it, int context) {
+  return it.active ? max(it.t0, min(it.t1, context - 1)) : 0;
+}
+[[maybe_unused]] constexpr int kVOffset = kStageBytes / 2;
+
+// A position in the ring: the stage and its barriers' phase parity.
 struct Pipe {
   int stage = 0;
   uint32_t phase = 0;
-  __device__ __forceinline__ void Next() {
-    if (++stage == kStages) {
-      stage = 0;
-      phase ^= 1;
-    }
-  }
 };
+[[maybe_unused]] __device__ __forceinline__ void Advance(Pipe& pipe) {
+  if (++pipe.stage == kStages) {
+    pipe.stage = 0;
+    pipe.phase ^= 1;
+  }
+}
 
-__device__ __forceinline__ uint32_t FullBar(uint32_t bars, int stage) { return bars + 8 * stage; }
-__device__ __forceinline__ uint32_t EmptyBar(uint32_t bars, int stage) {
+[[maybe_unused]] __device__ __forceinline__ uint32_t FullBar(uint32_t bars, int stage) {
+  return bars + 8 * stage;
+}
+[[maybe_unused]] __device__ __forceinline__ uint32_t EmptyBar(uint32_t bars, int stage) {
   return bars + 8 * (kStages + stage);
 }
 
@@ -188,10 +231,14 @@ __device__ __forceinline__ void ConsumerSync() { NamedBarrierSync(1, kConsumers)
   return t;
 }
 
-// Benchmarks: CTA 0's thread `who` records the time at trace point `point` of `layer`.
-__device__ __forceinline__ void Trace(const FusedDecodeArgs& a, int layer, int point, int who) {
+// Benchmarks: CTA 0's thread `who` records the time and its SM's clock at trace point `point`
+// of `layer`.
+[[maybe_unused]] __device__ __forceinline__ void Trace(const FusedDecodeArgs& a, int layer,
+                                                       int point, int who) {
   if (a.trace != nullptr && blockIdx.x == 0 && threadIdx.x == who) {
-    a.trace[layer * kFusedDecodeTracePoints + point] = GlobalTimer();
+    const int64_t at = int64_t{layer} * kFusedDecodeTracePoints + point;
+    a.trace[at] = GlobalTimer();
+    a.trace[int64_t{a.num_layers} * kFusedDecodeTracePoints + at] = clock64();
   }
 }
 
@@ -222,31 +269,70 @@ __device__ __forceinline__ void Trace(const FusedDecodeArgs& a, int layer, int p
   ConsumerSync();
 }
 
-// The producer: every stage of the walk.
+// The producer: every stage of the walk. Between each layer's qkv and o slices, the K and V rows
+// of the CTA's attention item (the block table read once a run of a block's positions).
+template <typename C, int kHd>
 [[maybe_unused]] __device__ void Produce(const Params& p, uint8_t* smem) {
+  const auto& a = p.a;
   const uint32_t ring = SmemAddr(smem);
   const uint32_t bars = SmemAddr(smem + kBarOffset);
+  const bool copy = (a.debug & kFusedDecodeSkipCopy) == 0;
+  if (a.debug & kFusedDecodeSkipRing) return;
   uint64_t policy = 0;
 #ifdef KILN_FUSED_DECODE_SM90
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
 #endif
   Pipe pipe;
-  for (int layer = 0; layer < p.a.num_layers; ++layer) {
-    const FusedDecodeLayer& l = p.a.layers[layer];
+  // Stage s: wait for it to be free, expect `bytes`, and let copies(dst) fill it.
+  auto stage = [&](uint32_t bytes, auto&& copies) {
+    MbarrierWait(EmptyBar(bars, pipe.stage), pipe.phase ^ 1);
+    ArriveExpectTx(FullBar(bars, pipe.stage), copy ? bytes : 0u);
+    if (copy) copies(ring + pipe.stage * kStageBytes, FullBar(bars, pipe.stage));
+    Advance(pipe);
+  };
+  int context = 0;
+  AttnItem it;
+  constexpr int kRowBytes = kHd * static_cast<int>(sizeof(C));
+  constexpr int kKvRows = kVOffset / kRowBytes;
+  const int nkv = a.num_kv_heads, bs = a.block_size;
+  for (int layer = 0; layer < a.num_layers; ++layer) {
+    const FusedDecodeLayer& l = a.layers[layer];
     for (int which = 0; which < kSlices; ++which) {
       const Slice s = SliceOf(p, l, which);
       const int per = RowsPerStage(s.k);
       for (int64_t r = 0; r < s.rows; r += per) {
         const uint32_t bytes =
             static_cast<uint32_t>(min(static_cast<int64_t>(per), s.rows - r) * s.k);
-        MbarrierWait(EmptyBar(bars, pipe.stage), pipe.phase ^ 1);
-        ArriveExpectTx(FullBar(bars, pipe.stage), bytes);
-        BulkCopy(ring + pipe.stage * kStageBytes, s.w + r * s.k, bytes, FullBar(bars, pipe.stage),
-                 policy);
-        pipe.Next();
+        stage(bytes, [&](uint32_t dst, uint32_t bar) {
+          BulkCopy(dst, s.w + r * s.k, bytes, bar, policy);
+        });
+      }
+      if (which != 0 || (a.debug & kFusedDecodeSkipAttention) != 0) continue;
+      if (layer == 0) {
+        // The step's context and block table come from the kernels before this one.
+        PdlWait();
+        context = *a.seq_len;
+        it = ItemOf(p, context);
+      }
+      const int end = CachedEnd(it, context);
+      const auto* k_cache = static_cast<const uint8_t*>(l.k_cache);
+      const auto* v_cache = static_cast<const uint8_t*>(l.v_cache);
+      for (int t = it.t0; t < end; t += kKvRows) {
+        const int n = min(kKvRows, end - t);
+        stage(2u * n * kRowBytes, [&](uint32_t dst, uint32_t bar) {
+          for (int u = t; u < t + n;) {
+            const int off = u % bs, run = min(t + n - u, bs - off);
+            const int64_t row =
+                (static_cast<int64_t>(__ldg(a.block_table + u / bs)) * nkv + it.g) * bs + off;
+            const uint32_t at = dst + (u - t) * kRowBytes;
+            BulkCopy(at, k_cache + row * kRowBytes, run * kRowBytes, bar, policy);
+            BulkCopy(at + kVOffset, v_cache + row * kRowBytes, run * kRowBytes, bar, policy);
+            u += run;
+          }
+        });
       }
     }
-    Trace(p.a, layer, kFusedDecodeTracePoints - 1, kConsumers);
+    Trace(a, layer, kFusedDecodeTracePoints - 1, kConsumers);
   }
 }
 
@@ -275,37 +361,50 @@ __device__ __forceinline__ void Trace(const FusedDecodeArgs& a, int layer, int p
   return acc;
 }
 
-// The consumers' side of one slice: done(i, value, pre(i)) for each row i of the slice this
-// warp owns (every lane gets the value: sum * scale + bias, as GemvFp8's epilogue; pre(i), a
-// load the row's output needs, is issued before the dot product so that its latency hides).
-template <typename Pre, typename Done>
-__device__ __forceinline__ void Consume(Pipe& pipe, const Slice& s, const uint8_t* smem,
-                                        uint32_t debug, Pre&& pre, Done&& done) {
+// A warp's rows of a slice are rows warp, warp + kWarps, ...; lane i holds the scale and bias of
+// the i-th (at most 32: FusedDecodeSupported), loaded ahead of the phase so that no row waits for
+// a global load.
+struct RowParams {
+  float scale = 0.0f, bias = 0.0f;
+};
+
+[[maybe_unused]] __device__ __forceinline__ RowParams RowParamsOf(const Slice& s) {
+  const int64_t i = threadIdx.x / 32 + int64_t{kWarps} * (threadIdx.x % 32);
+  RowParams r;
+  if (i < s.rows) {
+    r.scale = __ldg(s.scale + s.row0 + i);
+    if (s.bias != nullptr) r.bias = ToFloat(s.bias[s.row0 + i]);
+  }
+  return r;
+}
+
+// The consumers' side of one slice: done(i, value) for each row i of the slice this warp owns
+// (every lane gets the value: sum * scale + bias, as GemvFp8's epilogue).
+template <typename Done>
+__device__ __forceinline__ void Consume(Pipe& pipe, const Slice& s, const RowParams& rp,
+                                        const uint8_t* smem, uint32_t debug, Done&& done) {
   const uint32_t bars = SmemAddr(smem + kBarOffset);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int per = RowsPerStage(s.k);
   const int vecs = s.k / 16;
   const auto* x = reinterpret_cast<const uint4*>(smem + kXOffset);
+  const bool dot = (debug & kFusedDecodeSkipDot) == 0;
+  const bool ring = (debug & kFusedDecodeSkipRing) == 0;
   for (int64_t r = 0; r < s.rows; r += per) {
-    MbarrierWait(FullBar(bars, pipe.stage), pipe.phase);
+    if (ring) MbarrierWait(FullBar(bars, pipe.stage), pipe.phase);
     const uint8_t* stage = smem + pipe.stage * kStageBytes;
-    int n = static_cast<int>(min(static_cast<int64_t>(per), s.rows - r));
-    for (int j = (warp - static_cast<int>(r % kWarps) + kWarps) % kWarps;
-         (debug & kFusedDecodeSkipDot) != 0 && j < n; j += kWarps) {
-      done(r + j, 0.0f, pre(r + j));
-    }
-    if (debug & kFusedDecodeSkipDot) n = 0;
+    const int n = static_cast<int>(min(static_cast<int64_t>(per), s.rows - r));
     for (int j = (warp - static_cast<int>(r % kWarps) + kWarps) % kWarps; j < n; j += kWarps) {
-      const int64_t row = s.row0 + r + j;
-      const float scale = s.scale[row];
-      const float bias = s.bias != nullptr ? ToFloat(s.bias[row]) : 0.0f;
-      const float before = pre(r + j);
-      const float acc = RowDot(reinterpret_cast<const uint4*>(stage + j * s.k), x, vecs);
-      done(r + j, acc * scale + bias, before);
+      const int slot = static_cast<int>((r + j) / kWarps);
+      const float scale = __shfl_sync(0xffffffffu, rp.scale, slot);
+      const float bias = __shfl_sync(0xffffffffu, rp.bias, slot);
+      const float acc =
+          dot ? RowDot(reinterpret_cast<const uint4*>(stage + j * s.k), x, vecs) : 0.0f;
+      done(r + j, acc * scale + bias);
     }
     __syncwarp();
-    if (lane == 0) MbarrierArrive(EmptyBar(bars, pipe.stage));
-    pipe.Next();
+    if (lane == 0 && ring) MbarrierArrive(EmptyBar(bars, pipe.stage));
+    Advance(pipe);
   }
 }
 
@@ -317,8 +416,8 @@ __device__ __forceinline__ void Consume(Pipe& pipe, const Slice& s, const uint8_
   for (int i = threadIdx.x; i < n / 8; i += kConsumers) x[i] = __ldcg(s + i);
 }
 
-// The sum of v over the first `threads` consumers, as RmsNormVecKernel's BlockSum adds it for a
-// block of that many threads (the other consumers pass 0).
+// The sum of v over the consumers, as RmsNormVecKernel's BlockSum adds it for a block of
+// kNormThreads (or 128) threads (the others pass 0, which changes no bit of the sum).
 __device__ __forceinline__ float NormSum(float v, uint8_t* smem) {
   auto* partial = reinterpret_cast<float*>(smem + kReduceOffset);
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -332,11 +431,12 @@ __device__ __forceinline__ float NormSum(float v, uint8_t* smem) {
 }
 
 // x = rms_norm(h) * weight into the activations, with RmsNormVecKernel's roundings and summation
-// order (its launch's thread count for this dim). Layer 0: h is 0 + the embeddings (delta).
+// order (its launch's thread count for this dim). Layer 0: h is 0 + the embeddings (delta). The
+// weight is prefetched into L1 with h's loads, so that it is at hand after the reduction.
 [[maybe_unused]] __device__ void NormToSmem(const Params& p, bool first, const bf16* weight,
                                             uint8_t* smem) {
   const int dim = p.a.hidden, nvec = dim / 8;
-  const int threads = nvec <= 128 ? 128 : kConsumers;
+  const int threads = nvec <= 128 ? 128 : kNormThreads;
   const int t = threadIdx.x;
   float v[kNormMaxVecs][8];
   float sum_sq = 0.0f;
@@ -344,6 +444,7 @@ __device__ __forceinline__ float NormSum(float v, uint8_t* smem) {
   for (int j = 0; j < kNormMaxVecs; ++j) {
     const int i = t + j * threads;
     if (t >= threads || i >= nvec) continue;
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(reinterpret_cast<const uint4*>(weight) + i));
     if (first) {
       const uint4 raw = __ldcg(reinterpret_cast<const uint4*>(p.a.delta) + i);
       const auto* pr = reinterpret_cast<const dtype_internal::Pair<bf16>*>(&raw);
@@ -373,7 +474,7 @@ __device__ __forceinline__ float NormSum(float v, uint8_t* smem) {
   for (int j = 0; j < kNormMaxVecs; ++j) {
     const int i = t + j * threads;
     if (t >= threads || i >= nvec) continue;
-    const uint4 wraw = *(reinterpret_cast<const uint4*>(weight) + i);
+    const uint4 wraw = __ldg(reinterpret_cast<const uint4*>(weight) + i);
     const auto* wp = reinterpret_cast<const dtype_internal::Pair<bf16>*>(&wraw);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
@@ -384,12 +485,46 @@ __device__ __forceinline__ float NormSum(float v, uint8_t* smem) {
   }
 }
 
-template <typename C>
-__device__ __forceinline__ float CacheValue(const C* p) {
-  if constexpr (kIsFp8<C>) {
-    return static_cast<float>(*p);
+// This lane's kE = kHd / 32 values of a row of kHd (dimensions lane * kE + e) in fp32, one load:
+// a bf16 row in global memory (another CTA's writes: through L2) or a cache row in shared memory.
+template <int kHd>
+__device__ __forceinline__ void LoadHead(const bf16* row, float (&out)[kHd / 32]) {
+  constexpr int kE = kHd / 32;
+  const int lane = threadIdx.x % 32;
+  if constexpr (kE == 4) {
+    const uint2 raw = __ldcg(reinterpret_cast<const uint2*>(row) + lane);
+    const float2 lo =
+        PairToFloat2<bf16>(*reinterpret_cast<const dtype_internal::Pair<bf16>*>(&raw.x));
+    const float2 hi =
+        PairToFloat2<bf16>(*reinterpret_cast<const dtype_internal::Pair<bf16>*>(&raw.y));
+    out[0] = lo.x, out[1] = lo.y, out[2] = hi.x, out[3] = hi.y;
   } else {
-    return ToFloat(*p);
+    const uint32_t raw = __ldcg(reinterpret_cast<const unsigned int*>(row) + lane);
+    const float2 f = PairToFloat2<bf16>(*reinterpret_cast<const dtype_internal::Pair<bf16>*>(&raw));
+    out[0] = f.x, out[1] = f.y;
+  }
+}
+
+template <typename C, int kHd>
+__device__ __forceinline__ void CacheRow(const uint8_t* row, float (&out)[kHd / 32]) {
+  constexpr int kE = kHd / 32;
+  const int lane = threadIdx.x % 32;
+  if constexpr (kIsFp8<C>) {
+    const auto* codes = reinterpret_cast<const __nv_fp8x2_storage_t*>(row) + lane * kE / 2;
+#pragma unroll
+    for (int e = 0; e < kE; e += 2) {
+      const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(codes[e / 2], __NV_E4M3)));
+      out[e] = f.x;
+      out[e + 1] = f.y;
+    }
+  } else {
+    const auto* pairs = reinterpret_cast<const dtype_internal::Pair<bf16>*>(row) + lane * kE / 2;
+#pragma unroll
+    for (int e = 0; e < kE; e += 2) {
+      const float2 f = PairToFloat2<bf16>(pairs[e / 2]);
+      out[e] = f.x;
+      out[e + 1] = f.y;
+    }
   }
 }
 
@@ -414,33 +549,24 @@ __device__ __forceinline__ Angles<kHd> AnglesOf(const Params& p, float pos) {
   return r;
 }
 
-// Head `head` of the qkv row (bf16) at this lane's dimensions, rotated as RopeStoreKvKernel
-// rotates it, unrounded.
+// A head at this lane's dimensions, rotated in place as RopeStoreKvKernel rotates it, unrounded.
 template <int kHd>
-__device__ __forceinline__ void Rotated(const Params& p, const Angles<kHd>& r, const bf16* head,
-                                        float (&out)[kHd / 32]) {
+__device__ __forceinline__ void Rotate(const Params& p, const Angles<kHd>& r,
+                                       float (&x)[kHd / 32]) {
   constexpr int kE = kHd / 32;
   const int lane = threadIdx.x % 32;
-  float mine[kE];
-#pragma unroll
-  for (int e = 0; e < kE; ++e) mine[e] = ToFloat(__ldcg(head + lane * kE + e));
   if (p.a.interleaved_rope) {
 #pragma unroll
-    for (int e = 0; e < kE; e += 2) {
-      float x0 = mine[e], x1 = mine[e + 1];
-      RotatePair(r.c[e], r.s[e], x0, x1);
-      out[e] = x0;
-      out[e + 1] = x1;
-    }
+    for (int e = 0; e < kE; e += 2) RotatePair(r.c[e], r.s[e], x[e], x[e + 1]);
   } else {
     // Dimension d < half pairs with d + half, which lane ^ 16 holds.
     const bool low = lane < 16;
 #pragma unroll
     for (int e = 0; e < kE; ++e) {
-      const float other = __shfl_xor_sync(0xffffffffu, mine[e], 16);
-      float x0 = low ? mine[e] : other, x1 = low ? other : mine[e];
+      const float other = __shfl_xor_sync(0xffffffffu, x[e], 16);
+      float x0 = low ? x[e] : other, x1 = low ? other : x[e];
       RotatePair(r.c[e], r.s[e], x0, x1);
-      out[e] = low ? x0 : x1;
+      x[e] = low ? x0 : x1;
     }
   }
 }
@@ -451,124 +577,136 @@ __device__ __forceinline__ void Rotated(const Params& p, const Angles<kHd>& r, c
   return m == -INFINITY ? 0.0f : exp2f(m - big);
 }
 
-template <typename C, int kHd>
-__device__ void Attention(const Params& p, const FusedDecodeLayer& l, uint8_t* smem) {
-  constexpr int kE = kHd / 32;
-  const auto& a = p.a;
-  const int context = *a.seq_len;
-  if (context <= 0) return;
-  const int nkv = a.num_kv_heads, group = a.num_heads / nkv;
-  const int splits = max(1, min(min(kMaxSplits, static_cast<int>(gridDim.x) / nkv),
-                                (context + kMinSplitTokens - 1) / kMinSplitTokens));
-  if (static_cast<int>(blockIdx.x) >= nkv * splits) return;
-  const int g = blockIdx.x / splits, split = blockIdx.x % splits;
-  const int per = (context + splits - 1) / splits;
-  const int t0 = min(context, split * per), t1 = min(context, t0 + per);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const Angles<kHd> angles = AnglesOf<kHd>(p, static_cast<float>(*a.position));
-  auto* k_cache = static_cast<C*>(l.k_cache);
-  auto* v_cache = static_cast<C*>(l.v_cache);
-  const int bs = a.block_size;
-  // The token's k and v into the cache (the CTA whose split holds its position).
-  if (t1 == context && t0 < t1) {
-    const int64_t slot = *a.slot;
-    if (warp == 0 && slot >= 0) {
-      float k[kE];
-      Rotated<kHd>(p, angles, a.qkv_out + p.q_size + g * kHd, k);
-      const bf16* v = a.qkv_out + p.q_size + p.kv_size + g * kHd;
-      const int64_t at = ((slot / bs * nkv + g) * bs + slot % bs) * kHd + lane * kE;
+// One warp's online softmax (fp32, base 2) over positions, for every query head of the group (at
+// most kG).
+template <int kHd, int kG>
+struct Softmax {
+  static constexpr int kE = kHd / 32;
+  float q[kG][kE];  // rotated, rounded as RoPE writes q back
+  float m[kG], sum[kG], acc[kG][kE];
+
+  __device__ __forceinline__ void Visit(int group, float score_scale, const float (&k)[kE],
+                                        const float (&v)[kE]) {
 #pragma unroll
-      for (int e = 0; e < kE; ++e) {
-        const float ve = ToFloat(__ldcg(v + lane * kE + e));
-        if constexpr (kIsFp8<C>) {
-          // RopeStoreKvKernel's code: one rounding of the exact quotient of the T value.
-          k_cache[at + e] = ToE4m3Sat(__fdiv_rn(RoundTo<bf16>(k[e]), l.k_scale));
-          v_cache[at + e] = ToE4m3Sat(__fdiv_rn(ve, l.v_scale));
-        } else {
-          k_cache[at + e] = FromFloat<bf16>(k[e]);
-          v_cache[at + e] = FromFloat<bf16>(ve);
-        }
-      }
+    for (int h = 0; h < kG; ++h) {
+      if (h >= group) break;
+      float s = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kE; ++e) s = fmaf(q[h][e], k[e], s);
+      for (int offset = 16; offset > 0; offset >>= 1) s += __shfl_xor_sync(0xffffffffu, s, offset);
+      s *= score_scale;
+      const float mn = fmaxf(m[h], s);
+      const float corr = MergeWeight(m[h], mn), pr = exp2f(s - mn);
+      sum[h] = sum[h] * corr + pr;
+#pragma unroll
+      for (int e = 0; e < kE; ++e) acc[h][e] = acc[h][e] * corr + pr * v[e];
+      m[h] = mn;
     }
-    __threadfence_block();
-    ConsumerSync();
   }
-  // The group's query heads, rotated and rounded as RoPE writes them back.
-  float q[kMaxGroup][kE];
+};
+
+// Attention for the CTA's item: the cached positions from the ring (the producer's stages after
+// qkv), the step's own token from qkv_out (its k and v written to the cache here, by the CTA whose
+// split holds it); warps take a stage's positions round-robin, merge in shared memory, and the
+// splits merge through fp32 partials in the last CTA of the kv head.
+template <typename C, int kHd, int kG>
+__device__ void Attention(const Params& p, const FusedDecodeLayer& l, const AttnItem& it,
+                          int context, Pipe& pipe, uint8_t* smem) {
+  constexpr int kE = kHd / 32;
+  constexpr int kRowBytes = kHd * static_cast<int>(sizeof(C));
+  constexpr int kKvRows = kVOffset / kRowBytes;
+  if (!it.active) return;
+  const auto& a = p.a;
+  const int nkv = a.num_kv_heads, group = a.num_heads / nkv, g = it.g;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const bool holds_last = it.t1 == context && it.t0 < it.t1 && warp == 0;
+  Softmax<kHd, kG> sm;
+  float k_last[kE], v_last[kE];
+  // One trip for the group's q heads and (warp 0 of the CTA holding it) the token's k and v.
 #pragma unroll
-  for (int h = 0; h < kMaxGroup; ++h) {
+  for (int h = 0; h < kG; ++h) {
+    if (h < group) LoadHead<kHd>(a.qkv_out + (g * group + h) * kHd, sm.q[h]);
+  }
+  if (holds_last) {
+    LoadHead<kHd>(a.qkv_out + p.q_size + g * kHd, k_last);
+    LoadHead<kHd>(a.qkv_out + p.q_size + p.kv_size + g * kHd, v_last);
+  }
+  const Angles<kHd> angles = AnglesOf<kHd>(p, static_cast<float>(*a.position));
+#pragma unroll
+  for (int h = 0; h < kG; ++h) {
+    sm.m[h] = -INFINITY;
+    sm.sum[h] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kE; ++e) sm.acc[h][e] = 0.0f;
     if (h < group) {
-      Rotated<kHd>(p, angles, a.qkv_out + (g * group + h) * kHd, q[h]);
+      Rotate<kHd>(p, angles, sm.q[h]);
 #pragma unroll
-      for (int e = 0; e < kE; ++e) q[h][e] = RoundTo<bf16>(q[h][e]);
+      for (int e = 0; e < kE; ++e) sm.q[h][e] = RoundTo<bf16>(sm.q[h][e]);
+    }
+  }
+  if (holds_last) {
+    // The token's k and v into the cache, as RopeStoreKvKernel writes them, and their values as
+    // the cache holds them for the scores.
+    Rotate<kHd>(p, angles, k_last);
+    const int64_t slot = *a.slot;
+    const int bs = a.block_size;
+    const int64_t at = ((slot / bs * nkv + g) * bs + slot % bs) * kHd + lane * kE;
+    auto* k_cache = static_cast<C*>(l.k_cache);
+    auto* v_cache = static_cast<C*>(l.v_cache);
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+      C kc, vc;
+      if constexpr (kIsFp8<C>) {
+        // RopeStoreKvKernel's code: one rounding of the exact quotient of the T value.
+        kc = ToE4m3Sat(__fdiv_rn(RoundTo<bf16>(k_last[e]), l.k_scale));
+        vc = ToE4m3Sat(__fdiv_rn(v_last[e], l.v_scale));
+        k_last[e] = static_cast<float>(kc);
+        v_last[e] = static_cast<float>(vc);
+      } else {
+        kc = FromFloat<bf16>(k_last[e]);
+        vc = FromFloat<bf16>(v_last[e]);
+        k_last[e] = ToFloat(kc);
+      }
+      if (slot >= 0) {
+        k_cache[at + e] = kc;
+        v_cache[at + e] = vc;
+      }
     }
   }
   const float score_scale = a.attn_scale * l.k_scale * kLog2e;
-  float m[kMaxGroup], sum[kMaxGroup], acc[kMaxGroup][kE];
-#pragma unroll
-  for (int h = 0; h < kMaxGroup; ++h) {
-    m[h] = -INFINITY;
-    sum[h] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < kE; ++e) acc[h][e] = 0.0f;
-  }
-  // kBatch positions a warp at a time: their block numbers, then their K and V rows, loaded
-  // before any is used (a position at a time waited a memory latency each).
-  constexpr int kBatch = 2;
-  for (int t = t0 + warp; t < t1; t += kBatch * kWarps) {
-    int64_t at[kBatch];  // (block * nkv) * bs + offset: kv head 0's row of the position
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int tu = min(t + u * kWarps, t1 - 1);
-      at[u] = static_cast<int64_t>(a.block_table[tu / bs]) * nkv * bs + tu % bs;
+  if (holds_last) sm.Visit(group, score_scale, k_last, v_last);
+  const uint32_t bars = SmemAddr(smem + kBarOffset);
+  const int end = CachedEnd(it, context);
+  for (int t = it.t0; t < end; t += kKvRows) {
+    const int n = min(kKvRows, end - t);
+    MbarrierWait(FullBar(bars, pipe.stage), pipe.phase);
+    const uint8_t* stage = smem + pipe.stage * kStageBytes;
+    for (int j = warp; j < n; j += kWarps) {
+      float k[kE], v[kE];
+      CacheRow<C, kHd>(stage + j * kRowBytes, k);
+      CacheRow<C, kHd>(stage + kVOffset + j * kRowBytes, v);
+      sm.Visit(group, score_scale, k, v);
     }
-    float kf[kBatch][kE], vf[kBatch][kE];
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int64_t base = (at[u] + int64_t{g} * bs) * kHd + lane * kE;
-#pragma unroll
-      for (int e = 0; e < kE; ++e) {
-        kf[u][e] = CacheValue(k_cache + base + e);
-        vf[u][e] = CacheValue(v_cache + base + e);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      if (t + u * kWarps >= t1) break;
-#pragma unroll
-      for (int h = 0; h < kMaxGroup; ++h) {
-        if (h >= group) break;
-        float s = 0.0f;
-#pragma unroll
-        for (int e = 0; e < kE; ++e) s = fmaf(q[h][e], kf[u][e], s);
-        for (int offset = 16; offset > 0; offset >>= 1) {
-          s += __shfl_xor_sync(0xffffffffu, s, offset);
-        }
-        s *= score_scale;
-        const float mn = fmaxf(m[h], s);
-        const float corr = MergeWeight(m[h], mn), pr = exp2f(s - mn);
-        sum[h] = sum[h] * corr + pr;
-#pragma unroll
-        for (int e = 0; e < kE; ++e) acc[h][e] = acc[h][e] * corr + pr * vf[u][e];
-        m[h] = mn;
-      }
-    }
+    __syncwarp();
+    if (lane == 0) MbarrierArrive(EmptyBar(bars, pipe.stage));
+    Advance(pipe);
   }
   // Merge the warps: statistics [warp][head][2], outputs [warp][head][kHd] (fp32).
   auto* stats = reinterpret_cast<float*>(smem + kStatsOffset);
   auto* outs = reinterpret_cast<float*>(smem + kXOffset);
 #pragma unroll
-  for (int h = 0; h < kMaxGroup; ++h) {
+  for (int h = 0; h < kG; ++h) {
     if (h >= group) break;
     if (lane == 0) {
-      stats[(warp * kMaxGroup + h) * 2] = m[h];
-      stats[(warp * kMaxGroup + h) * 2 + 1] = sum[h];
+      stats[(warp * kMaxGroup + h) * 2] = sm.m[h];
+      stats[(warp * kMaxGroup + h) * 2 + 1] = sm.sum[h];
     }
 #pragma unroll
-    for (int e = 0; e < kE; ++e) outs[(warp * group + h) * kHd + lane * kE + e] = acc[h][e];
+    for (int e = 0; e < kE; ++e) outs[(warp * group + h) * kHd + lane * kE + e] = sm.acc[h][e];
   }
   ConsumerSync();
-  float* part = a.partials + static_cast<int64_t>(g * kMaxSplits + split) * group * (kHd + 2);
+  const int splits = it.splits;
+  float* part = a.partials + static_cast<int64_t>(g * kMaxSplits + it.split) * group * (kHd + 2);
   for (int idx = threadIdx.x; idx < group * kHd; idx += kConsumers) {
     const int h = idx / kHd, d = idx % kHd;
     float big = -INFINITY;
@@ -591,7 +729,9 @@ __device__ void Attention(const Params& p, const FusedDecodeLayer& l, uint8_t* s
     }
   }
   if (splits == 1) return;
-  // The last CTA of kv head g to get here merges the splits.
+  // The last CTA of kv head g to get here merges the splits: in one trip for up to kMergeBatch
+  // splits, their statistics into shared memory (the scratch above is free again) and each
+  // thread's outputs' partials into registers.
   __threadfence();
   ConsumerSync();
   auto* flag = reinterpret_cast<int*>(smem + kReduceOffset + 4 * 32);
@@ -601,29 +741,47 @@ __device__ void Attention(const Params& p, const FusedDecodeLayer& l, uint8_t* s
   if (*flag == 0) return;
   __threadfence();
   const float* first = a.partials + static_cast<int64_t>(g * kMaxSplits) * group * (kHd + 2);
+  auto* split_stats = outs;  // [split][head][2]
   for (int idx = threadIdx.x; idx < splits * group; idx += kConsumers) {
-    const float* ph = first + static_cast<int64_t>(idx) * (kHd + 2);  // split idx / group
-    stats[2 * idx] = __ldcg(ph + kHd);
-    stats[2 * idx + 1] = __ldcg(ph + kHd + 1);
+    const float* ph = first + static_cast<int64_t>(idx) * (kHd + 2);
+    split_stats[2 * idx] = __ldcg(ph + kHd);
+    split_stats[2 * idx + 1] = __ldcg(ph + kHd + 1);
   }
+  constexpr int kMergeBatch = 16;
+  float os[kMergeBatch];
+  const int mine = threadIdx.x;  // output (head, dimension) of the first batch's loads
+  auto load = [&](int idx, int s0) {
+    const int h = idx / kHd, d = idx % kHd;
+#pragma unroll
+    for (int u = 0; u < kMergeBatch; ++u) {
+      if (s0 + u < splits) {
+        os[u] = __ldcg(first + static_cast<int64_t>((s0 + u) * group + h) * (kHd + 2) + d);
+      }
+    }
+  };
+  if (mine < group * kHd) load(mine, 0);
   ConsumerSync();
-  for (int idx = threadIdx.x; idx < group * kHd; idx += kConsumers) {
+  for (int idx = mine; idx < group * kHd; idx += kConsumers) {
     const int h = idx / kHd, d = idx % kHd;
     float big = -INFINITY;
-    for (int s = 0; s < splits; ++s) big = fmaxf(big, stats[2 * (s * group + h)]);
+    for (int s = 0; s < splits; ++s) big = fmaxf(big, split_stats[2 * (s * group + h)]);
     float total = 0.0f, o = 0.0f;
-#pragma unroll 4
-    for (int s = 0; s < splits; ++s) {
-      const float wt = MergeWeight(stats[2 * (s * group + h)], big);
-      total += stats[2 * (s * group + h) + 1] * wt;
-      o += __ldcg(first + static_cast<int64_t>(s * group + h) * (kHd + 2) + d) * wt;
+    for (int s0 = 0; s0 < splits; s0 += kMergeBatch) {
+      if (idx != mine || s0 != 0) load(idx, s0);
+#pragma unroll
+      for (int u = 0; u < kMergeBatch; ++u) {
+        if (s0 + u >= splits) break;
+        const float wt = MergeWeight(split_stats[2 * ((s0 + u) * group + h)], big);
+        total += split_stats[2 * ((s0 + u) * group + h) + 1] * wt;
+        o += os[u] * wt;
+      }
     }
     a.attn_out[(g * group + h) * kHd + d] = FromFloat<bf16>(o / total * l.v_scale);
   }
   if (threadIdx.x == 0) atomicExch(done, 0u);
 }
 
-template <typename C, int kHd>
+template <typename C, int kHd, int kG>
 __global__ void __launch_bounds__(kThreads, 1) FusedDecodeKernel(const Params p) {
 #ifdef KILN_FUSED_DECODE_SM90
   extern __shared__ __align__(128) uint8_t smem[];
@@ -637,17 +795,29 @@ __global__ void __launch_bounds__(kThreads, 1) FusedDecodeKernel(const Params p)
   }
   __syncthreads();
   if (threadIdx.x >= kConsumers) {
-    // Weights are no kernel's output: the producer never waits for the previous kernel.
-    if (threadIdx.x == kConsumers) Produce(p, smem);
+    // Weights are no kernel's output: the producer starts before the previous kernel ends.
+    if (threadIdx.x == kConsumers) Produce<C, kHd>(p, smem);
     return;
   }
   PdlWait();
   const auto& a = p.a;
   auto* gate = reinterpret_cast<float*>(smem + kGateOffset);
   Pipe pipe;
-  const int lane = threadIdx.x % 32;
-  const auto none = [](int64_t) { return 0.0f; };
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int context = *a.seq_len;
+  const AttnItem item = (a.debug & (kFusedDecodeSkipAttention | kFusedDecodeSkipRing)) != 0
+                            ? AttnItem{}
+                            : ItemOf(p, context);
   uint32_t barriers = 0;  // grid barriers passed (thread 0)
+  // h at the CTA's rows of o and down (the same rows, which only this CTA writes): lane i of a
+  // warp holds its i-th, as RowParams.
+  float h_mine = 0.0f;
+  {
+    const Slice rows = SliceOf(p, a.layers[0], 1);
+    const int64_t i = warp + int64_t{kWarps} * lane;
+    if (i < rows.rows) h_mine = 0.0f + ToFloat(__ldcg(a.delta + rows.row0 + i));
+  }
+  RowParams qkv_rp = RowParamsOf(SliceOf(p, a.layers[0], 0));
   for (int layer = 0; layer < a.num_layers; ++layer) {
     const FusedDecodeLayer& l = a.layers[layer];
     const bool first = layer == 0, last = layer + 1 == a.num_layers;
@@ -656,64 +826,64 @@ __global__ void __launch_bounds__(kThreads, 1) FusedDecodeKernel(const Params p)
     ConsumerSync();
     Trace(a, layer, 1, 0);
     const Slice qkv = SliceOf(p, l, 0);
-    Consume(pipe, qkv, smem, a.debug, none, [&](int64_t i, float v, float) {
+    Consume(pipe, qkv, qkv_rp, smem, a.debug, [&](int64_t i, float v) {
       if (lane == 0) a.qkv_out[qkv.row0 + i] = FromFloat<bf16>(v);
     });
     Trace(a, layer, 2, 0);
     GridSync(a.sync, a.debug, &barriers);
     Trace(a, layer, 3, 0);
-    if ((a.debug & kFusedDecodeSkipAttention) == 0) Attention<C, kHd>(p, l, smem);
+    Attention<C, kHd, kG>(p, l, item, context, pipe, smem);
     Trace(a, layer, 4, 0);
+    const RowParams o_rp = RowParamsOf(SliceOf(p, l, 1));
     GridSync(a.sync, a.debug, &barriers);
     Trace(a, layer, 5, 0);
     LoadActivations(a.attn_out, p.q_size, smem);
     ConsumerSync();
     const Slice o = SliceOf(p, l, 1);
-    Consume(
-        pipe, o, smem, a.debug,
-        [&](int64_t i) {
-          const int64_t row = o.row0 + i;
-          return first ? 0.0f + ToFloat(__ldcg(a.delta + row)) : __ldcg(a.residual + row);
-        },
-        [&](int64_t i, float v, float h) {
-          if (lane == 0) a.residual[o.row0 + i] = h + RoundTo<bf16>(v);
-        });
+    Consume(pipe, o, o_rp, smem, a.debug, [&](int64_t i, float v) {
+      if (lane == i / kWarps) {
+        h_mine = h_mine + RoundTo<bf16>(v);
+        a.residual[o.row0 + i] = h_mine;
+      }
+    });
     Trace(a, layer, 6, 0);
+    const RowParams gate_rp = RowParamsOf(SliceOf(p, l, 2)), up_rp = RowParamsOf(SliceOf(p, l, 3));
     GridSync(a.sync, a.debug, &barriers);
     Trace(a, layer, 7, 0);
     NormToSmem(p, false, l.post_norm, smem);
     ConsumerSync();
-    Consume(pipe, SliceOf(p, l, 2), smem, a.debug, none, [&](int64_t i, float v, float) {
+    Consume(pipe, SliceOf(p, l, 2), gate_rp, smem, a.debug, [&](int64_t i, float v) {
       if (lane == 0) gate[i] = RoundTo<bf16>(v);
     });
     ConsumerSync();
-    const Slice up = SliceOf(p, l, 3);
-    const int64_t col0 = up.row0 - a.intermediate;
-    Consume(pipe, up, smem, a.debug, none, [&](int64_t i, float v, float) {
+    const Slice up_rows = SliceOf(p, l, 3);
+    const int64_t col0 = up_rows.row0 - a.intermediate;
+    Consume(pipe, up_rows, up_rp, smem, a.debug, [&](int64_t i, float v) {
       if (lane == 0) {
         a.act_out[col0 + i] = FromFloat<bf16>(SiluTimesExact<bf16>(gate[i], RoundTo<bf16>(v)));
       }
     });
     Trace(a, layer, 8, 0);
+    const RowParams down_rp = RowParamsOf(SliceOf(p, l, 4));
     GridSync(a.sync, a.debug, &barriers);
     Trace(a, layer, 9, 0);
     LoadActivations(a.act_out, a.intermediate, smem);
     ConsumerSync();
     if (last) PdlLaunchDependents();
     const Slice down = SliceOf(p, l, 4);
-    Consume(
-        pipe, down, smem, a.debug,
-        [&](int64_t i) { return last ? 0.0f : __ldcg(a.residual + down.row0 + i); },
-        [&](int64_t i, float v, float h) {
-          if (lane != 0) return;
-          if (last) {
-            a.delta[down.row0 + i] = FromFloat<bf16>(v);
-          } else {
-            a.residual[down.row0 + i] = h + RoundTo<bf16>(v);
-          }
-        });
+    Consume(pipe, down, down_rp, smem, a.debug, [&](int64_t i, float v) {
+      if (last) {
+        if (lane == 0) a.delta[down.row0 + i] = FromFloat<bf16>(v);
+      } else if (lane == i / kWarps) {
+        h_mine = h_mine + RoundTo<bf16>(v);
+        a.residual[down.row0 + i] = h_mine;
+      }
+    });
     Trace(a, layer, 10, 0);
-    if (!last) GridSync(a.sync, a.debug, &barriers);
+    if (!last) {
+      qkv_rp = RowParamsOf(SliceOf(p, a.layers[layer + 1], 0));
+      GridSync(a.sync, a.debug, &barriers);
+    }
     Trace(a, layer, 11, 0);
   }
 #endif
@@ -721,9 +891,9 @@ __global__ void __launch_bounds__(kThreads, 1) FusedDecodeKernel(const Params p)
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-template <typename C, int kHd>
+template <typename C, int kHd, int kG>
 auto KernelOf() {
-  return FusedDecodeKernel<C, kHd>;
+  return FusedDecodeKernel<C, kHd, kG>;
 }
 
 // Whether the current device runs the kernel: compute capability 9.0, this build's sm_90a code,
@@ -748,10 +918,14 @@ bool DeviceRuns() {
                cudaSuccess &&
            blocks >= 1;
     };
-    prepare(KernelOf<bf16, 64>());
-    prepare(KernelOf<bf16, 128>());
-    prepare(KernelOf<e4m3, 64>());
-    prepare(KernelOf<e4m3, 128>());
+    prepare(KernelOf<bf16, 64, 4>());
+    prepare(KernelOf<bf16, 128, 4>());
+    prepare(KernelOf<e4m3, 64, 4>());
+    prepare(KernelOf<e4m3, 128, 4>());
+    prepare(KernelOf<bf16, 64, kMaxGroup>());
+    prepare(KernelOf<bf16, 128, kMaxGroup>());
+    prepare(KernelOf<e4m3, 64, kMaxGroup>());
+    prepare(KernelOf<e4m3, 128, kMaxGroup>());
     return ok;
   });
 #endif
@@ -785,14 +959,16 @@ bool FusedDecodeSupported(const FusedDecodeArgs& a) {
       a.num_heads <= 0 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0 ||
       a.num_heads / a.num_kv_heads > kMaxGroup || (a.head_dim != 64 && a.head_dim != 128) ||
       a.hidden % 16 != 0 || q % 16 != 0 || a.intermediate % 16 != 0 || widest > kMaxWidth ||
-      a.block_size <= 0 || a.inv_freq == nullptr || a.position == nullptr || a.slot == nullptr ||
-      a.seq_len == nullptr || a.block_table == nullptr || !Aligned16(a.delta) ||
-      !Aligned16(a.residual) || !Aligned16(a.qkv_out) || !Aligned16(a.attn_out) ||
-      !Aligned16(a.act_out) || a.partials == nullptr || a.sync == nullptr || !DeviceRuns()) {
+      a.hidden > kMaxHidden || a.block_size <= 0 || a.inv_freq == nullptr ||
+      a.position == nullptr || a.slot == nullptr || a.seq_len == nullptr ||
+      a.block_table == nullptr || !Aligned16(a.delta) || !Aligned16(a.residual) ||
+      !Aligned16(a.qkv_out) || !Aligned16(a.attn_out) || !Aligned16(a.act_out) ||
+      a.partials == nullptr || a.sync == nullptr || !DeviceRuns()) {
     return false;
   }
   const int sms = CurrentDeviceSmCount();
-  return sms >= a.num_kv_heads && (a.intermediate + sms - 1) / sms <= kMaxGateRows;
+  const int64_t rows = std::max(q + 2 * int64_t{a.num_kv_heads} * a.head_dim, widest);
+  return sms >= a.num_kv_heads && (rows + sms - 1) / sms <= kMaxSliceRows;
 }
 
 cudaError_t FusedDecode(const FusedDecodeArgs& a, cudaStream_t stream) {
@@ -816,10 +992,17 @@ cudaError_t FusedDecode(const FusedDecodeArgs& a, cudaStream_t stream) {
     const cudaError_t st = cudaMemsetAsync(a.sync, 0, sizeof(uint32_t), stream);
     return st != cudaSuccess ? st : cudaLaunchKernelEx(&config, kernel, p);
   };
-  if (a.fp8_cache) {
-    return a.head_dim == 64 ? launch(KernelOf<e4m3, 64>()) : launch(KernelOf<e4m3, 128>());
-  }
-  return a.head_dim == 64 ? launch(KernelOf<bf16, 64>()) : launch(KernelOf<bf16, 128>());
+  // The group's query heads: up to 4 (Llama-3 8B, Mistral 7B) in a kernel with half the
+  // softmax registers.
+  auto pick = [&](auto cache) {
+    using C = decltype(cache);
+    if (a.num_heads / a.num_kv_heads <= 4) {
+      return a.head_dim == 64 ? launch(KernelOf<C, 64, 4>()) : launch(KernelOf<C, 128, 4>());
+    }
+    return a.head_dim == 64 ? launch(KernelOf<C, 64, kMaxGroup>())
+                            : launch(KernelOf<C, 128, kMaxGroup>());
+  };
+  return a.fp8_cache ? pick(e4m3{}) : pick(bf16{});
 }
 
 }  // namespace kiln::kernels

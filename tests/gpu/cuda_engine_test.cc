@@ -272,15 +272,24 @@ TEST(CudaEngine, AloneAndBatchedAgree) {
 // kernel-per-op step on the same FP8 model: every value up to attention's output is the same
 // bits and attention sums in another order (fp32), so greedy tokens agree except after a
 // near-tie and logprobs within kFusedTolerance. Each prompt alone (batch 1), over a bf16 and an
-// fp8 KV cache, head_dim 64 and 128, GQA groups 3 and 4, q/k/v, o and MLP biases, llama3 RoPE,
-// contexts of 1 to 1,531 positions (1 to 32 context splits).
+// fp8 KV cache, head_dim 64 and 128, GQA groups 3, 4 and 8 (the kernel's two softmax widths),
+// q/k/v, o and MLP biases, llama3 RoPE, contexts of 1 to 1,531 positions (1 to 32 context
+// splits, the cached ones streamed through the kernel's ring in stages of 32 or 64 positions).
 TEST(CudaEngine, FusedDecodeMatchesKernelPerOp) {
   ASSERT_TRUE(HasCudaDevice()) << "needs a CUDA device";
   if (!kernels::FusedDecodeDeviceRuns()) {
     GTEST_SKIP() << "kernels::FusedDecode needs an sm_90a build on a compute capability 9.0 GPU";
   }
   constexpr float kFusedTolerance = 0.05f;
-  for (const Variant& variant : Variants()) {
+  std::vector<Variant> variants = Variants();
+  ModelConfig gqa8 = variants[0].config;
+  gqa8.num_layers = 4;
+  gqa8.hidden_size = 512;
+  gqa8.num_heads = 16;
+  gqa8.num_kv_heads = 2;
+  gqa8.head_dim = 64;
+  variants.push_back({"gqa8_hd64", gqa8});
+  for (const Variant& variant : variants) {
     const Model m = Synth("fused_" + variant.name, variant.config, 0.02f);
     const std::vector<Prompt> prompts =
         RandomPrompts({1, 7, 83, 300, 769, 1500}, variant.config.vocab_size, 5);

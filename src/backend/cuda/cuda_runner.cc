@@ -1191,8 +1191,16 @@ bool CudaRunner<T>::FusedGateUp(int32_t num_tokens) const {
 template <typename T>
 Status CudaRunner<T>::PrepareFusedDecode() {
   fused_decode_ = false;
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    if (fused_layers_ == nullptr) return Status::Ok();
+  if (!options_.fused_decode) return Status::Ok();
+  // Asked for and not taken: say why once a (re)allocation; the steps run kernel by kernel.
+  auto decline = [&](const std::string& why) {
+    LOG(WARNING) << "--fused-decode: " << why << "; batch-1 decode steps run kernel by kernel";
+    return Status::Ok();
+  };
+  if (fused_layers_ == nullptr) return decline("it takes FP8 models (--quantization fp8)");
+  if constexpr (!std::is_same_v<T, __nv_bfloat16>) {
+    return decline("kernels::FusedDecode takes bf16 activations, not this model's dtype");
+  } else {
     const ModelConfig& c = config_;
     std::vector<kernels::FusedDecodeLayer> layers(c.num_layers);
     for (int i = 0; i < c.num_layers; ++i) {
@@ -1200,7 +1208,7 @@ Status CudaRunner<T>::PrepareFusedDecode() {
       // Every linear layer in e4m3 (a pre-quantized checkpoint may leave some in T).
       if (w.qkv.fp8.w == nullptr || w.o.fp8.w == nullptr || w.gate_up.fp8.w == nullptr ||
           w.down.fp8.w == nullptr) {
-        return Status::Ok();
+        return decline("layer " + std::to_string(i) + " keeps a linear layer unquantized");
       }
       kernels::FusedDecodeLayer& f = layers[i];
       f.input_norm = w.input_norm;
@@ -1221,7 +1229,10 @@ Status CudaRunner<T>::PrepareFusedDecode() {
       f.v_cache = v_cache_[i];
       f.k_scale = k_scale_[i];
       f.v_scale = v_scale_[i];
-      if (!kernels::FusedDecodeLayerOk(f, fp8_kv())) return Status::Ok();
+      if (!kernels::FusedDecodeLayerOk(f, fp8_kv())) {
+        return decline("layer " + std::to_string(i) +
+                       "'s weights or cache scales are not as kernels::FusedDecode takes them");
+      }
     }
     kernels::FusedDecodeArgs& a = fused_args_;
     a.layers = fused_layers_;
@@ -1248,12 +1259,17 @@ Status CudaRunner<T>::PrepareFusedDecode() {
     a.act_out = act_;
     a.partials = fused_partials_;
     a.sync = fused_sync_;
-    if (!kernels::FusedDecodeSupported(a)) return Status::Ok();
+    if (!kernels::FusedDecodeSupported(a)) {
+      return decline(
+          "kernels::FusedDecode does not take this model's shapes on this GPU (it needs an sm_90a "
+          "build on a compute capability 9.0 GPU, head_dim 64 or 128, up to 8 query heads a kv "
+          "head, hidden up to 8,192; docs/kernels.md)");
+    }
     KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(
         fused_layers_, layers.data(), layers.size() * sizeof(layers[0]), cudaMemcpyHostToDevice));
     fused_decode_ = true;
+    return Status::Ok();
   }
-  return Status::Ok();
 }
 
 template <typename T>
