@@ -26,7 +26,11 @@
 //     same run (the best of Gemv and tuned cuBLASLt), each next to its roofline: the bytes it
 //     must move (weights, scales, x, out) over the copy bandwidth.
 //
-//   build/bench/gemv_bench [--json F] [--prefill [--fp8] | --fp8 | --w4 [--w4-slice-mib 8,16,...]
+//   - with --chain, the 128 W8A16 GEMVs of a batch-1 FP8 decode step of the 8B alone, in a CUDA
+//     graph as the runner replays them (RunChain below).
+//
+//   build/bench/gemv_bench [--json F] [--prefill [--fp8] | --fp8 | --chain | --w4 [--w4-slice-mib
+//   8,16,...]
 //                          [--w4-splits 1,2,...] --int8]
 //   (--w4-slice-mib: the many-row W4A16 path also with dequantization slices of these sizes;
 //   --w4-splits: the block tiles, 9 .. 64 rows, also with these k splits; --rows: only these m,
@@ -35,6 +39,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -47,6 +52,8 @@
 #include "backend/cuda/gemm.h"
 #include "core/buffer.h"
 #include "cuda_yardstick.h"
+#include "kernels/elementwise.h"
+#include "kernels/launch.h"
 #include "kernels/quant.h"
 #include "kernels/w4a16.h"
 
@@ -603,13 +610,149 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8, const std::vecto
   return 0;
 }
 
+// --chain: a batch-1 FP8 decode step's linear layers alone. For each of 32 layers with weights of
+// their own (Gaussian e4m3 codes), qkv, o, gate_up with SiluMul in its epilogue and down as
+// W8A16 GEMVs at m = 1, each asking L2 for the next one's first 4 MiB as the runner does;
+// captured in a CUDA graph and replayed, with programmatic dependent launch (the runner's
+// default) and without, with SiluMul in a kernel of its own, and with the layer's two RMS norms
+// between the GEMVs. Set against the copy
+// bandwidth and against `kiln bench latency`'s decode step, it says how much of the step the
+// GEMVs take and how much the norms, RoPE, attention and lm_head add.
+int RunChain(const std::string& json_path) {
+  const double copy_bw = bench::DeviceCopyBandwidth();
+  std::printf("copy bandwidth %.0f GB/s\n", copy_bw / 1e9);
+  Json out;
+  out["copy_bandwidth_gb_s"] = copy_bw / 1e9;
+  constexpr int kLayers = 32;
+  constexpr int64_t kPrefetch = int64_t{4} << 20;
+  const auto& shapes = kLlama8bLayers;  // qkv, o, gate_up, down
+  struct Weights {
+    DeviceBuffer w, s;
+  };
+  std::vector<std::array<Weights, 4>> layers(kLayers);
+  int64_t layer_bytes = 0;
+  for (const Layer& l : shapes) layer_bytes += l.n * l.k;
+  for (int i = 0; i < kLayers; ++i) {
+    for (int j = 0; j < 4; ++j) {
+      const Layer& l = shapes[j];
+      Weights& w = layers[i][j];
+      w.w = DeviceBuffer::Allocate(l.n * l.k).value();
+      w.s = DeviceBuffer::Allocate(l.n * 4).value();
+      BENCH_CHECK(kernels::FillGaussianE4m3(static_cast<__nv_fp8_e4m3*>(w.w.data()), l.n * l.k,
+                                            1000 * i + j, 64.0f, nullptr) == cudaSuccess);
+      const std::vector<float> scales(l.n, 1.0f / 4096);
+      BENCH_CHECK(w.s.CopyFromHost(scales.data(), scales.size() * 4).ok());
+    }
+  }
+  auto fp8 = [&](int i, int j) {
+    return cuda::Fp8Weight{static_cast<const __nv_fp8_e4m3*>(layers[i][j].w.data()),
+                           static_cast<const float*>(layers[i][j].s.data())};
+  };
+  // The hint for the layer after (i, j): the next one's first 4 MiB.
+  auto next = [&](int i, int j) {
+    const int ni = j == 3 ? i + 1 : i, nj = (j + 1) % 4;
+    if (ni == kLayers) return cuda::L2Prefetch{};
+    return cuda::L2Prefetch{layers[ni][nj].w.data(),
+                            std::min(kPrefetch, shapes[nj].n * shapes[nj].k)};
+  };
+  DeviceBuffer x = DeviceBuffer::Allocate(14336 * 2).value();
+  DeviceBuffer y = DeviceBuffer::Allocate(28672 * 2).value();
+  DeviceBuffer act = DeviceBuffer::Allocate(14336 * 2).value();
+  DeviceBuffer residual = DeviceBuffer::Allocate(4096 * 4).value();
+  DeviceBuffer norm_weight = DeviceBuffer::Allocate(4096 * 2).value();
+  DeviceBuffer normed = DeviceBuffer::Allocate(4096 * 2).value();
+  FillRandom(x, 0x3c00);
+  FillRandom(norm_weight, 0x3c00);
+  BENCH_CHECK(cudaMemset(residual.data(), 0, 4096 * 4) == cudaSuccess);
+  FillRandom(act, 0x3c00);
+  const auto* xp = static_cast<const bf16*>(x.data());
+  auto* yp = static_cast<bf16*>(y.data());
+  auto* actp = static_cast<bf16*>(act.data());
+  auto gemm = cuda::Gemm::Create();
+  BENCH_CHECK(gemm.ok());
+  cuda::Gemm& g = **gemm;
+  cudaStream_t stream;
+  BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  // The 128 (or 160) launches of a step; o and down read x, as the GEMVs' inputs do not change
+  // their speed. norms: the runner's two RmsNormF32Residual of a layer (one block at m = 1)
+  // before qkv and gate_up, adding o's / down's output into the fp32 residual stream.
+  auto* residualp = static_cast<float*>(residual.data());
+  auto norm = [&] {
+    BENCH_CHECK(kernels::RmsNormF32Residual(yp, 4096, residualp, false, nullptr, 1, 4096,
+                                            static_cast<const bf16*>(norm_weight.data()), 1e-5f,
+                                            static_cast<bf16*>(normed.data()), 4096,
+                                            stream) == cudaSuccess);
+  };
+  auto step = [&](bool silu_in_gemv, bool norms) {
+    for (int i = 0; i < kLayers; ++i) {
+      if (norms) norm();
+      BENCH_CHECK(g.LinearFp8(xp, 4096, 1, fp8(i, 0), 6144, 4096, nullptr, yp, 6144, false, {},
+                              stream, next(i, 0))
+                      .ok());
+      BENCH_CHECK(g.LinearFp8(xp, 4096, 1, fp8(i, 1), 4096, 4096, nullptr, yp, 4096, false, {},
+                              stream, next(i, 1))
+                      .ok());
+      if (norms) norm();
+      if (silu_in_gemv) {
+        auto done =
+            g.GateUpSiluW8(xp, 4096, 1, fp8(i, 2), 14336, 4096, static_cast<const bf16*>(nullptr),
+                           actp, 14336, stream, next(i, 2));
+        BENCH_CHECK(done.ok() && *done);
+      } else {
+        BENCH_CHECK(g.LinearFp8(xp, 4096, 1, fp8(i, 2), 28672, 4096, nullptr, yp, 28672, false, {},
+                                stream, next(i, 2))
+                        .ok());
+        BENCH_CHECK(kernels::SiluMul(yp, 28672, 1, 14336, actp, 14336, stream) == cudaSuccess);
+      }
+      BENCH_CHECK(g.LinearFp8(actp, 14336, 1, fp8(i, 3), 4096, 14336, nullptr, yp, 4096, false, {},
+                              stream, next(i, 3))
+                      .ok());
+    }
+  };
+  const double roofline = kLayers * layer_bytes / copy_bw;
+  std::printf("%d layers x %.1f MB: roofline %.3f ms at the copy bandwidth\n", kLayers,
+              layer_bytes / 1e6, roofline * 1e3);
+  out["layer_bytes"] = layer_bytes;
+  out["roofline_ms"] = roofline * 1e3;
+  struct Variant {
+    const char* name;
+    bool pdl, silu_in_gemv, norms;
+  };
+  for (const Variant v : {Variant{"pdl, SiluMul in gate_up", true, true, false},
+                          Variant{"pdl, SiluMul apart", true, false, false},
+                          Variant{"pdl, + the two norms", true, true, true},
+                          Variant{"no pdl, SiluMul in gate_up", false, true, false}}) {
+    kernels::SetProgrammaticLaunch(v.pdl);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    BENCH_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    step(v.silu_in_gemv, v.norms);
+    BENCH_CHECK(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
+    BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+    const double t = bench::MedianEventSeconds(
+        3, 15, [&] { BENCH_CHECK(cudaGraphLaunch(exec, stream) == cudaSuccess); }, stream);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    std::printf("%-28s %.3f ms a step, %.1f us a layer, %.1f%% of the copy bandwidth\n", v.name,
+                t * 1e3, t / kLayers * 1e6, 100 * roofline / t);
+    out["chain"].push_back({{"variant", v.name},
+                            {"step_ms", t * 1e3},
+                            {"layer_us", t / kLayers * 1e6},
+                            {"fraction_of_copy", roofline / t}});
+  }
+  kernels::SetProgrammaticLaunch(true);
+  cudaStreamDestroy(stream);
+  if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
+  return 0;
+}
+
 }  // namespace
 }  // namespace kiln
 
 int main(int argc, char** argv) {
   using namespace kiln;
   std::string json_path;
-  bool prefill = false, fp8 = false, w4 = false, int8 = false;
+  bool prefill = false, fp8 = false, w4 = false, int8 = false, chain = false;
   std::vector<int> slice_mib, w4_splits, rows;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -621,6 +764,8 @@ int main(int argc, char** argv) {
       fp8 = true;
     } else if (a == "--w4") {
       w4 = true;
+    } else if (a == "--chain") {
+      chain = true;
     } else if (a == "--int8") {
       int8 = true;
     } else if ((a == "--w4-slice-mib" || a == "--w4-splits" || a == "--rows") && i + 1 < argc) {
@@ -632,8 +777,8 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr,
-                   "usage: gemv_bench [--json F] [--prefill [--fp8] | --fp8 | --w4 [--w4-slice-mib "
-                   "8,16,...] [--w4-splits 1,2,...] --int8 [--rows 1,16,...]]\n");
+                   "usage: gemv_bench [--json F] [--prefill [--fp8] | --fp8 | --chain | --w4 "
+                   "[--w4-slice-mib 8,16,...] [--w4-splits 1,2,...] --int8 [--rows 1,16,...]]\n");
       return 2;
     }
   }
@@ -652,6 +797,7 @@ int main(int argc, char** argv) {
     return RunPrefillFp8(json_path, rows);
   }
   if (prefill) return RunPrefill(json_path);
+  if (chain) return RunChain(json_path);
   if (fp8) return RunFp8(json_path);
   if (w4 || int8) return RunLowbit(json_path, w4, int8, slice_mib, w4_splits, rows);
   const double copy_bw = bench::DeviceCopyBandwidth();

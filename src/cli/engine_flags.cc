@@ -54,6 +54,15 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
   cmd->add_flag("--no-fused-gate-up", f->no_fused_gate_up,
                 "CUDA, FP8 prompt steps on Hopper: cuBLASLt's gate_up GEMM then SiluMul, instead "
                 "of the GEMM with SiluMul in its epilogue (for measuring the fusion)");
+  cmd->add_flag("--no-gemv-silu", f->no_gemv_silu,
+                "CUDA, FP8 / INT8 decode steps the W8A16 GEMV runs (up to 3 tokens by default): "
+                "the gate_up GEMV then SiluMul, "
+                "instead of the GEMV with SiluMul in its epilogue (the same bits; for measuring "
+                "the fusion)");
+  cmd->add_flag("--no-gemv-rope", f->no_gemv_rope,
+                "CUDA, FP8 / INT8 decode steps the W8A16 GEMV runs: the qkv GEMV then RoPE and "
+                "the KV-cache write, instead of the GEMV doing both in its epilogue (the same "
+                "bits; for measuring the fusion)");
   cmd->add_flag("--fused-decode", f->fused_decode,
                 "CUDA, FP8 batch-1 decode on Hopper (experimental): every decoder layer in one "
                 "persistent kernel instead of a kernel per op; still slower on the H100 "
@@ -121,6 +130,8 @@ Result<LlmOptions> ToLlmOptions(const EngineFlags& f) {
   options.residual_24bit = !f.fp32_residual;
   options.rope_q_codes = !f.no_rope_q_codes;
   options.fused_gate_up = !f.no_fused_gate_up;
+  options.gemv_silu = !f.no_gemv_silu;
+  options.gemv_rope = !f.no_gemv_rope;
   options.fused_decode = f.fused_decode;
   options.fuse_activation_quant = !f.no_fused_quant;
   if (!f.l2_prefetch.empty()) {

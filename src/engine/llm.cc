@@ -167,6 +167,8 @@ Result<std::unique_ptr<ModelRunner>> CreateRunner(const Checkpoint& checkpoint,
     cuda.residual_24bit = options.residual_24bit;
     cuda.rope_q_codes = options.rope_q_codes;
     cuda.fused_gate_up = options.fused_gate_up;
+    cuda.gemv_silu = options.gemv_silu;
+    cuda.gemv_rope = options.gemv_rope;
     cuda.fused_decode = options.fused_decode;
     cuda.profile_ops = options.profile_cuda_ops;
     if (options.l2_prefetch_bytes.has_value()) cuda.l2_prefetch_bytes = *options.l2_prefetch_bytes;

@@ -74,6 +74,10 @@ struct LlmOptions {
   bool rope_q_codes = true;
   // CUDA, FP8 prompt steps on Hopper: SiluMul in the gate_up GEMM's epilogue (CudaRunnerOptions).
   bool fused_gate_up = true;
+  // CUDA, W8A16 decode rows: SiluMul in the gate_up GEMV's epilogue (CudaRunnerOptions).
+  bool gemv_silu = true;
+  // CUDA, W8A16 decode rows: RoPE and the KV write in the qkv GEMV's epilogue (the same).
+  bool gemv_rope = true;
   // CUDA, FP8 batch-1 decode on Hopper: every decoder layer in one kernel (CudaRunnerOptions;
   // experimental, off by default).
   bool fused_decode = false;

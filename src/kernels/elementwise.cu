@@ -11,6 +11,7 @@
 #include "kernels/divide.h"
 #include "kernels/dtype_traits.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/rope_store.cuh"
 
 namespace kiln::kernels {
 namespace {
@@ -27,6 +28,7 @@ using dtype_internal::Silu;
 using dtype_internal::SiluTimesExact;
 using dtype_internal::ToFloat;
 using dtype_internal::Vec8;
+using rope_internal::KvCacheRow;
 
 struct SumOp {
   __device__ float operator()(float a, float b) const { return a + b; }
@@ -455,19 +457,6 @@ cudaError_t LaunchRmsNorm(const T* x, int64_t ldx, R* residual, NormResidual mod
   }
 }
 
-// The cache row that k or v head `head` of a fused qkv row (head >= num_heads) goes to for the
-// token in cache slot `slot`, and that cache's fp8 scale (1 for a T cache).
-template <typename T, typename C>
-__device__ __forceinline__ C* KvCacheRow(const RopeKvArgsT<T, C>& a, int head, int64_t slot,
-                                         float* scale) {
-  const bool is_k = head < a.num_heads + a.num_kv_heads;
-  const int kv_head = head - a.num_heads - (is_k ? 0 : a.num_kv_heads);
-  const int64_t block = slot / a.block_size, offset = slot % a.block_size;
-  *scale = is_k ? a.k_scale : a.v_scale;
-  C* cache = is_k ? a.k_cache : a.v_cache;
-  return cache + ((block * a.num_kv_heads + kv_head) * a.block_size + offset) * a.head_dim;
-}
-
 // Blocks of one token's (head, pair) work items: one item per thread, so a decode step's few
 // tokens still spread over several SMs instead of looping inside one block.
 constexpr int kRopeThreads = 128;
@@ -505,27 +494,7 @@ __global__ void RopeStoreKvKernel(RopeKvArgsT<T, C> a, int32_t token0) {
       x0 = RoundTo<T>(dtype_internal::Fp8ScaledSum(x0, rs, qs.col[c0], b0));
       x1 = RoundTo<T>(dtype_internal::Fp8ScaledSum(x1, rs, qs.col[c1], b1));
     }
-    if (head < a.num_heads + a.num_kv_heads) {
-      float s, c;
-      sincosf(pos * a.inv_freq[i], &s, &c);
-      RotatePair(c, s, x0, x1);
-    }
-    if (head < a.num_heads) {
-      h[i0] = FromFloat<T>(x0);
-      h[i1] = FromFloat<T>(x1);
-    } else if (slot >= 0) {
-      float scale;
-      C* dst = KvCacheRow(a, head, slot, &scale);
-      if constexpr (kIsFp8<C>) {
-        // A true division (not a reciprocal's product), so the code is one rounding of the
-        // exact quotient of the T value, as the host's F32ToF8E4M3(round_T(x) / scale).
-        dst[i0] = dtype_internal::ToE4m3Sat(__fdiv_rn(RoundTo<T>(x0), scale));
-        dst[i1] = dtype_internal::ToE4m3Sat(__fdiv_rn(RoundTo<T>(x1), scale));
-      } else {
-        dst[i0] = FromFloat<T>(x0);
-        dst[i1] = FromFloat<T>(x1);
-      }
-    }
+    rope_internal::RopeStorePair(a, row, head, i, i0, i1, pos, slot, x0, x1);
   }
 }
 

@@ -5,12 +5,14 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 #include "kernels/divide.h"
 #include "kernels/dtype_traits.cuh"
 #include "kernels/gemv.h"
 #include "kernels/launch.cuh"
+#include "kernels/rope_store.cuh"
 #include "kernels/w8_dot.cuh"
 
 namespace kiln::kernels {
@@ -210,15 +212,43 @@ __device__ __forceinline__ void StoreOut(float v, T* out) {
   *out = FromFloat<T>(v);
 }
 
-template <int M, typename T, typename Code, typename Out>
+// What a W8A16 GEMV block does with its sums: store them (kPlain), SiluMul of gate and up
+// (kSiluMul, GemvW8ArgsT::silu_mul) or RoPE and the KV-cache write (kRope, GemvW8ArgsT::rope).
+// In the last two, warps 0-3 of a block take the first element of four output pairs (gate j /
+// the pair's element i0) and warps 4-7 the second (up j / element i1), so one block holds both
+// halves of its outputs; the second warps hand their rounded sums over in shared memory.
+enum class Epilogue { kPlain, kSiluMul, kRope };
+
+template <int M, typename T, typename Code, typename Out, Epilogue kEpi, typename C = T>
 __global__ void __launch_bounds__(kWarps * 32)
     GemvW8Kernel(const T* __restrict__ x, int64_t ldx, const Code* __restrict__ w,
                  const float* __restrict__ w_scale, int64_t n, int64_t k,
                  const T* __restrict__ bias, Out* __restrict__ out, int64_t ldo,
-                 const void* prefetch, int64_t prefetch_bytes) {
+                 const void* prefetch, int64_t prefetch_bytes, RopeKvArgsT<T, C> rope) {
+  constexpr int kHalf = kWarps / 2;
   const int lane = threadIdx.x % 32;
-  const int64_t col = int64_t{blockIdx.x} * kWarps + threadIdx.x / 32;
-  if (col >= n) return;
+  const int warp = threadIdx.x / 32;
+  int64_t col = int64_t{blockIdx.x} * kWarps + warp;
+  // kSiluMul / kRope: this warp's pair (output column j, or pair i of head `head`); past the
+  // last pair (the last block) it still streams a row (never stored) so that every warp
+  // reaches the barrier.
+  int64_t j = int64_t{blockIdx.x} * kHalf + warp % kHalf;
+  int head = 0, i = 0, i0 = 0, i1 = 0;
+  bool active = true;
+  if constexpr (kEpi == Epilogue::kSiluMul) {
+    active = j < n;
+    col = (active ? j : 0) + (warp < kHalf ? 0 : n);
+  } else if constexpr (kEpi == Epilogue::kRope) {
+    const int half = rope.head_dim / 2;
+    active = j < n / 2;
+    head = static_cast<int>(active ? j / half : 0);
+    i = static_cast<int>(active ? j % half : 0);
+    i0 = rope.interleaved ? 2 * i : i;
+    i1 = rope.interleaved ? 2 * i + 1 : i + half;
+    col = int64_t{head} * rope.head_dim + (warp < kHalf ? i0 : i1);
+  } else {
+    if (col >= n) return;
+  }
   const int64_t chunks = k / 16;  // 16 elements per 16-byte load
   const uint4* wr = reinterpret_cast<const uint4*>(w + col * k);
   float acc[M];
@@ -249,11 +279,44 @@ __global__ void __launch_bounds__(kWarps * 32)
       acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], offset);
     }
   }
-  if (lane == 0) {
-    const float s = w_scale[col];
-    const float b = bias != nullptr ? ToFloat(bias[col]) : 0.0f;
+  if constexpr (kEpi == Epilogue::kPlain) {
+    if (lane == 0) {
+      const float s = w_scale[col];
+      const float b = bias != nullptr ? ToFloat(bias[col]) : 0.0f;
 #pragma unroll
-    for (int m = 0; m < M; ++m) StoreOut(acc[m] * s + b, out + m * ldo + col);
+      for (int m = 0; m < M; ++m) StoreOut(acc[m] * s + b, out + m * ldo + col);
+    }
+  } else {
+    __shared__ float second[M][kHalf];
+    float v[M];  // lane 0: the T value the plain GEMV would store
+    if (lane == 0) {
+      const float s = w_scale[col];
+      const float b = bias != nullptr ? ToFloat(bias[col]) : 0.0f;
+#pragma unroll
+      for (int m = 0; m < M; ++m) v[m] = dtype_internal::RoundTo<T>(acc[m] * s + b);
+      if (warp >= kHalf) {
+#pragma unroll
+        for (int m = 0; m < M; ++m) second[m][warp - kHalf] = v[m];
+      }
+    }
+    __syncthreads();
+    if (lane == 0 && warp < kHalf && active) {
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        const float v1 = second[m][warp];
+        if constexpr (kEpi == Epilogue::kSiluMul) {
+          out[m * ldo + j] = FromFloat<T>(dtype_internal::SiluTimesExact<T>(v[m], v1));
+        } else {
+          // The k and v heads stay in the row as computed (RopeStoreKv writes back q only).
+          T* row = out + m * ldo;
+          row[int64_t{head} * rope.head_dim + i0] = FromFloat<T>(v[m]);
+          row[int64_t{head} * rope.head_dim + i1] = FromFloat<T>(v1);
+          const int64_t slot = rope.slot_mapping != nullptr ? rope.slot_mapping[m] : -1;
+          rope_internal::RopeStorePair(rope, row, head, i, i0, i1,
+                                       static_cast<float>(rope.positions[m]), slot, v[m], v1);
+        }
+      }
+    }
   }
 }
 
@@ -261,21 +324,48 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <int M, typename T, typename Args>
 cudaError_t LaunchGemvW8M(const Args& a, cudaStream_t stream) {
   using Code = std::remove_cv_t<std::remove_pointer_t<decltype(a.w)>>;
-  const dim3 grid(static_cast<unsigned>((a.n + kWarps - 1) / kWarps));
-  if (a.out_f32) {
-    return LaunchChained(GemvW8Kernel<M, T, Code, float>, grid, kWarps * 32, 0, stream, a.x, a.ldx,
-                         a.w, a.w_scale, a.n, a.k, a.bias, static_cast<float*>(a.out), a.ldo,
-                         a.prefetch, a.prefetch_bytes);
+  auto run = [&]<Epilogue kEpi, typename Out, typename C>(int64_t items, int per_block,
+                                                          const RopeKvArgsT<T, C>& rope) {
+    const dim3 grid(static_cast<unsigned>((items + per_block - 1) / per_block));
+    return LaunchChained(GemvW8Kernel<M, T, Code, Out, kEpi, C>, grid, kWarps * 32, 0, stream, a.x,
+                         a.ldx, a.w, a.w_scale, a.n, a.k, a.bias, static_cast<Out*>(a.out), a.ldo,
+                         a.prefetch, a.prefetch_bytes, rope);
+  };
+  const RopeKvArgsT<T, T> none;
+  if (a.silu_mul) return run.template operator()<Epilogue::kSiluMul, T>(a.n, kWarps / 2, none);
+  if (a.rope != nullptr)
+    return run.template operator()<Epilogue::kRope, T>(a.n / 2, kWarps / 2, *a.rope);
+  if (a.rope_fp8 != nullptr) {
+    return run.template operator()<Epilogue::kRope, T>(a.n / 2, kWarps / 2, *a.rope_fp8);
   }
-  return LaunchChained(GemvW8Kernel<M, T, Code, T>, grid, kWarps * 32, 0, stream, a.x, a.ldx, a.w,
-                       a.w_scale, a.n, a.k, a.bias, static_cast<T*>(a.out), a.ldo, a.prefetch,
-                       a.prefetch_bytes);
+  if (a.out_f32) return run.template operator()<Epilogue::kPlain, float>(a.n, kWarps, none);
+  return run.template operator()<Epilogue::kPlain, T>(a.n, kWarps, none);
+}
+
+// Whether *rope describes the epilogue GemvW8ArgsT::rope can run for a.
+template <typename Args, typename Rope>
+bool RopeOk(const Args& a, const Rope* rope) {
+  if (rope == nullptr) return true;
+  constexpr bool kFp8Cache =
+      std::is_same_v<std::remove_pointer_t<decltype(rope->k_cache)>, __nv_fp8_e4m3>;
+  const bool scales_ok = kFp8Cache ? std::isfinite(rope->k_scale) && std::isfinite(rope->v_scale) &&
+                                         rope->k_scale > 0.0f && rope->v_scale > 0.0f
+                                   : rope->k_scale == 1.0f && rope->v_scale == 1.0f;
+  return scales_ok && rope->head_dim > 0 && rope->head_dim % 2 == 0 && rope->num_heads > 0 &&
+         rope->num_kv_heads > 0 &&
+         a.n == int64_t{rope->num_heads + 2 * rope->num_kv_heads} * rope->head_dim &&
+         rope->num_tokens == a.m && rope->qkv == a.out && rope->ld == a.ldo &&
+         rope->positions != nullptr && rope->inv_freq != nullptr && rope->q_codes == nullptr &&
+         rope->qkv_scales.row == nullptr && !a.silu_mul && !a.out_f32 &&
+         (rope->slot_mapping == nullptr ||
+          (rope->k_cache != nullptr && rope->v_cache != nullptr && rope->block_size > 0));
 }
 
 template <typename Args>
 bool Supported(const Args& a) {
   return a.m >= 1 && a.m <= kGemvMaxRows && a.n > 0 && a.k > 0 && a.k % 16 == 0 && a.ldx % 8 == 0 &&
-         Aligned16(a.x) && Aligned16(a.w) && a.w_scale != nullptr;
+         Aligned16(a.x) && Aligned16(a.w) && a.w_scale != nullptr && !(a.silu_mul && a.out_f32) &&
+         (a.rope == nullptr || a.rope_fp8 == nullptr) && RopeOk(a, a.rope) && RopeOk(a, a.rope_fp8);
 }
 
 template <typename T, typename Args>

@@ -12,6 +12,8 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include "kernels/elementwise.h"
+
 namespace kiln::kernels {
 
 // Per-row quantization: scales[r] = Fp8RowScale(max_c |x[r, c]|) and
@@ -77,12 +79,28 @@ struct GemvW8ArgsT {
   // none. REQUIRES: 16-byte aligned, prefetch_bytes a multiple of 16.
   const void* prefetch = nullptr;
   int64_t prefetch_bytes = 0;
+  // A fused gate_up projection with SiluMul in the epilogue: w and w_scale (and bias) hold 2 n
+  // rows, gate's n then up's n, and out[m, j] = silu(gate_j) * up_j for j < n, each of gate_j
+  // and up_j first rounded to T as the plain GEMV would store it, then as kernels::SiluMul
+  // computes it: the bits of the GEMV over 2 n rows followed by SiluMul, without the gate_up
+  // row in memory or SiluMul's launch. REQUIRES: !out_f32.
+  bool silu_mul = false;
+  // A fused qkv projection with the decode rows' RoPE and KV-cache write in the epilogue: w
+  // holds (num_heads + 2 num_kv_heads) * head_dim rows (n), row r of x is token r of *rope
+  // (its positions, slot_mapping, inv_freq, caches and their scales), and out = rope->qkv gets
+  // what the GEMV followed by kernels::RopeStoreKv leaves there (q heads rotated, k and v heads
+  // as computed), the caches what RopeStoreKv writes, bit for bit, without the launch. At most
+  // one of rope (a T cache) and rope_fp8 (an e4m3 cache); host pointers, read at the launch.
+  // REQUIRES: !out_f32, !silu_mul, rope->num_tokens == m, rope->qkv == out, rope->ld == ldo, no
+  // q_codes and no qkv_scales, the cache scales RopeStoreKv accepts, head_dim even.
+  const RopeKvArgsT<T, T>* rope = nullptr;
+  const RopeKvArgsT<T, __nv_fp8_e4m3>* rope_fp8 = nullptr;
 };
 template <typename T>
 using GemvFp8ArgsT = GemvW8ArgsT<T, __nv_fp8_e4m3>;
 
 // Whether GemvFp8 handles these operands: 1 <= m <= kGemvMaxRows, k a multiple of 16, ldx a
-// multiple of 8, x and w 16-byte aligned.
+// multiple of 8, x and w 16-byte aligned, T output with silu_mul.
 bool GemvFp8Supported(const GemvFp8ArgsT<__nv_bfloat16>& args);
 bool GemvFp8Supported(const GemvFp8ArgsT<__half>& args);
 

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -170,8 +171,246 @@ TYPED_TEST(GemvFp8Gpu, SupportedChecksShapes) {
   a.m = kGemvMaxRows + 1;
   EXPECT_FALSE(GemvFp8Supported(a));
   a.m = 1;
+  a.silu_mul = true;
+  EXPECT_TRUE(GemvFp8Supported(a));
+  a.out_f32 = true;  // SiluMul's products are T values
+  EXPECT_FALSE(GemvFp8Supported(a));
+  a.silu_mul = a.out_f32 = false;
   a.w_scale = nullptr;
   EXPECT_FALSE(GemvFp8Supported(a));
+}
+
+// Random one-byte weight codes: every int8 code but -128 (outside the symmetric range), every
+// e4m3 code but NaN (no weight quantizes to either).
+template <typename Code>
+std::vector<uint8_t> RandomCodes(size_t n, std::mt19937& rng) {
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::vector<uint8_t> w(n);
+  for (auto& v : w) {
+    v = static_cast<uint8_t>(byte(rng));
+    if constexpr (std::is_same_v<Code, int8_t>) {
+      if (v == 0x80) v = 0x81;
+    } else {
+      if ((v & 0x7f) == 0x7f) v ^= 1;
+    }
+  }
+  return w;
+}
+
+// GemvFp8Supported / GemvInt8Supported and GemvFp8 / GemvInt8 by the code type.
+template <typename T, typename Code>
+bool GemvW8Supported(const GemvW8ArgsT<T, Code>& g) {
+  if constexpr (std::is_same_v<Code, int8_t>) {
+    return GemvInt8Supported(g);
+  } else {
+    return GemvFp8Supported(g);
+  }
+}
+template <typename T, typename Code>
+void RunGemvW8(const GemvW8ArgsT<T, Code>& g) {
+  ASSERT_TRUE(GemvW8Supported(g));
+  if constexpr (std::is_same_v<Code, int8_t>) {
+    CUDA_OK(GemvInt8(g, nullptr));
+  } else {
+    CUDA_OK(GemvFp8(g, nullptr));
+  }
+}
+
+// A W8A16 GEMV's operands on the device, random: x [m, k] (row stride ldx) and a bias [n] of
+// normal values in T, n rows of k codes (RandomCodes), per-row scales near 2^-6. Args(): the
+// kernel's arguments, without the output.
+template <typename T, typename Code>
+struct W8Operands {
+  int32_t m;
+  int64_t n, k, ldx;
+  Dev<uint16_t> x, bias;
+  Dev<uint8_t> w;
+  Dev<float> scale;
+  W8Operands(int32_t m, int64_t n, int64_t k, int64_t ldx, std::mt19937& rng)
+      : m(m), n(n), k(k), ldx(ldx), x(m * ldx), bias(n), w(n * k), scale(n) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<uint16_t> xh(m * ldx), bh(n);
+    for (auto& v : xh) v = Format<T>::FromF32(normal(rng));
+    for (auto& v : bh) v = Format<T>::FromF32(0.5f * normal(rng));
+    std::vector<float> sh(n);
+    for (auto& v : sh) v = std::ldexp(1.0f + 0.1f * std::fabs(normal(rng)), -6);
+    x.Upload(xh);
+    bias.Upload(bh);
+    w.Upload(RandomCodes<Code>(n * k, rng));
+    scale.Upload(sh);
+  }
+  GemvW8ArgsT<T, Code> Args(bool with_bias) const {
+    GemvW8ArgsT<T, Code> a;
+    a.x = As<T>(x.ptr);
+    a.ldx = ldx;
+    a.m = m;
+    a.w = reinterpret_cast<const Code*>(w.ptr);
+    a.w_scale = scale.ptr;
+    a.n = n;
+    a.k = k;
+    a.bias = with_bias ? As<T>(bias.ptr) : nullptr;
+    return a;
+  }
+};
+
+// GemvW8ArgsT::silu_mul writes what the GEMV over the 2 dim gate_up rows followed by SiluMul
+// writes, bit for bit, for e4m3 and int8 codes: dims that leave the last block's warps partly
+// idle (dim % 4 != 0), k with and without a partial last load round, bias, strided x and a padded
+// output whose padding must stay untouched.
+template <typename T, typename Code>
+void CheckGemvSiluMul(uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (int32_t m : {1, 2, 3, 8}) {
+    for (auto [dim, k, bias] : {std::tuple{14, 64, false}, std::tuple{517, 592, true},
+                                std::tuple{1024, 4096, false}, std::tuple{3, 16, true}}) {
+      SCOPED_TRACE("m " + std::to_string(m) + " dim " + std::to_string(dim) + " k " +
+                   std::to_string(k) + (bias ? " bias" : ""));
+      const int64_t ldo = dim + 5, rows = 2 * int64_t{dim};
+      const W8Operands<T, Code> ops(m, rows, k, k + 8, rng);
+      Dev<uint16_t> dgu(m * rows), dref(m * ldo), dout(m * ldo);
+      const std::vector<uint16_t> poison(m * ldo, kPoison);
+      dref.Upload(poison);
+      dout.Upload(poison);
+      GemvW8ArgsT<T, Code> a = ops.Args(bias);
+      a.out = dgu.ptr;
+      a.ldo = rows;
+      RunGemvW8(a);
+      CUDA_OK(SiluMul(As<T>(dgu.ptr), rows, m, dim, As<T>(dref.ptr), ldo, nullptr));
+      a.silu_mul = true;
+      a.n = dim;
+      a.out = dout.ptr;
+      a.ldo = ldo;
+      RunGemvW8(a);
+      CUDA_OK(cudaDeviceSynchronize());
+      const std::vector<uint16_t> want = dref.Download(m * ldo), got = dout.Download(m * ldo);
+      int bad = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        if (got[i] != want[i] && bad++ < 5) {
+          ADD_FAILURE() << "out[" << i / ldo << ", " << i % ldo << "] = " << got[i] << ", unfused "
+                        << want[i];
+        }
+      }
+      EXPECT_EQ(bad, 0);
+      EXPECT_EQ(got[ldo - 1], kPoison);  // padding
+    }
+  }
+}
+
+TYPED_TEST(GemvFp8Gpu, SiluMulInTheEpilogueEqualsGemvThenSiluMul) {
+  REQUIRE_GPU();
+  CheckGemvSiluMul<TypeParam, __nv_fp8_e4m3>(11);
+  CheckGemvSiluMul<TypeParam, int8_t>(12);
+}
+
+// GemvW8ArgsT::rope writes what the GEMV followed by RopeStoreKv writes, bit for bit: the qkv
+// rows (q heads rotated, k and v heads as computed) and the k / v cache rows, for e4m3 and int8
+// codes, a T and an e4m3 cache, half-split and interleaved pairs, head_dim 64 and 128 (a last
+// block of fewer than four pairs at 3 x 2 heads of 6), biases, a token without a cache slot.
+template <typename T, typename Code, typename C>
+void CheckGemvRope(uint32_t seed) {
+  std::mt19937 rng(seed);
+  struct Shape {
+    int heads, kv_heads, head_dim;
+  };
+  for (const Shape sh : {Shape{4, 2, 64}, Shape{2, 1, 128}, Shape{3, 1, 6}}) {
+    for (int32_t m : {1, 3}) {
+      for (bool interleaved : {false, true}) {
+        SCOPED_TRACE("m " + std::to_string(m) + " heads " + std::to_string(sh.heads) + "/" +
+                     std::to_string(sh.kv_heads) + " head_dim " + std::to_string(sh.head_dim) +
+                     (interleaved ? " interleaved" : ""));
+        const int64_t n = int64_t{sh.heads + 2 * sh.kv_heads} * sh.head_dim;
+        const int32_t block_size = 4, num_blocks = 6;
+        const W8Operands<T, Code> ops(m, n, 96, 96, rng);
+        std::vector<float> inv_freq(sh.head_dim / 2);
+        for (size_t i = 0; i < inv_freq.size(); ++i) {
+          inv_freq[i] = std::pow(10000.0f, -2.0f * i / sh.head_dim);
+        }
+        const std::vector<int32_t> positions = {17, 3, 250};
+        const std::vector<int64_t> slots = {9, -1, 22};  // token 1 writes no cache row
+        constexpr bool kFp8Cache = std::is_same_v<C, __nv_fp8_e4m3>;
+        const size_t cache_elems = size_t{num_blocks} * sh.kv_heads * block_size * sh.head_dim;
+        using CacheBits = std::conditional_t<kFp8Cache, uint8_t, uint16_t>;
+        const CacheBits poison = kFp8Cache ? kPoisonFp8 : kPoison;
+        Dev<uint16_t> dqkv_ref(m * n), dqkv(m * n);
+        Dev<float> dfreq(inv_freq.size());
+        Dev<int32_t> dpos(3);
+        Dev<int64_t> dslots(3);
+        Dev<CacheBits> kc_ref(cache_elems), vc_ref(cache_elems), kc(cache_elems), vc(cache_elems);
+        dfreq.Upload(inv_freq);
+        dpos.Upload(positions);
+        dslots.Upload(slots);
+        const std::vector<CacheBits> cache_poison(cache_elems, poison);
+        for (auto* c : {&kc_ref, &vc_ref, &kc, &vc}) c->Upload(cache_poison);
+        RopeKvArgsT<T, C> rope;
+        rope.ld = n;
+        rope.positions = dpos.ptr;
+        rope.slot_mapping = dslots.ptr;
+        rope.num_tokens = m;
+        rope.num_heads = sh.heads;
+        rope.num_kv_heads = sh.kv_heads;
+        rope.head_dim = sh.head_dim;
+        rope.inv_freq = dfreq.ptr;
+        rope.interleaved = interleaved;
+        rope.block_size = block_size;
+        if constexpr (kFp8Cache) {
+          rope.k_scale = 0.03f;
+          rope.v_scale = 0.02f;
+        }
+        GemvW8ArgsT<T, Code> a = ops.Args(/*with_bias=*/true);
+        a.ldo = n;
+        // The unfused pair.
+        a.out = dqkv_ref.ptr;
+        RunGemvW8(a);
+        rope.qkv = As<T>(dqkv_ref.ptr);
+        rope.k_cache = reinterpret_cast<C*>(kc_ref.ptr);
+        rope.v_cache = reinterpret_cast<C*>(vc_ref.ptr);
+        CUDA_OK(RopeStoreKv(rope, nullptr));
+        // The epilogue.
+        a.out = dqkv.ptr;
+        rope.qkv = As<T>(dqkv.ptr);
+        rope.k_cache = reinterpret_cast<C*>(kc.ptr);
+        rope.v_cache = reinterpret_cast<C*>(vc.ptr);
+        if constexpr (kFp8Cache) {
+          a.rope_fp8 = &rope;
+        } else {
+          a.rope = &rope;
+        }
+        RunGemvW8(a);
+        CUDA_OK(cudaDeviceSynchronize());
+        EXPECT_EQ(dqkv.Download(m * n), dqkv_ref.Download(m * n)) << "qkv rows";
+        const std::vector<CacheBits> k_want = kc_ref.Download(cache_elems);
+        EXPECT_EQ(kc.Download(cache_elems), k_want) << "k cache";
+        EXPECT_EQ(vc.Download(cache_elems), vc_ref.Download(cache_elems)) << "v cache";
+        // The case writes some cache rows and leaves others (slot -1, unused slots) poisoned.
+        EXPECT_GT(std::count(k_want.begin(), k_want.end(), poison), 0);
+        EXPECT_LT(std::count(k_want.begin(), k_want.end(), poison),
+                  static_cast<std::ptrdiff_t>(cache_elems));
+        // What the epilogue refuses: another token count than x's rows, q codes.
+        RopeKvArgsT<T, C> other = rope;
+        GemvW8ArgsT<T, Code> bad = a;
+        if constexpr (kFp8Cache) {
+          bad.rope_fp8 = &other;
+        } else {
+          bad.rope = &other;
+        }
+        EXPECT_TRUE(GemvW8Supported(bad));
+        other.num_tokens = m + 1;
+        EXPECT_FALSE(GemvW8Supported(bad));
+        other.num_tokens = m;
+        other.q_codes = reinterpret_cast<__nv_fp8_e4m3*>(ops.w.ptr);
+        EXPECT_FALSE(GemvW8Supported(bad));
+      }
+    }
+  }
+}
+
+TYPED_TEST(GemvFp8Gpu, RopeInTheEpilogueEqualsGemvThenRopeStoreKv) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  CheckGemvRope<T, __nv_fp8_e4m3, T>(21);
+  CheckGemvRope<T, __nv_fp8_e4m3, __nv_fp8_e4m3>(22);
+  CheckGemvRope<T, int8_t, T>(23);
+  CheckGemvRope<T, int8_t, __nv_fp8_e4m3>(24);
 }
 
 // The fused activation quantization (kernels/elementwise.h) writes what the unfused pair writes:

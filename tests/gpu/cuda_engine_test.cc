@@ -155,6 +155,26 @@ struct Variant {
   ModelConfig config;
 };
 
+// The options of an FP8 engine on the GPU over a `kv` cache (1 GiB).
+LlmOptions CudaFp8Options(const std::string& kv) {
+  LlmOptions options;
+  options.device = "cuda";
+  options.quantization = "fp8";
+  options.kv_cache_dtype = kv;
+  options.engine.kv_cache_memory_bytes = int64_t{1} << 30;
+  return options;
+}
+
+// Each prompt's completion generated alone (batch 1), appended to *out in order.
+void GenerateEachAlone(LLM& llm, const std::vector<Prompt>& prompts, const SamplingParams& params,
+                       std::vector<CompletionOutput>* out) {
+  for (const Prompt& p : prompts) {
+    auto r = llm.Generate({p}, params);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    out->push_back((*r)[0].completions[0]);
+  }
+}
+
 std::vector<Variant> Variants() {
   std::vector<Variant> v;
   ModelConfig smol = PresetConfig("smollm2-135m").value();
@@ -297,20 +317,12 @@ TEST(CudaEngine, FusedDecodeMatchesKernelPerOp) {
     for (const std::string kv : {"auto", "fp8"}) {
       std::vector<CompletionOutput> runs[2];
       for (int fused = 0; fused < 2; ++fused) {
-        LlmOptions options;
-        options.device = "cuda";
-        options.quantization = "fp8";
-        options.kv_cache_dtype = kv;
+        LlmOptions options = CudaFp8Options(kv);
         options.fused_decode = fused == 1;
-        options.engine.kv_cache_memory_bytes = int64_t{1} << 30;
         options.engine.max_model_len = 4096;
         auto llm = LLM::Create(m.dir, options);
         ASSERT_TRUE(llm.ok()) << llm.status().ToString();
-        for (const Prompt& p : prompts) {
-          auto r = (*llm)->Generate({p}, params);
-          ASSERT_TRUE(r.ok()) << r.status().ToString();
-          runs[fused].push_back((*r)[0].completions[0]);
-        }
+        ASSERT_NO_FATAL_FAILURE(GenerateEachAlone(**llm, prompts, params, &runs[fused]));
       }
       const std::string label = variant.name + " fp8, kv " + kv;
       float max_diff = 0;
@@ -328,6 +340,51 @@ TEST(CudaEngine, FusedDecodeMatchesKernelPerOp) {
       // Attention's other summation order moves some logprob: identical ones would mean the
       // fused kernel never ran.
       EXPECT_GT(max_diff, 0.0f) << label << ": identical logprobs; was FusedDecode taken?";
+    }
+    std::filesystem::remove_all(m.dir);
+  }
+}
+
+// SiluMul in the W8A16 gate_up GEMV's epilogue and RoPE + the KV write in the qkv GEMV's
+// (CudaRunnerOptions::gemv_silu / gemv_rope, the defaults) change no bit: the tokens and
+// logprobs of the GEMVs followed by SiluMul and RopeStoreKv, for each prompt alone (1-row decode
+// steps) and three at once (3 rows, fp8_gemv_max_rows), over a bf16 and an fp8 KV cache, with
+// qkv and MLP biases and llama3 RoPE at head_dim 128. The kernel tests (quant_test) check each
+// epilogue's outputs bit for bit; this checks the runner's wiring (a wrong cache slot, row or
+// skipped RopeStoreKv changes the logprobs).
+TEST(CudaEngine, GemvEpiloguesGiveTheSameBits) {
+  ASSERT_TRUE(HasCudaDevice()) << "needs a CUDA device";
+  for (const Variant& variant : Variants()) {
+    const Model m = Synth("gemv_epilogues_" + variant.name, variant.config, 0.02f);
+    const std::vector<Prompt> prompts = RandomPrompts({1, 37, 300}, variant.config.vocab_size, 9);
+    const SamplingParams params = Greedy(24, 5);
+    for (const std::string kv : {"auto", "fp8"}) {
+      std::vector<CompletionOutput> runs[2];
+      for (int fused = 0; fused < 2; ++fused) {
+        LlmOptions options = CudaFp8Options(kv);
+        options.gemv_silu = options.gemv_rope = fused == 1;
+        auto llm = LLM::Create(m.dir, options);
+        ASSERT_TRUE(llm.ok()) << llm.status().ToString();
+        ASSERT_NO_FATAL_FAILURE(GenerateEachAlone(**llm, prompts, params, &runs[fused]));
+        auto r = (*llm)->Generate(prompts, params);
+        ASSERT_TRUE(r.ok()) << r.status().ToString();
+        for (const auto& out : *r) runs[fused].push_back(out.completions[0]);
+      }
+      ASSERT_EQ(runs[0].size(), runs[1].size());
+      for (size_t i = 0; i < runs[0].size(); ++i) {
+        const std::string label = variant.name + " kv " + kv + " run " + std::to_string(i);
+        ASSERT_EQ(runs[0][i].token_ids, runs[1][i].token_ids) << label;
+        for (size_t t = 0; t < runs[0][i].logprobs.size(); ++t) {
+          const ScoredToken& a = runs[0][i].logprobs[t];
+          const ScoredToken& b = runs[1][i].logprobs[t];
+          ASSERT_EQ(a.top_logprobs.size(), b.top_logprobs.size()) << label;
+          for (size_t j = 0; j < a.top_logprobs.size(); ++j) {
+            EXPECT_EQ(a.top_logprobs[j].token_id, b.top_logprobs[j].token_id) << label;
+            EXPECT_EQ(a.top_logprobs[j].logprob, b.top_logprobs[j].logprob)
+                << label << " token " << t;
+          }
+        }
+      }
     }
     std::filesystem::remove_all(m.dir);
   }

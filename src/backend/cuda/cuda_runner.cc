@@ -239,9 +239,21 @@ class CudaRunner final : public CudaRunnerBase {
   bool Residual24(int32_t num_tokens) const;
   // Layer i's RoPE + KV write and attention, over a cache of element type C (T or e4m3).
   // qkv_scales: qkv_ holds the FP8 qkv projection's unscaled sums (RopeStoreKv scales them).
+  // rope_done: the qkv GEMV's epilogue did RoPE and the KV write (QkvRopeW8).
   template <typename C>
   Status EnqueueAttention(int i, int32_t num_tokens, int32_t num_seqs, int32_t num_decode,
-                          int32_t max_q_len, const kernels::Fp8InputScales& qkv_scales);
+                          int32_t max_q_len, const kernels::Fp8InputScales& qkv_scales,
+                          bool rope_done);
+  // kernels::RopeStoreKv's arguments for layer i's qkv_ rows of a step of num_tokens tokens
+  // (no q codes).
+  template <typename C>
+  kernels::RopeKvArgsT<T, C> RopeArgs(int i, int32_t num_tokens,
+                                      const kernels::Fp8InputScales& qkv_scales) const;
+  // Layer i's qkv projection and RoPE + KV write as one W8A16 GEMV (Gemm::QkvRopeW8) from x_
+  // into qkv_ and the cache, for FP8 and INT8 layers; false (nothing launched) for other
+  // formats and rows the GEMV does not take.
+  template <typename C>
+  Result<bool> QkvRopeW8(int i, int32_t num_tokens);
   bool fp8_kv() const { return options_.kv_cache_dtype == KvCacheDType::kFp8E4M3; }
   int64_t KvElementBytes() const { return fp8_kv() ? 1 : static_cast<int64_t>(sizeof(T)); }
   // out[m, n] = x[m, k] . w^T (+ bias) in the layer's format (Gemm::Linear or LinearFp8).
@@ -250,6 +262,10 @@ class CudaRunner final : public CudaRunnerBase {
   // The L2 hint for the linear layer the step runs before `next` ([n, k]): the first
   // options_.l2_prefetch_bytes of next's weights (CudaRunnerOptions::l2_prefetch_bytes).
   cuda::L2Prefetch PrefetchOf(const LinearWeight<T>& next, int64_t n, int64_t k) const;
+  // Layer l's gate_up and SiluMul as one W8A16 GEMV (Gemm::GateUpSiluW8) from x_ into act_, for
+  // FP8 and INT8 layers; false (nothing launched) for other formats and rows the GEMV does not
+  // take.
+  Result<bool> GateUpSiluW8(const LayerWeights<T>& l, int32_t num_tokens);
   Status CaptureGraphs();
   // With options_.profile_ops: an event after the op that just ended (`op`), or the step's
   // first mark (op == nullptr). CollectMarks adds the device time between marks to op_seconds_
@@ -1353,17 +1369,29 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
     Mark("rms_norm");
     const bool last = i + 1 == c.num_layers;
     kernels::Fp8InputScales qkv_scales;
+    // With RoPE and the KV write in the W8A16 GEMV's epilogue (options_.gemv_rope). Not when
+    // RoPE hands prompt rows' q to the prefill kernel as codes (EnqueueAttention).
+    bool rope_in_gemv = false;
     if (fused_scales) {
       KILN_RETURN_IF_ERROR(unscaled(l.qkv, qkv_rows, h, qkv_));
       qkv_scales = ScalesOf(fp8_scratch_.scale, l.qkv, l.qkv_bias);
     } else {
-      KILN_RETURN_IF_ERROR(linear(x_, l.qkv, qkv_rows, h, l.qkv_bias, qkv_, PrefetchOf(l.o, h, q)));
+      if (options_.gemv_rope && !fused_fp8 &&
+          !(fp8_kv() && q_codes_ != nullptr && num_seqs > num_decode)) {
+        KILN_ASSIGN_OR_RETURN(rope_in_gemv, fp8_kv() ? QkvRopeW8<__nv_fp8_e4m3>(i, num_tokens)
+                                                     : QkvRopeW8<T>(i, num_tokens));
+      }
+      if (!rope_in_gemv) {
+        KILN_RETURN_IF_ERROR(
+            linear(x_, l.qkv, qkv_rows, h, l.qkv_bias, qkv_, PrefetchOf(l.o, h, q)));
+      }
     }
     Mark("qkv");
-    KILN_RETURN_IF_ERROR(
-        fp8_kv() ? EnqueueAttention<__nv_fp8_e4m3>(i, num_tokens, num_seqs, num_decode, max_q_len,
-                                                   qkv_scales)
-                 : EnqueueAttention<T>(i, num_tokens, num_seqs, num_decode, max_q_len, qkv_scales));
+    KILN_RETURN_IF_ERROR(fp8_kv()
+                             ? EnqueueAttention<__nv_fp8_e4m3>(i, num_tokens, num_seqs, num_decode,
+                                                               max_q_len, qkv_scales, rope_in_gemv)
+                             : EnqueueAttention<T>(i, num_tokens, num_seqs, num_decode, max_q_len,
+                                                   qkv_scales, rope_in_gemv));
     if (fused_scales) {
       // o's input quantized as LinearFp8 would, its scales into fp8_scales_b_.
       KILN_LAUNCH(l.o.fp8.input_scale != nullptr
@@ -1383,6 +1411,8 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
     kernels::Fp8InputScales gate_up_scales;
     // With SiluMul in the GEMM's epilogue (FusedGateUp), act_ holds the bf16 products.
     bool products = false;
+    // With SiluMul in the W8A16 GEMV's epilogue (options_.gemv_silu), act_ holds down's input.
+    bool silu_in_gemv = false;
     if (fused_scales) {
       gate_up_scales = ScalesOf(fp8_scratch_.scale, l.gate_up, l.gate_up_bias);
       kernels::Fp8GateUpSiluArgs g;
@@ -1401,8 +1431,13 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
         KILN_RETURN_IF_ERROR(unscaled(l.gate_up, 2 * inter, h, gate_up_));
       }
     } else {
-      KILN_RETURN_IF_ERROR(linear(x_, l.gate_up, 2 * inter, h, l.gate_up_bias, gate_up_,
-                                  PrefetchOf(l.down, h, inter)));
+      if (options_.gemv_silu && !fused_fp8) {
+        KILN_ASSIGN_OR_RETURN(silu_in_gemv, GateUpSiluW8(l, num_tokens));
+      }
+      if (!silu_in_gemv) {
+        KILN_RETURN_IF_ERROR(linear(x_, l.gate_up, 2 * inter, h, l.gate_up_bias, gate_up_,
+                                    PrefetchOf(l.down, h, inter)));
+      }
     }
     Mark("gate_up");
     // down's input scales: where SiluMulFp8 writes them.
@@ -1416,7 +1451,7 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
                                                        inter, down_scales, stream_)
                       : kernels::QuantizeRowsFp8(act, inter, num_tokens, inter, fp8_scratch_.x,
                                                  inter, down_scales, stream_));
-    } else {
+    } else if (!silu_in_gemv) {
       KILN_LAUNCH(fused_fp8
                       ? kernels::SiluMulFp8(gate_up_, 2 * inter, num_tokens, c.intermediate_size,
                                             fp8_scratch_.x, inter, down_scales,
@@ -1446,13 +1481,10 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
 
 template <typename T>
 template <typename C>
-Status CudaRunner<T>::EnqueueAttention(int i, int32_t num_tokens, int32_t num_seqs,
-                                       int32_t num_decode, int32_t max_q_len,
-                                       const kernels::Fp8InputScales& qkv_scales) {
+kernels::RopeKvArgsT<T, C> CudaRunner<T>::RopeArgs(
+    int i, int32_t num_tokens, const kernels::Fp8InputScales& qkv_scales) const {
   const ModelConfig& c = config_;
-  const int64_t q = c.q_size(), qkv_rows = q + 2 * c.kv_size();
-  const kernels::AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim,
-                                    1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  const int64_t qkv_rows = c.q_size() + 2 * c.kv_size();
   kernels::RopeKvArgsT<T, C> rope;
   rope.qkv = qkv_;
   rope.ld = qkv_rows;
@@ -1468,12 +1500,46 @@ Status CudaRunner<T>::EnqueueAttention(int i, int32_t num_tokens, int32_t num_se
   rope.v_cache = static_cast<C*>(v_cache_[i]);
   rope.block_size = block_size_;
   rope.qkv_scales = qkv_scales;
+  if constexpr (!std::is_same_v<C, T>) {
+    rope.k_scale = k_scale_[i];
+    rope.v_scale = v_scale_[i];
+  }
+  return rope;
+}
+
+template <typename T>
+template <typename C>
+Result<bool> CudaRunner<T>::QkvRopeW8(int i, int32_t num_tokens) {
+  const ModelConfig& c = config_;
+  const LayerWeights<T>& l = layers_[i];
+  const int64_t h = c.hidden_size, q = c.q_size(), qkv_rows = q + 2 * c.kv_size();
+  const LinearWeight<T>& w = l.qkv;
+  const cuda::L2Prefetch prefetch = PrefetchOf(l.o, h, q);
+  const kernels::RopeKvArgsT<T, C> rope = RopeArgs<C>(i, num_tokens, {});
+  if (w.w != nullptr || w.w4.tiled != nullptr) return false;
+  if (w.int8.w != nullptr) {
+    return gemm_->QkvRopeW8(x_, h, num_tokens, w.int8, qkv_rows, h, l.qkv_bias, rope, stream_,
+                            prefetch);
+  }
+  if (w.fp8.w == nullptr) return false;
+  return gemm_->QkvRopeW8(x_, h, num_tokens, w.fp8, qkv_rows, h, l.qkv_bias, rope, stream_,
+                          prefetch);
+}
+
+template <typename T>
+template <typename C>
+Status CudaRunner<T>::EnqueueAttention(int i, int32_t num_tokens, int32_t num_seqs,
+                                       int32_t num_decode, int32_t max_q_len,
+                                       const kernels::Fp8InputScales& qkv_scales, bool rope_done) {
+  const ModelConfig& c = config_;
+  const int64_t q = c.q_size(), qkv_rows = q + 2 * c.kv_size();
+  const kernels::AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim,
+                                    1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  kernels::RopeKvArgsT<T, C> rope = RopeArgs<C>(i, num_tokens, qkv_scales);
   // Over an fp8 cache RoPE may hand the prompt rows' q (after the decode rows) to the e4m3
   // prefill kernel as its codes (kernels::PrefillQCodes) instead of writing it back.
   kernels::PrefillQCodes q_codes;
   if constexpr (!std::is_same_v<C, T>) {
-    rope.k_scale = k_scale_[i];
-    rope.v_scale = v_scale_[i];
     if (q_codes_ != nullptr && num_seqs > num_decode) {
       rope.q_codes = q_codes_;
       rope.q_code_scales = q_code_scales_;
@@ -1481,7 +1547,7 @@ Status CudaRunner<T>::EnqueueAttention(int i, int32_t num_tokens, int32_t num_se
       q_codes = {q_codes_, q_code_scales_};
     }
   }
-  KILN_LAUNCH(kernels::RopeStoreKv(rope, stream_));
+  if (!rope_done) KILN_LAUNCH(kernels::RopeStoreKv(rope, stream_));
   Mark("rope_kv_write");
 
   kernels::PagedKvCacheT<T, C> cache;
@@ -1515,6 +1581,21 @@ Status CudaRunner<T>::EnqueueAttention(int i, int32_t num_tokens, int32_t num_se
   }
   Mark("prefill_attention");
   return Status::Ok();
+}
+
+template <typename T>
+Result<bool> CudaRunner<T>::GateUpSiluW8(const LayerWeights<T>& l, int32_t num_tokens) {
+  const int64_t h = config_.hidden_size, inter = config_.intermediate_size;
+  const LinearWeight<T>& w = l.gate_up;
+  const cuda::L2Prefetch prefetch = PrefetchOf(l.down, h, inter);
+  if (w.w != nullptr || w.w4.tiled != nullptr) return false;
+  if (w.int8.w != nullptr) {
+    return gemm_->GateUpSiluW8(x_, h, num_tokens, w.int8, inter, h, l.gate_up_bias, act_, inter,
+                               stream_, prefetch);
+  }
+  if (w.fp8.w == nullptr) return false;
+  return gemm_->GateUpSiluW8(x_, h, num_tokens, w.fp8, inter, h, l.gate_up_bias, act_, inter,
+                             stream_, prefetch);
 }
 
 // Every activation a linear layer reads or writes is contiguous: its row stride is its width.

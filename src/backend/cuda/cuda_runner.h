@@ -96,6 +96,15 @@ struct CudaRunnerOptions {
   // half the bytes of the bf16 gate and up sums are never written or read. false: cuBLASLt's
   // GEMM and SiluMulFp8 (for A/B benchmarks).
   bool fused_gate_up = true;
+  // Decode steps whose gate_up runs the W8A16 GEMV (FP8 or INT8 layers, up to
+  // fp8_gemv_max_rows / int8_gemv_max_rows tokens): SiluMul in the GEMV's epilogue
+  // (cuda::Gemm::GateUpSiluW8), one launch and the gate_up row's round trip less a layer, the
+  // same bits. false: the GEMV then SiluMul (for A/B benchmarks).
+  bool gemv_silu = true;
+  // The same for qkv: RoPE and the KV-cache write in the qkv GEMV's epilogue
+  // (cuda::Gemm::QkvRopeW8) instead of kernels::RopeStoreKv, except in steps where RoPE hands
+  // prompt rows' q to the prefill kernel as codes (rope_q_codes). The same bits.
+  bool gemv_rope = true;
   // Batch-1 decode steps of FP8 models (bf16, every linear layer in e4m3) on Hopper run all
   // decoder layers as one persistent kernel (kernels::FusedDecode) that streams the weights
   // through the norms, attention and the barriers between them. Off by default: on the H100 it

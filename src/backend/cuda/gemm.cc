@@ -366,6 +366,69 @@ Status Gemm::LinearInt8Of(const T* x, int64_t ldx, int64_t m, Int8Weight w, int6
   return Status::Ok();
 }
 
+template <typename G>
+Result<bool> Gemm::MaybeGemvW8(const G& g, int64_t m, cudaStream_t stream) {
+  constexpr bool kInt8 =
+      std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(g.w)>>, int8_t>;
+  if (m < 1 || m > (kInt8 ? int8_gemv_max_rows_ : fp8_gemv_max_rows_)) return false;
+  if constexpr (kInt8) {
+    if (!kernels::GemvInt8Supported(g)) return false;
+    KILN_CUDA_RETURN_IF_ERROR(kernels::GemvInt8(g, stream));
+  } else {
+    if (!kernels::GemvFp8Supported(g)) return false;
+    KILN_CUDA_RETURN_IF_ERROR(kernels::GemvFp8(g, stream));
+  }
+  return true;
+}
+
+template <typename T, typename W>
+Result<bool> Gemm::GateUpSiluW8(const T* x, int64_t ldx, int64_t m, W w, int64_t dim, int64_t k,
+                                const T* bias, T* out, int64_t ldo, cudaStream_t stream,
+                                L2Prefetch prefetch) {
+  auto g = W8GemvArgs(x, ldx, m, w.w, w.scale, dim, k, bias, out, ldo, false, prefetch);
+  g.silu_mul = true;
+  return MaybeGemvW8(g, m, stream);
+}
+
+template <typename T, typename W, typename C>
+Result<bool> Gemm::QkvRopeW8(const T* x, int64_t ldx, int64_t m, W w, int64_t n, int64_t k,
+                             const T* bias, const kernels::RopeKvArgsT<T, C>& rope,
+                             cudaStream_t stream, L2Prefetch prefetch) {
+  auto g = W8GemvArgs(x, ldx, m, w.w, w.scale, n, k, bias, rope.qkv, rope.ld, false, prefetch);
+  if constexpr (std::is_same_v<C, T>) {
+    g.rope = &rope;
+  } else {
+    g.rope_fp8 = &rope;
+  }
+  return MaybeGemvW8(g, m, stream);
+}
+
+template Result<bool> Gemm::GateUpSiluW8(const __nv_bfloat16*, int64_t, int64_t, Fp8Weight, int64_t,
+                                         int64_t, const __nv_bfloat16*, __nv_bfloat16*, int64_t,
+                                         cudaStream_t, L2Prefetch);
+template Result<bool> Gemm::GateUpSiluW8(const __half*, int64_t, int64_t, Fp8Weight, int64_t,
+                                         int64_t, const __half*, __half*, int64_t, cudaStream_t,
+                                         L2Prefetch);
+template Result<bool> Gemm::GateUpSiluW8(const __nv_bfloat16*, int64_t, int64_t, Int8Weight,
+                                         int64_t, int64_t, const __nv_bfloat16*, __nv_bfloat16*,
+                                         int64_t, cudaStream_t, L2Prefetch);
+template Result<bool> Gemm::GateUpSiluW8(const __half*, int64_t, int64_t, Int8Weight, int64_t,
+                                         int64_t, const __half*, __half*, int64_t, cudaStream_t,
+                                         L2Prefetch);
+#define KILN_QKV_ROPE_W8(T, W, C)                                                                  \
+  template Result<bool> Gemm::QkvRopeW8(const T*, int64_t, int64_t, W, int64_t, int64_t, const T*, \
+                                        const kernels::RopeKvArgsT<T, C>&, cudaStream_t,           \
+                                        L2Prefetch);
+KILN_QKV_ROPE_W8(__nv_bfloat16, Fp8Weight, __nv_bfloat16)
+KILN_QKV_ROPE_W8(__nv_bfloat16, Fp8Weight, __nv_fp8_e4m3)
+KILN_QKV_ROPE_W8(__nv_bfloat16, Int8Weight, __nv_bfloat16)
+KILN_QKV_ROPE_W8(__nv_bfloat16, Int8Weight, __nv_fp8_e4m3)
+KILN_QKV_ROPE_W8(__half, Fp8Weight, __half)
+KILN_QKV_ROPE_W8(__half, Fp8Weight, __nv_fp8_e4m3)
+KILN_QKV_ROPE_W8(__half, Int8Weight, __half)
+KILN_QKV_ROPE_W8(__half, Int8Weight, __nv_fp8_e4m3)
+#undef KILN_QKV_ROPE_W8
+
 Status Gemm::Tune(const GemmShape& s, int num_candidates, cudaStream_t stream,
                   std::span<const __nv_fp8_e4m3* const> weights) {
   KILN_ASSIGN_OR_RETURN(std::vector<const void*> w, TuneWeights(s, weights));

@@ -29,6 +29,7 @@
 #include "core/buffer.h"
 #include "core/dtype.h"
 #include "core/status.h"
+#include "kernels/elementwise.h"
 
 namespace kiln::cuda {
 
@@ -214,6 +215,28 @@ class Gemm {
                     const __half* bias, void* out, int64_t ldo, bool out_f32, Int8Scratch scratch,
                     cudaStream_t stream, L2Prefetch prefetch = {});
 
+  // LinearFp8 / LinearInt8 of a fused gate_up weight (w: [2 dim, k], gate's rows then up's,
+  // bias [2 dim] or null) followed by kernels::SiluMul, as one W8A16 GEMV with SiluMul in its
+  // epilogue (kernels::GemvW8ArgsT::silu_mul): out [m, dim] with row stride ldo, the bits of the
+  // two ops. Returns false and launches nothing where the linear layer would not run the GEMV
+  // (more rows than fp8_gemv_max_rows() / int8_gemv_max_rows(), or operands it refuses); the
+  // caller then runs the layer and SiluMul. T: __nv_bfloat16 or __half; W: Fp8Weight or
+  // Int8Weight (instantiated in gemm.cc).
+  template <typename T, typename W>
+  Result<bool> GateUpSiluW8(const T* x, int64_t ldx, int64_t m, W w, int64_t dim, int64_t k,
+                            const T* bias, T* out, int64_t ldo, cudaStream_t stream,
+                            L2Prefetch prefetch = {});
+  // LinearFp8 / LinearInt8 of a fused qkv weight (w: [n, k], n = (num_heads + 2 num_kv_heads)
+  // * head_dim) followed by the decode rows' kernels::RopeStoreKv(rope), as one W8A16 GEMV with
+  // RoPE and the KV-cache write in its epilogue (kernels::GemvW8ArgsT::rope): x's m rows are
+  // rope's tokens, the output goes to rope.qkv (row stride rope.ld), the bits of the two ops.
+  // False and nothing launched as GateUpSiluW8, also where the epilogue does not take rope (q
+  // codes, input scales). C: T or __nv_fp8_e4m3, the cache's element type.
+  template <typename T, typename W, typename C>
+  Result<bool> QkvRopeW8(const T* x, int64_t ldx, int64_t m, W w, int64_t n, int64_t k,
+                         const T* bias, const kernels::RopeKvArgsT<T, C>& rope, cudaStream_t stream,
+                         L2Prefetch prefetch = {});
+
   // Times up to `candidates` heuristic algorithms for `shape` and caches the fastest. The runs
   // cycle through `weights` (each [n, k]; e.g. one layer's matrix per layer) so that no run
   // finds its weights in L2, as in a forward pass; with none given, scratch copies of
@@ -316,6 +339,10 @@ class Gemm {
   Status LinearInt8Of(const T* x, int64_t ldx, int64_t m, Int8Weight w, int64_t n, int64_t k,
                       const T* bias, void* out, int64_t ldo, bool out_f32, Int8Scratch scratch,
                       cudaStream_t stream, L2Prefetch prefetch);
+  // Launches the W8A16 GEMV g (kernels::GemvFp8 or GemvInt8 by its code type) if the linear
+  // layer of w's format would run it for m rows and the kernel takes g; whether it did.
+  template <typename G>
+  Result<bool> MaybeGemvW8(const G& g, int64_t m, cudaStream_t stream);
   // Whether cuBLASLt runs `algo` for plan's shape here, within the workspace.
   bool AlgoFits(const Plan& plan, const cublasLtMatmulAlgo_t& algo);
   // Records a TuneFp8Prompt choice; drops the cached plans it applies to.
