@@ -390,7 +390,9 @@ TEST_P(EngineAsyncTest, RandomOperationsAgainstTheReference) {
     for (const auto& [id, r] : live) engine->Abort(id);
     Drain(*engine);
     EXPECT_EQ(engine->stats().num_free_kv_blocks, o.num_kv_blocks) << "leaked blocks";
-    if (seed == 4) EXPECT_GT(engine->stats().num_preemptions, 0) << "seed 4";
+    if (seed == 4) {
+      EXPECT_GT(engine->stats().num_preemptions, 0) << "seed 4";
+    }
     if (seed == 1 || seed == 2) {
       EXPECT_GT(engine->stats().num_swap_preemptions, 0) << "seed " << seed;
       // Aborted while swapped out: never swapped back in.
