@@ -762,10 +762,9 @@ cudaError_t LaunchRmsNormResidual24(const T* x, int64_t ldx, void* residual, boo
 
 template <typename T, typename C>
 cudaError_t LaunchRopeStoreKv(const RopeKvArgsT<T, C>& args, cudaStream_t stream) {
-  const bool scales_ok = kIsFp8<C> ? std::isfinite(args.k_scale) && std::isfinite(args.v_scale) &&
-                                         args.k_scale > 0.0f && args.v_scale > 0.0f
-                                   : args.k_scale == 1.0f && args.v_scale == 1.0f;
-  if (!scales_ok || !InputScalesOk<T>(args.qkv_scales)) return cudaErrorInvalidValue;
+  if (!rope_internal::CacheScalesOk(args) || !InputScalesOk<T>(args.qkv_scales)) {
+    return cudaErrorInvalidValue;
+  }
   if (args.head_dim % 2 != 0) return cudaErrorInvalidValue;
   const int total_heads = args.num_heads + 2 * args.num_kv_heads;
   const bool aligned = args.head_dim % 16 == 0 && args.head_dim / 2 <= kRopeVecMaxHalf &&

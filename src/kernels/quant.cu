@@ -5,7 +5,6 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
-#include <cmath>
 #include <type_traits>
 
 #include "kernels/divide.h"
@@ -309,8 +308,10 @@ __global__ void __launch_bounds__(kWarps * 32)
         } else {
           // The k and v heads stay in the row as computed (RopeStoreKv writes back q only).
           T* row = out + m * ldo;
-          row[int64_t{head} * rope.head_dim + i0] = FromFloat<T>(v[m]);
-          row[int64_t{head} * rope.head_dim + i1] = FromFloat<T>(v1);
+          if (head >= rope.num_heads) {
+            row[int64_t{head} * rope.head_dim + i0] = FromFloat<T>(v[m]);
+            row[int64_t{head} * rope.head_dim + i1] = FromFloat<T>(v1);
+          }
           const int64_t slot = rope.slot_mapping != nullptr ? rope.slot_mapping[m] : -1;
           rope_internal::RopeStorePair(rope, row, head, i, i0, i1,
                                        static_cast<float>(rope.positions[m]), slot, v[m], v1);
@@ -346,13 +347,8 @@ cudaError_t LaunchGemvW8M(const Args& a, cudaStream_t stream) {
 template <typename Args, typename Rope>
 bool RopeOk(const Args& a, const Rope* rope) {
   if (rope == nullptr) return true;
-  constexpr bool kFp8Cache =
-      std::is_same_v<std::remove_pointer_t<decltype(rope->k_cache)>, __nv_fp8_e4m3>;
-  const bool scales_ok = kFp8Cache ? std::isfinite(rope->k_scale) && std::isfinite(rope->v_scale) &&
-                                         rope->k_scale > 0.0f && rope->v_scale > 0.0f
-                                   : rope->k_scale == 1.0f && rope->v_scale == 1.0f;
-  return scales_ok && rope->head_dim > 0 && rope->head_dim % 2 == 0 && rope->num_heads > 0 &&
-         rope->num_kv_heads > 0 &&
+  return rope_internal::CacheScalesOk(*rope) && rope->head_dim > 0 && rope->head_dim % 2 == 0 &&
+         rope->num_heads > 0 && rope->num_kv_heads > 0 &&
          a.n == int64_t{rope->num_heads + 2 * rope->num_kv_heads} * rope->head_dim &&
          rope->num_tokens == a.m && rope->qkv == a.out && rope->ld == a.ldo &&
          rope->positions != nullptr && rope->inv_freq != nullptr && rope->q_codes == nullptr &&

@@ -7,12 +7,22 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/dtype_traits.cuh"
 #include "kernels/elementwise.h"
 
 namespace kiln::kernels::rope_internal {
+
+// Whether a's cache scales are ones RopeStoreKv takes: finite and positive for an e4m3 cache, 1
+// for a T cache.
+template <typename T, typename C>
+inline bool CacheScalesOk(const RopeKvArgsT<T, C>& a) {
+  return dtype_internal::kIsFp8<C> ? std::isfinite(a.k_scale) && std::isfinite(a.v_scale) &&
+                                         a.k_scale > 0.0f && a.v_scale > 0.0f
+                                   : a.k_scale == 1.0f && a.v_scale == 1.0f;
+}
 
 // The cache row that k or v head `head` of a fused qkv row (head >= num_heads) goes to for the
 // token in cache slot `slot`, and that cache's fp8 scale (1 for a T cache).

@@ -254,6 +254,19 @@ class CudaRunner final : public CudaRunnerBase {
   // formats and rows the GEMV does not take.
   template <typename C>
   Result<bool> QkvRopeW8(int i, int32_t num_tokens);
+  // Whether RoPE hands the prompt rows' q to the e4m3 prefill kernel as codes in a step of
+  // num_seqs sequences, num_decode of them decoding (an fp8 cache with q_codes_).
+  bool RopeWritesQCodes(int32_t num_seqs, int32_t num_decode) const {
+    return fp8_kv() && q_codes_ != nullptr && num_seqs > num_decode;
+  }
+  // f(w.int8) or f(w.fp8) (a Result<bool>) for a W8A16-capable layer; false for the others.
+  template <typename F>
+  static Result<bool> OnW8Weight(const LinearWeight<T>& w, F&& f) {
+    if (w.w != nullptr || w.w4.tiled != nullptr) return false;
+    if (w.int8.w != nullptr) return f(w.int8);
+    if (w.fp8.w != nullptr) return f(w.fp8);
+    return false;
+  }
   bool fp8_kv() const { return options_.kv_cache_dtype == KvCacheDType::kFp8E4M3; }
   int64_t KvElementBytes() const { return fp8_kv() ? 1 : static_cast<int64_t>(sizeof(T)); }
   // out[m, n] = x[m, k] . w^T (+ bias) in the layer's format (Gemm::Linear or LinearFp8).
@@ -1376,8 +1389,7 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
       KILN_RETURN_IF_ERROR(unscaled(l.qkv, qkv_rows, h, qkv_));
       qkv_scales = ScalesOf(fp8_scratch_.scale, l.qkv, l.qkv_bias);
     } else {
-      if (options_.gemv_rope && !fused_fp8 &&
-          !(fp8_kv() && q_codes_ != nullptr && num_seqs > num_decode)) {
+      if (options_.gemv_rope && !fused_fp8 && !RopeWritesQCodes(num_seqs, num_decode)) {
         KILN_ASSIGN_OR_RETURN(rope_in_gemv, fp8_kv() ? QkvRopeW8<__nv_fp8_e4m3>(i, num_tokens)
                                                      : QkvRopeW8<T>(i, num_tokens));
       }
@@ -1513,17 +1525,10 @@ Result<bool> CudaRunner<T>::QkvRopeW8(int i, int32_t num_tokens) {
   const ModelConfig& c = config_;
   const LayerWeights<T>& l = layers_[i];
   const int64_t h = c.hidden_size, q = c.q_size(), qkv_rows = q + 2 * c.kv_size();
-  const LinearWeight<T>& w = l.qkv;
-  const cuda::L2Prefetch prefetch = PrefetchOf(l.o, h, q);
-  const kernels::RopeKvArgsT<T, C> rope = RopeArgs<C>(i, num_tokens, {});
-  if (w.w != nullptr || w.w4.tiled != nullptr) return false;
-  if (w.int8.w != nullptr) {
-    return gemm_->QkvRopeW8(x_, h, num_tokens, w.int8, qkv_rows, h, l.qkv_bias, rope, stream_,
-                            prefetch);
-  }
-  if (w.fp8.w == nullptr) return false;
-  return gemm_->QkvRopeW8(x_, h, num_tokens, w.fp8, qkv_rows, h, l.qkv_bias, rope, stream_,
-                          prefetch);
+  return OnW8Weight(l.qkv, [&](auto w8) {
+    return gemm_->QkvRopeW8(x_, h, num_tokens, w8, qkv_rows, h, l.qkv_bias,
+                            RopeArgs<C>(i, num_tokens, {}), stream_, PrefetchOf(l.o, h, q));
+  });
 }
 
 template <typename T>
@@ -1540,7 +1545,7 @@ Status CudaRunner<T>::EnqueueAttention(int i, int32_t num_tokens, int32_t num_se
   // prefill kernel as its codes (kernels::PrefillQCodes) instead of writing it back.
   kernels::PrefillQCodes q_codes;
   if constexpr (!std::is_same_v<C, T>) {
-    if (q_codes_ != nullptr && num_seqs > num_decode) {
+    if (RopeWritesQCodes(num_seqs, num_decode)) {
       rope.q_codes = q_codes_;
       rope.q_code_scales = q_code_scales_;
       rope.q_tokens = num_decode;
@@ -1586,16 +1591,10 @@ Status CudaRunner<T>::EnqueueAttention(int i, int32_t num_tokens, int32_t num_se
 template <typename T>
 Result<bool> CudaRunner<T>::GateUpSiluW8(const LayerWeights<T>& l, int32_t num_tokens) {
   const int64_t h = config_.hidden_size, inter = config_.intermediate_size;
-  const LinearWeight<T>& w = l.gate_up;
-  const cuda::L2Prefetch prefetch = PrefetchOf(l.down, h, inter);
-  if (w.w != nullptr || w.w4.tiled != nullptr) return false;
-  if (w.int8.w != nullptr) {
-    return gemm_->GateUpSiluW8(x_, h, num_tokens, w.int8, inter, h, l.gate_up_bias, act_, inter,
-                               stream_, prefetch);
-  }
-  if (w.fp8.w == nullptr) return false;
-  return gemm_->GateUpSiluW8(x_, h, num_tokens, w.fp8, inter, h, l.gate_up_bias, act_, inter,
-                             stream_, prefetch);
+  return OnW8Weight(l.gate_up, [&](auto w8) {
+    return gemm_->GateUpSiluW8(x_, h, num_tokens, w8, inter, h, l.gate_up_bias, act_, inter,
+                               stream_, PrefetchOf(l.down, h, inter));
+  });
 }
 
 // Every activation a linear layer reads or writes is contiguous: its row stride is its width.
