@@ -614,8 +614,9 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8, const std::vecto
 // their own (Gaussian e4m3 codes), qkv, o, gate_up with SiluMul in its epilogue and down as
 // W8A16 GEMVs at m = 1, each asking L2 for the next one's first 4 MiB as the runner does;
 // captured in a CUDA graph and replayed, with programmatic dependent launch (the runner's
-// default) and without, with SiluMul in a kernel of its own, and with the layer's two RMS norms
-// between the GEMVs. Set against the copy
+// default) and without, with SiluMul in a kernel of its own, with the layer's two RMS norms
+// between the GEMVs, and with the GEMVs' one-block-an-item form instead of their persistent one
+// (Gemm::set_gemv_persistent). Set against the copy
 // bandwidth and against `kiln bench latency`'s decode step, it says how much of the step the
 // GEMVs take and how much the norms, RoPE, attention and lm_head add.
 int RunChain(const std::string& json_path) {
@@ -716,13 +717,16 @@ int RunChain(const std::string& json_path) {
   out["roofline_ms"] = roofline * 1e3;
   struct Variant {
     const char* name;
-    bool pdl, silu_in_gemv, norms;
+    bool pdl, silu_in_gemv, norms, persistent;
   };
-  for (const Variant v : {Variant{"pdl, SiluMul in gate_up", true, true, false},
-                          Variant{"pdl, SiluMul apart", true, false, false},
-                          Variant{"pdl, + the two norms", true, true, true},
-                          Variant{"no pdl, SiluMul in gate_up", false, true, false}}) {
+  for (const Variant v : {Variant{"pdl, SiluMul in gate_up", true, true, false, true},
+                          Variant{"pdl, SiluMul apart", true, false, false, true},
+                          Variant{"pdl, + the two norms", true, true, true, true},
+                          Variant{"no pdl, SiluMul in gate_up", false, true, false, true},
+                          Variant{"not persistent, pdl, SiluMul", true, true, false, false},
+                          Variant{"not persistent, + norms", true, true, true, false}}) {
     kernels::SetProgrammaticLaunch(v.pdl);
+    g.set_gemv_persistent(v.persistent);
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     BENCH_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);

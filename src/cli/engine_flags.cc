@@ -63,6 +63,10 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
                 "CUDA, FP8 / INT8 decode steps the W8A16 GEMV runs: the qkv GEMV then RoPE and "
                 "the KV-cache write, instead of the GEMV doing both in its epilogue (the same "
                 "bits; for measuring the fusion)");
+  cmd->add_flag("--no-gemv-persistent", f->no_gemv_persistent,
+                "CUDA, FP8 / INT8 decode steps the W8A16 GEMV runs: a block an 8 outputs "
+                "instead of one wave of blocks that keep their weight loads in flight from one "
+                "output to the next (the same bits; for measuring the persistent form)");
   cmd->add_flag("--fused-decode", f->fused_decode,
                 "CUDA, FP8 batch-1 decode on Hopper (experimental): every decoder layer in one "
                 "persistent kernel instead of a kernel per op; still slower on the H100 "
@@ -132,6 +136,7 @@ Result<LlmOptions> ToLlmOptions(const EngineFlags& f) {
   options.fused_gate_up = !f.no_fused_gate_up;
   options.gemv_silu = !f.no_gemv_silu;
   options.gemv_rope = !f.no_gemv_rope;
+  options.gemv_persistent = !f.no_gemv_persistent;
   options.fused_decode = f.fused_decode;
   options.fuse_activation_quant = !f.no_fused_quant;
   if (!f.l2_prefetch.empty()) {

@@ -29,6 +29,7 @@ struct EngineFlags {
   bool no_fused_gate_up = false;
   bool no_gemv_silu = false;
   bool no_gemv_rope = false;
+  bool no_gemv_persistent = false;
   bool fused_decode = false;
   int32_t block_size = 16;
   int32_t max_num_seqs = 0;  // 0 = AutomaticMaxNumSeqs

@@ -169,6 +169,7 @@ Result<std::unique_ptr<ModelRunner>> CreateRunner(const Checkpoint& checkpoint,
     cuda.fused_gate_up = options.fused_gate_up;
     cuda.gemv_silu = options.gemv_silu;
     cuda.gemv_rope = options.gemv_rope;
+    cuda.gemv_persistent = options.gemv_persistent;
     cuda.fused_decode = options.fused_decode;
     cuda.profile_ops = options.profile_cuda_ops;
     if (options.l2_prefetch_bytes.has_value()) cuda.l2_prefetch_bytes = *options.l2_prefetch_bytes;

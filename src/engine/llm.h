@@ -78,6 +78,8 @@ struct LlmOptions {
   bool gemv_silu = true;
   // CUDA, W8A16 decode rows: RoPE and the KV write in the qkv GEMV's epilogue (the same).
   bool gemv_rope = true;
+  // CUDA, W8A16 decode rows: the GEMVs in their persistent form (CudaRunnerOptions).
+  bool gemv_persistent = true;
   // CUDA, FP8 batch-1 decode on Hopper: every decoder layer in one kernel (CudaRunnerOptions;
   // experimental, off by default).
   bool fused_decode = false;

@@ -11,6 +11,7 @@
 #include "kernels/dtype_traits.cuh"
 #include "kernels/gemv.h"
 #include "kernels/launch.cuh"
+#include "kernels/launch.h"
 #include "kernels/rope_store.cuh"
 #include "kernels/w8_dot.cuh"
 
@@ -218,38 +219,113 @@ __device__ __forceinline__ void StoreOut(float v, T* out) {
 // halves of its outputs; the second warps hand their rounded sums over in shared memory.
 enum class Epilogue { kPlain, kSiluMul, kRope };
 
+// The outputs one warp of a block computes for one item of the grid: output column `col`'s dot
+// product, and for kSiluMul / kRope the pair it belongs to. Past the last pair or column (the
+// last item) the warp still streams a row, row 0 (never stored), so that every warp of the block
+// reaches the epilogue's barrier and, in the persistent kernel, walks the same items.
+template <Epilogue kEpi, typename Rope>
+struct GemvW8Item {
+  int64_t col, j;
+  int head = 0, i = 0, i0 = 0, i1 = 0;
+  bool active = true;
+
+  __device__ __forceinline__ GemvW8Item(int64_t item, int warp, int64_t n, const Rope& rope) {
+    constexpr int kHalf = kWarps / 2;
+    col = item * kWarps + warp;
+    j = item * kHalf + warp % kHalf;
+    if constexpr (kEpi == Epilogue::kSiluMul) {
+      active = j < n;
+      col = (active ? j : 0) + (warp < kHalf ? 0 : n);
+    } else if constexpr (kEpi == Epilogue::kRope) {
+      const int half = rope.head_dim / 2;
+      active = j < n / 2;
+      head = static_cast<int>(active ? j / half : 0);
+      i = static_cast<int>(active ? j % half : 0);
+      i0 = rope.interleaved ? 2 * i : i;
+      i1 = rope.interleaved ? 2 * i + 1 : i + half;
+      col = int64_t{head} * rope.head_dim + (warp < kHalf ? i0 : i1);
+    } else {
+      active = col < n;
+      col = active ? col : 0;
+    }
+  }
+};
+
+// The end of an item: the warp's sums reduced over its lanes, then stored (kPlain) or handed to
+// the pair's first warp, which applies SiluMul or RoPE and the KV-cache write. `second` is the
+// block's hand-over buffer; the persistent kernel alternates two so that one __syncthreads an
+// item suffices.
+template <int M, typename T, typename Out, Epilogue kEpi, typename Rope>
+__device__ __forceinline__ void FinishGemvW8Item(float (&acc)[M], const GemvW8Item<kEpi, Rope>& it,
+                                                 int warp, int lane,
+                                                 const float* __restrict__ w_scale,
+                                                 const T* __restrict__ bias, Out* __restrict__ out,
+                                                 int64_t ldo, const Rope& rope,
+                                                 float (&second)[M][kWarps / 2]) {
+  constexpr int kHalf = kWarps / 2;
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], offset);
+    }
+  }
+  const int64_t col = it.col;
+  if constexpr (kEpi == Epilogue::kPlain) {
+    if (lane == 0 && it.active) {
+      const float s = w_scale[col];
+      const float b = bias != nullptr ? ToFloat(bias[col]) : 0.0f;
+#pragma unroll
+      for (int m = 0; m < M; ++m) StoreOut(acc[m] * s + b, out + m * ldo + col);
+    }
+  } else {
+    float v[M];  // lane 0: the T value the plain GEMV would store
+    if (lane == 0) {
+      const float s = w_scale[col];
+      const float b = bias != nullptr ? ToFloat(bias[col]) : 0.0f;
+#pragma unroll
+      for (int m = 0; m < M; ++m) v[m] = dtype_internal::RoundTo<T>(acc[m] * s + b);
+      if (warp >= kHalf) {
+#pragma unroll
+        for (int m = 0; m < M; ++m) second[m][warp - kHalf] = v[m];
+      }
+    }
+    __syncthreads();
+    if (lane == 0 && warp < kHalf && it.active) {
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        const float v1 = second[m][warp];
+        if constexpr (kEpi == Epilogue::kSiluMul) {
+          out[m * ldo + it.j] = FromFloat<T>(dtype_internal::SiluTimesExact<T>(v[m], v1));
+        } else {
+          // The k and v heads stay in the row as computed (RopeStoreKv writes back q only).
+          T* row = out + m * ldo;
+          const int64_t base = int64_t{it.head} * rope.head_dim;
+          if (it.head >= rope.num_heads) {
+            row[base + it.i0] = FromFloat<T>(v[m]);
+            row[base + it.i1] = FromFloat<T>(v1);
+          }
+          const int64_t slot = rope.slot_mapping != nullptr ? rope.slot_mapping[m] : -1;
+          rope_internal::RopeStorePair(rope, row, it.head, it.i, it.i0, it.i1,
+                                       static_cast<float>(rope.positions[m]), slot, v[m], v1);
+        }
+      }
+    }
+  }
+}
+
+// One item a block: block b computes outputs [8 b, 8 b + 8) (kPlain) or pairs [4 b, 4 b + 4).
 template <int M, typename T, typename Code, typename Out, Epilogue kEpi, typename C = T>
 __global__ void __launch_bounds__(kWarps * 32)
     GemvW8Kernel(const T* __restrict__ x, int64_t ldx, const Code* __restrict__ w,
                  const float* __restrict__ w_scale, int64_t n, int64_t k,
                  const T* __restrict__ bias, Out* __restrict__ out, int64_t ldo,
                  const void* prefetch, int64_t prefetch_bytes, RopeKvArgsT<T, C> rope) {
-  constexpr int kHalf = kWarps / 2;
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
-  int64_t col = int64_t{blockIdx.x} * kWarps + warp;
-  // kSiluMul / kRope: this warp's pair (output column j, or pair i of head `head`); past the
-  // last pair (the last block) it still streams a row (never stored) so that every warp
-  // reaches the barrier.
-  int64_t j = int64_t{blockIdx.x} * kHalf + warp % kHalf;
-  int head = 0, i = 0, i0 = 0, i1 = 0;
-  bool active = true;
-  if constexpr (kEpi == Epilogue::kSiluMul) {
-    active = j < n;
-    col = (active ? j : 0) + (warp < kHalf ? 0 : n);
-  } else if constexpr (kEpi == Epilogue::kRope) {
-    const int half = rope.head_dim / 2;
-    active = j < n / 2;
-    head = static_cast<int>(active ? j / half : 0);
-    i = static_cast<int>(active ? j % half : 0);
-    i0 = rope.interleaved ? 2 * i : i;
-    i1 = rope.interleaved ? 2 * i + 1 : i + half;
-    col = int64_t{head} * rope.head_dim + (warp < kHalf ? i0 : i1);
-  } else {
-    if (col >= n) return;
-  }
+  const GemvW8Item<kEpi, RopeKvArgsT<T, C>> it(blockIdx.x, warp, n, rope);
+  if (kEpi == Epilogue::kPlain && !it.active) return;
   const int64_t chunks = k / 16;  // 16 elements per 16-byte load
-  const uint4* wr = reinterpret_cast<const uint4*>(w + col * k);
+  const uint4* wr = reinterpret_cast<const uint4*>(w + it.col * k);
   float acc[M];
 #pragma unroll
   for (int m = 0; m < M; ++m) acc[m] = 0.0f;
@@ -272,62 +348,106 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
   dtype_internal::PrefetchL2(prefetch, prefetch_bytes);  // warp 0 of every block gets here
+  __shared__ float second[M][kWarps / 2];
+  FinishGemvW8Item<M, T, Out, kEpi>(acc, it, warp, lane, w_scale, bias, out, ldo, rope, second);
+}
+
+// The persistent form (GemvW8ArgsT::persistent): at most as many blocks as the SMs hold at once,
+// block b taking items b, b + grid, ...; every lane keeps kUnroll 16-byte loads in flight all
+// the way through, each chunk's slot refilled with the chunk kUnroll further on as soon as it
+// is read, the next item's first chunks included (they overlap this item's reduction and
+// epilogue). The same sums in the same order as GemvW8Kernel: the same bits. REQUIRES: k a
+// multiple of 16 * 32 * kUnroll (a lane's chunks of a row a multiple of kUnroll).
+// At one row it takes 55-58 registers, 4 blocks an SM. Held to 48 (__launch_bounds__(256, 5), 5
+// blocks, a few spilled words) the 8B's GEMV chain got slower than the one-item kernel's
+// (gemv_bench --chain on an H200: 2.237 vs 2.127 ms), at 4 blocks faster (2.065).
+template <int M, typename T, typename Code, typename Out, Epilogue kEpi, typename C = T>
+__global__ void __launch_bounds__(kWarps * 32)
+    GemvW8PersistentKernel(const T* __restrict__ x, int64_t ldx, const Code* __restrict__ w,
+                           const float* __restrict__ w_scale, int64_t n, int64_t k,
+                           const T* __restrict__ bias, Out* __restrict__ out, int64_t ldo,
+                           const void* prefetch, int64_t prefetch_bytes, RopeKvArgsT<T, C> rope,
+                           int64_t items) {
+  using Item = GemvW8Item<kEpi, RopeKvArgsT<T, C>>;
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int lane_chunks = static_cast<int>(k / 16 / 32);
+  const uint4* xl = reinterpret_cast<const uint4*>(x) + 2 * lane;  // lane's first x chunk
+  // Only the row pointers live across the streaming; an item's outputs are worked out again
+  // at its epilogue (fewer registers: 4 blocks an SM instead of 3).
+  auto row = [&](int64_t i) {
+    return reinterpret_cast<const uint4*>(w + Item(i, warp, n, rope).col * k) + lane;
+  };
+  int64_t item = blockIdx.x;
+  const uint4* wr = row(item);
+  uint4 wv[kUnroll];
 #pragma unroll
-  for (int m = 0; m < M; ++m) {
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], offset);
-    }
-  }
-  if constexpr (kEpi == Epilogue::kPlain) {
-    if (lane == 0) {
-      const float s = w_scale[col];
-      const float b = bias != nullptr ? ToFloat(bias[col]) : 0.0f;
+  for (int u = 0; u < kUnroll; ++u) wv[u] = __ldcs(wr + 32 * u);
+  PdlWait();
+  PdlLaunchDependents();
+  __shared__ float second[2][M][kWarps / 2];
+  for (int parity = 0; item < items; item += gridDim.x, parity ^= 1) {
+    const bool has_next = item + gridDim.x < items;
+    const uint4* wn = has_next ? row(item + gridDim.x) : wr;
+    float acc[M];
 #pragma unroll
-      for (int m = 0; m < M; ++m) StoreOut(acc[m] * s + b, out + m * ldo + col);
-    }
-  } else {
-    __shared__ float second[M][kHalf];
-    float v[M];  // lane 0: the T value the plain GEMV would store
-    if (lane == 0) {
-      const float s = w_scale[col];
-      const float b = bias != nullptr ? ToFloat(bias[col]) : 0.0f;
+    for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+    for (int base = 0; base < lane_chunks; base += kUnroll) {
+      // The slots refill from this row until its last round, then from the next item's row.
+      const uint4* src = base + kUnroll < lane_chunks ? wr + 32 * (base + kUnroll) : wn;
+      const bool refill = base + kUnroll < lane_chunks || has_next;
 #pragma unroll
-      for (int m = 0; m < M; ++m) v[m] = dtype_internal::RoundTo<T>(acc[m] * s + b);
-      if (warp >= kHalf) {
+      for (int u = 0; u < kUnroll; ++u) {
+        const uint4 cur = wv[u];
+        if (refill) wv[u] = __ldcs(src + 32 * u);
 #pragma unroll
-        for (int m = 0; m < M; ++m) second[m][warp - kHalf] = v[m];
-      }
-    }
-    __syncthreads();
-    if (lane == 0 && warp < kHalf && active) {
-#pragma unroll
-      for (int m = 0; m < M; ++m) {
-        const float v1 = second[m][warp];
-        if constexpr (kEpi == Epilogue::kSiluMul) {
-          out[m * ldo + j] = FromFloat<T>(dtype_internal::SiluTimesExact<T>(v[m], v1));
-        } else {
-          // The k and v heads stay in the row as computed (RopeStoreKv writes back q only).
-          T* row = out + m * ldo;
-          if (head >= rope.num_heads) {
-            row[int64_t{head} * rope.head_dim + i0] = FromFloat<T>(v[m]);
-            row[int64_t{head} * rope.head_dim + i1] = FromFloat<T>(v1);
-          }
-          const int64_t slot = rope.slot_mapping != nullptr ? rope.slot_mapping[m] : -1;
-          rope_internal::RopeStorePair(rope, row, head, i, i0, i1,
-                                       static_cast<float>(rope.positions[m]), slot, v[m], v1);
+        for (int m = 0; m < M; ++m) {
+          const uint4* xr = xl + (m * (ldx / 8) + 64 * (base + u));
+          acc[m] += Dot16<T, Code>(cur, __ldg(xr), __ldg(xr + 1));
         }
       }
     }
+    if (!has_next) dtype_internal::PrefetchL2(prefetch, prefetch_bytes);
+    FinishGemvW8Item<M, T, Out, kEpi>(acc, Item(item, warp, n, rope), warp, lane, w_scale, bias,
+                                      out, ldo, rope, second[parity]);
+    wr = wn;
   }
+}
+
+// Blocks an SM holds of kKernel (256 threads, static shared memory only), found once.
+template <auto kKernel>
+int ResidentBlocksPerSm() {
+  static const int blocks = [] {
+    int b = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kKernel, kWarps * 32, 0) != cudaSuccess) {
+      (void)cudaGetLastError();
+      b = 1;
+    }
+    return std::max(b, 1);
+  }();
+  return blocks;
 }
 
 // Args: GemvFp8ArgsT<T> or GemvInt8ArgsT<T> (the same fields; w's code type differs).
 template <int M, typename T, typename Args>
 cudaError_t LaunchGemvW8M(const Args& a, cudaStream_t stream) {
   using Code = std::remove_cv_t<std::remove_pointer_t<decltype(a.w)>>;
-  auto run = [&]<Epilogue kEpi, typename Out, typename C>(int64_t items, int per_block,
+  const bool persistent = a.persistent && a.k % (16 * 32 * kUnroll) == 0;
+  auto run = [&]<Epilogue kEpi, typename Out, typename C>(int64_t outputs, int per_block,
                                                           const RopeKvArgsT<T, C>& rope) {
-    const dim3 grid(static_cast<unsigned>((items + per_block - 1) / per_block));
+    const int64_t items = (outputs + per_block - 1) / per_block;
+    if (persistent) {
+      constexpr auto kernel = GemvW8PersistentKernel<M, T, Code, Out, kEpi, C>;
+      // As many blocks as fit at once, then as few as keep every block's item count (the
+      // rounded-up share) the same: the last items do not run alone.
+      const int64_t slots = int64_t{ResidentBlocksPerSm<kernel>()} * CurrentDeviceSmCount();
+      const int64_t per = (items + slots - 1) / slots;
+      const dim3 grid(static_cast<unsigned>((items + per - 1) / per));
+      return LaunchChained(kernel, grid, kWarps * 32, 0, stream, a.x, a.ldx, a.w, a.w_scale, a.n,
+                           a.k, a.bias, static_cast<Out*>(a.out), a.ldo, a.prefetch,
+                           a.prefetch_bytes, rope, items);
+    }
+    const dim3 grid(static_cast<unsigned>(items));
     return LaunchChained(GemvW8Kernel<M, T, Code, Out, kEpi, C>, grid, kWarps * 32, 0, stream, a.x,
                          a.ldx, a.w, a.w_scale, a.n, a.k, a.bias, static_cast<Out*>(a.out), a.ldo,
                          a.prefetch, a.prefetch_bytes, rope);

@@ -95,6 +95,10 @@ struct GemvW8ArgsT {
   // q_codes and no qkv_scales, the cache scales RopeStoreKv accepts, head_dim even.
   const RopeKvArgsT<T, T>* rope = nullptr;
   const RopeKvArgsT<T, __nv_fp8_e4m3>* rope_fp8 = nullptr;
+  // At most as many blocks as the SMs hold at once, each walking several blocks' worth of
+  // outputs with its weight loads kept in flight across them (docs/kernels.md, "W8A16 GEMV");
+  // the same bits. Taken where k is a multiple of 2,048, else ignored.
+  bool persistent = false;
 };
 template <typename T>
 using GemvFp8ArgsT = GemvW8ArgsT<T, __nv_fp8_e4m3>;

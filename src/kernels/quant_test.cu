@@ -413,6 +413,111 @@ TYPED_TEST(GemvFp8Gpu, RopeInTheEpilogueEqualsGemvThenRopeStoreKv) {
   CheckGemvRope<T, int8_t, __nv_fp8_e4m3>(24);
 }
 
+// GemvW8ArgsT::persistent gives the one-block-an-item kernel's bits: every epilogue (T and fp32
+// outputs, SiluMul, RoPE into a T and an e4m3 cache), e4m3 and int8 codes, 1-8 rows, k of one
+// and two rounds of loads a lane, and enough outputs that every block walks several items, the
+// last one partial (its idle warps stream a row they never store). k not a multiple of 2,048
+// runs the one-block-an-item kernel (checked by the other GEMV tests).
+template <typename T, typename Code>
+void CheckGemvPersistent(uint32_t seed) {
+  std::mt19937 rng(seed);
+  int sms = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  // At most eight 256-thread blocks an SM: 2.6 items a block at least for the plain GEMV.
+  const int64_t wide = 8 * 8 * int64_t{sms} * 21 / 8 + 13;
+  // RoPE: 128-wide heads, a quarter of them kv heads (4 q heads a group), as many pairs.
+  const int heads = 8 * static_cast<int>(wide / 128 / 12 + 1);
+  const int64_t rope_n = int64_t{heads + heads / 2} * 128;
+  const int32_t block_size = 16, num_blocks = 4;
+  const size_t cache_bytes = size_t{2} * num_blocks * (heads / 4) * block_size * 128;
+  std::vector<float> inv_freq(64);
+  for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(10000.0f, -i / 64.0f);
+  std::vector<int32_t> positions(8);
+  std::vector<int64_t> slots(8);
+  for (int32_t r = 0; r < 8; ++r) {
+    positions[r] = 5 + 7 * r;
+    slots[r] = r == 1 ? -1 : 3 * r;  // row 1 writes no cache row
+  }
+  Dev<float> dfreq(64);
+  Dev<int32_t> dpos(8);
+  Dev<int64_t> dslots(8);
+  dfreq.Upload(inv_freq);
+  dpos.Upload(positions);
+  dslots.Upload(slots);
+  for (int64_t k : {2048, 4096}) {
+    // One set of operands a k: each case reads the first m rows of x and n rows of w.
+    const W8Operands<T, Code> ops(8, std::max(2 * wide, rope_n), k, k, rng);
+    for (int32_t m : {1, 3, 8}) {
+      for (int epi = 0; epi < 5; ++epi) {  // T out, fp32 out, SiluMul, RoPE T / e4m3 cache
+        SCOPED_TRACE("m " + std::to_string(m) + " k " + std::to_string(k) + " epilogue " +
+                     std::to_string(epi));
+        const int64_t cols = epi >= 3 ? rope_n : wide;  // output columns a row
+        const size_t out_bytes = (epi == 1 ? 4 : 2) * m * cols;
+        std::vector<uint8_t> outs[2], kcs[2], vcs[2];
+        for (bool persistent : {false, true}) {
+          Dev<uint8_t> out(out_bytes), kc(cache_bytes), vc(cache_bytes);
+          CUDA_OK(cudaMemset(out.ptr, 0xff, out_bytes));
+          CUDA_OK(cudaMemset(kc.ptr, 0xff, cache_bytes));
+          CUDA_OK(cudaMemset(vc.ptr, 0xff, cache_bytes));
+          GemvW8ArgsT<T, Code> a = ops.Args(/*with_bias=*/true);
+          a.m = m;
+          a.n = cols;
+          a.out = out.ptr;
+          a.ldo = cols;
+          a.out_f32 = epi == 1;
+          a.silu_mul = epi == 2;
+          a.persistent = persistent;
+          RopeKvArgsT<T, T> rope;
+          RopeKvArgsT<T, __nv_fp8_e4m3> rope_fp8;
+          auto fill = [&](auto& r) {
+            using C = std::remove_pointer_t<decltype(r.k_cache)>;
+            r.qkv = reinterpret_cast<T*>(out.ptr);
+            r.ld = cols;
+            r.positions = dpos.ptr;
+            r.slot_mapping = dslots.ptr;
+            r.num_tokens = m;
+            r.num_heads = heads;
+            r.num_kv_heads = heads / 4;
+            r.head_dim = 128;
+            r.inv_freq = dfreq.ptr;
+            r.k_cache = reinterpret_cast<C*>(kc.ptr);
+            r.v_cache = reinterpret_cast<C*>(vc.ptr);
+            r.block_size = block_size;
+          };
+          fill(rope);
+          fill(rope_fp8);
+          rope_fp8.k_scale = 0.03f;
+          rope_fp8.v_scale = 0.02f;
+          if (epi == 3) a.rope = &rope;
+          if (epi == 4) a.rope_fp8 = &rope_fp8;
+          RunGemvW8(a);
+          CUDA_OK(cudaDeviceSynchronize());
+          outs[persistent] = out.Download(out_bytes);
+          kcs[persistent] = kc.Download(cache_bytes);
+          vcs[persistent] = vc.Download(cache_bytes);
+        }
+        EXPECT_TRUE(outs[0] == outs[1]) << "outputs";
+        EXPECT_TRUE(kcs[0] == kcs[1]) << "k cache";
+        EXPECT_TRUE(vcs[0] == vcs[1]) << "v cache";
+        if (epi != 1) {  // every T output written (0xffff is a NaN no output is)
+          const auto* o = reinterpret_cast<const uint16_t*>(outs[1].data());
+          EXPECT_EQ(std::count(o, o + m * cols, kPoison), 0);
+        }
+        if (epi >= 3) {  // some cache rows written
+          EXPECT_LT(std::count(kcs[1].begin(), kcs[1].end(), uint8_t{0xff}),
+                    static_cast<std::ptrdiff_t>(cache_bytes));
+        }
+      }
+    }
+  }
+}
+
+TYPED_TEST(GemvFp8Gpu, PersistentGivesTheSameBits) {
+  REQUIRE_GPU();
+  CheckGemvPersistent<TypeParam, __nv_fp8_e4m3>(31);
+  CheckGemvPersistent<TypeParam, int8_t>(32);
+}
+
 // The fused activation quantization (kernels/elementwise.h) writes what the unfused pair writes:
 // the op's T output, then QuantizeRowsFp8 of it, bit for bit (codes, scales and, for the norm,
 // the updated residual stream).

@@ -553,6 +553,7 @@ Status CudaRunner<T>::Init(const Checkpoint& ckpt) {
   kernels::SetProgrammaticLaunch(options_.programmatic_launch && cc_major >= 9);
   KILN_ASSIGN_OR_RETURN(gemm_, cuda::Gemm::Create());
   gemm_->set_fp8_fast_accum(options_.fp8_fast_accum);
+  gemm_->set_gemv_persistent(options_.gemv_persistent);
   kernels::SetPrefillKernel(options_.e4m3_prefill_attention ? kernels::PrefillKernel::kAuto
                                                             : kernels::PrefillKernel::kWgmma16Bit);
   for (StepSlot& slot : slots_) {

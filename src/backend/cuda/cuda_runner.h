@@ -105,6 +105,10 @@ struct CudaRunnerOptions {
   // (cuda::Gemm::QkvRopeW8) instead of kernels::RopeStoreKv, except in steps where RoPE hands
   // prompt rows' q to the prefill kernel as codes (rope_q_codes). The same bits.
   bool gemv_rope = true;
+  // The W8A16 GEMVs in their persistent form (cuda::Gemm::set_gemv_persistent): one wave of
+  // blocks whose lanes keep their weight loads in flight from one output to the next. The same
+  // bits. false: a block an 8 outputs (for A/B benchmarks).
+  bool gemv_persistent = true;
   // Batch-1 decode steps of FP8 models (bf16, every linear layer in e4m3) on Hopper run all
   // decoder layers as one persistent kernel (kernels::FusedDecode) that streams the weights
   // through the norms, attention and the barriers between them. Off by default: on the H100 it

@@ -254,13 +254,10 @@ Status Gemm::LinearFp8Of(const T* x, int64_t ldx, int64_t m, Fp8Weight w, int64_
                          const T* bias, void* out, int64_t ldo, bool out_f32, Fp8Scratch scratch,
                          cudaStream_t stream, L2Prefetch prefetch) {
   if (m == 0) return Status::Ok();
-  if (m <= fp8_gemv_max_rows_) {
-    const auto g = W8GemvArgs(x, ldx, m, w.w, w.scale, n, k, bias, out, ldo, out_f32, prefetch);
-    if (kernels::GemvFp8Supported(g)) {
-      KILN_CUDA_RETURN_IF_ERROR(kernels::GemvFp8(g, stream));
-      return Status::Ok();
-    }
-  }
+  KILN_ASSIGN_OR_RETURN(const bool done, MaybeGemvW8(W8GemvArgs(x, ldx, m, w.w, w.scale, n, k, bias,
+                                                                out, ldo, out_f32, prefetch),
+                                                     m, stream));
+  if (done) return Status::Ok();
   if (out_f32) {
     return Unsupported(
         "Gemm: an FP8 GEMM writes its unscaled sums, not fp32 (only the GEMV rows "
@@ -338,13 +335,10 @@ Status Gemm::LinearInt8Of(const T* x, int64_t ldx, int64_t m, Int8Weight w, int6
                           const T* bias, void* out, int64_t ldo, bool out_f32, Int8Scratch scratch,
                           cudaStream_t stream, L2Prefetch prefetch) {
   if (m == 0) return Status::Ok();
-  if (m <= int8_gemv_max_rows_) {
-    const auto g = W8GemvArgs(x, ldx, m, w.w, w.scale, n, k, bias, out, ldo, out_f32, prefetch);
-    if (kernels::GemvInt8Supported(g)) {
-      KILN_CUDA_RETURN_IF_ERROR(kernels::GemvInt8(g, stream));
-      return Status::Ok();
-    }
-  }
+  KILN_ASSIGN_OR_RETURN(const bool done, MaybeGemvW8(W8GemvArgs(x, ldx, m, w.w, w.scale, n, k, bias,
+                                                                out, ldo, out_f32, prefetch),
+                                                     m, stream));
+  if (done) return Status::Ok();
   // cuBLASLt's int8 (IMMA) kernels want the "TN" layout (ours) and dimensions in multiples of 4;
   // 16 as for FP8 keeps every operand row 16-byte aligned.
   if (k % 16 != 0 || n % 16 != 0) {
@@ -367,7 +361,8 @@ Status Gemm::LinearInt8Of(const T* x, int64_t ldx, int64_t m, Int8Weight w, int6
 }
 
 template <typename G>
-Result<bool> Gemm::MaybeGemvW8(const G& g, int64_t m, cudaStream_t stream) {
+Result<bool> Gemm::MaybeGemvW8(G g, int64_t m, cudaStream_t stream) {
+  g.persistent = gemv_persistent_;
   constexpr bool kInt8 =
       std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(g.w)>>, int8_t>;
   if (m < 1 || m > (kInt8 ? int8_gemv_max_rows_ : fp8_gemv_max_rows_)) return false;

@@ -301,6 +301,10 @@ class Gemm {
   // The same for LinearInt8 (kernels::GemvInt8). Default kInt8GemvDefaultRows.
   void set_int8_gemv_max_rows(int32_t rows) { int8_gemv_max_rows_ = rows; }
   int32_t int8_gemv_max_rows() const { return int8_gemv_max_rows_; }
+  // The W8A16 GEMVs (GemvFp8 / GemvInt8) in their persistent form
+  // (kernels::GemvW8ArgsT::persistent). Default on.
+  void set_gemv_persistent(bool on) { gemv_persistent_ = on; }
+  bool gemv_persistent() const { return gemv_persistent_; }
   // FP8 GEMMs with cuBLASLt's fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM): the tensor
   // cores' partial sums are not periodically promoted to fp32, which is faster and less exact
   // (docs/quantization.md measures both). Set before the first FP8 plan is made (plans are
@@ -342,7 +346,7 @@ class Gemm {
   // Launches the W8A16 GEMV g (kernels::GemvFp8 or GemvInt8 by its code type) if the linear
   // layer of w's format would run it for m rows and the kernel takes g; whether it did.
   template <typename G>
-  Result<bool> MaybeGemvW8(const G& g, int64_t m, cudaStream_t stream);
+  Result<bool> MaybeGemvW8(G g, int64_t m, cudaStream_t stream);
   // Whether cuBLASLt runs `algo` for plan's shape here, within the workspace.
   bool AlgoFits(const Plan& plan, const cublasLtMatmulAlgo_t& algo);
   // Records a TuneFp8Prompt choice; drops the cached plans it applies to.
@@ -356,6 +360,7 @@ class Gemm {
   int32_t fp8_gemv_max_rows_ = kFp8GemvDefaultRows;
   int32_t int8_gemv_max_rows_ = kInt8GemvDefaultRows;
   bool fp8_fast_accum_ = false;
+  bool gemv_persistent_ = true;
   int32_t w4_gemm_max_rows_ = kW4GemmDefaultRows;
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
