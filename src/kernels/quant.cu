@@ -432,20 +432,24 @@ int ResidentBlocksPerSm() {
 template <int M, typename T, typename Args>
 cudaError_t LaunchGemvW8M(const Args& a, cudaStream_t stream) {
   using Code = std::remove_cv_t<std::remove_pointer_t<decltype(a.w)>>;
-  const bool persistent = a.persistent && a.k % (16 * 32 * kUnroll) == 0;
+  // One row only: at 2 rows (70-78 registers, 3 blocks an SM) the 8B's layer took 98.9 us against
+  // the one-item kernel's 90.3 (gemv_bench --fp8, H200, sessions 36 and 34).
+  const bool persistent = M == 1 && a.persistent && a.k % (16 * 32 * kUnroll) == 0;
   auto run = [&]<Epilogue kEpi, typename Out, typename C>(int64_t outputs, int per_block,
                                                           const RopeKvArgsT<T, C>& rope) {
     const int64_t items = (outputs + per_block - 1) / per_block;
-    if (persistent) {
-      constexpr auto kernel = GemvW8PersistentKernel<M, T, Code, Out, kEpi, C>;
-      // As many blocks as fit at once, then as few as keep every block's item count (the
-      // rounded-up share) the same: the last items do not run alone.
-      const int64_t slots = int64_t{ResidentBlocksPerSm<kernel>()} * CurrentDeviceSmCount();
-      const int64_t per = (items + slots - 1) / slots;
-      const dim3 grid(static_cast<unsigned>((items + per - 1) / per));
-      return LaunchChained(kernel, grid, kWarps * 32, 0, stream, a.x, a.ldx, a.w, a.w_scale, a.n,
-                           a.k, a.bias, static_cast<Out*>(a.out), a.ldo, a.prefetch,
-                           a.prefetch_bytes, rope, items);
+    if constexpr (M == 1) {
+      if (persistent) {
+        constexpr auto kernel = GemvW8PersistentKernel<M, T, Code, Out, kEpi, C>;
+        // As many blocks as fit at once, then as few as keep every block's item count (the
+        // rounded-up share) the same: the last items do not run alone.
+        const int64_t slots = int64_t{ResidentBlocksPerSm<kernel>()} * CurrentDeviceSmCount();
+        const int64_t per = (items + slots - 1) / slots;
+        const dim3 grid(static_cast<unsigned>((items + per - 1) / per));
+        return LaunchChained(kernel, grid, kWarps * 32, 0, stream, a.x, a.ldx, a.w, a.w_scale,
+                             a.n, a.k, a.bias, static_cast<Out*>(a.out), a.ldo, a.prefetch,
+                             a.prefetch_bytes, rope, items);
+      }
     }
     const dim3 grid(static_cast<unsigned>(items));
     return LaunchChained(GemvW8Kernel<M, T, Code, Out, kEpi, C>, grid, kWarps * 32, 0, stream, a.x,

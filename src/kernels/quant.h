@@ -97,7 +97,7 @@ struct GemvW8ArgsT {
   const RopeKvArgsT<T, __nv_fp8_e4m3>* rope_fp8 = nullptr;
   // At most as many blocks as the SMs hold at once, each walking several blocks' worth of
   // outputs with its weight loads kept in flight across them (docs/kernels.md, "W8A16 GEMV");
-  // the same bits. Taken where k is a multiple of 2,048, else ignored.
+  // the same bits. Taken at m = 1 where k is a multiple of 2,048, else ignored.
   bool persistent = false;
 };
 template <typename T>
