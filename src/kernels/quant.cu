@@ -358,7 +358,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 // is read, the next item's first chunks included (they overlap this item's reduction and
 // epilogue). The same sums in the same order as GemvW8Kernel: the same bits. REQUIRES: k a
 // multiple of 16 * 32 * kUnroll (a lane's chunks of a row a multiple of kUnroll).
-// At one row it takes 55-58 registers, 4 blocks an SM. Held to 48 (__launch_bounds__(256, 5), 5
+// At one row it takes 55-62 registers, 4 blocks an SM. Held to 48 (__launch_bounds__(256, 5), 5
 // blocks, a few spilled words) the 8B's GEMV chain got slower than the one-item kernel's
 // (gemv_bench --chain on an H200: 2.237 vs 2.127 ms), at 4 blocks faster (2.065).
 template <int M, typename T, typename Code, typename Out, Epilogue kEpi, typename C = T>
@@ -434,7 +434,7 @@ cudaError_t LaunchGemvW8M(const Args& a, cudaStream_t stream) {
   using Code = std::remove_cv_t<std::remove_pointer_t<decltype(a.w)>>;
   // One row only: at 2 rows (70-78 registers, 3 blocks an SM) the 8B's layer took 98.9 us against
   // the one-item kernel's 90.3 (gemv_bench --fp8, H200, sessions 36 and 34).
-  const bool persistent = M == 1 && a.persistent && a.k % (16 * 32 * kUnroll) == 0;
+  const bool persistent = a.persistent && a.k % (16 * 32 * kUnroll) == 0;  // M == 1 below
   auto run = [&]<Epilogue kEpi, typename Out, typename C>(int64_t outputs, int per_block,
                                                           const RopeKvArgsT<T, C>& rope) {
     const int64_t items = (outputs + per_block - 1) / per_block;
@@ -446,8 +446,8 @@ cudaError_t LaunchGemvW8M(const Args& a, cudaStream_t stream) {
         const int64_t slots = int64_t{ResidentBlocksPerSm<kernel>()} * CurrentDeviceSmCount();
         const int64_t per = (items + slots - 1) / slots;
         const dim3 grid(static_cast<unsigned>((items + per - 1) / per));
-        return LaunchChained(kernel, grid, kWarps * 32, 0, stream, a.x, a.ldx, a.w, a.w_scale,
-                             a.n, a.k, a.bias, static_cast<Out*>(a.out), a.ldo, a.prefetch,
+        return LaunchChained(kernel, grid, kWarps * 32, 0, stream, a.x, a.ldx, a.w, a.w_scale, a.n,
+                             a.k, a.bias, static_cast<Out*>(a.out), a.ldo, a.prefetch,
                              a.prefetch_bytes, rope, items);
       }
     }
