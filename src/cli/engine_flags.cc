@@ -67,6 +67,11 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
                 "CUDA, FP8 / INT8 decode steps the W8A16 GEMV runs: a block an 8 outputs "
                 "instead of one wave of blocks that keep their weight loads in flight from one "
                 "output to the next (the same bits; for measuring the persistent form)");
+  cmd->add_option("--fp8-gemv-max-rows", f->fp8_gemv_max_rows,
+                  "CUDA, FP8 decode steps: the most tokens whose linear layers run weight-only "
+                  "(W8A16 GEMV) before per-token e4m3 activations and cuBLASLt take over (W8A8); "
+                  "0 = always W8A8 (default 3; docs/kernels.md)")
+      ->check(CLI::Range(0, 8));
   cmd->add_flag("--fused-decode", f->fused_decode,
                 "CUDA, FP8 batch-1 decode on Hopper (experimental): every decoder layer in one "
                 "persistent kernel instead of a kernel per op; still slower on the H100 "
@@ -137,6 +142,7 @@ Result<LlmOptions> ToLlmOptions(const EngineFlags& f) {
   options.gemv_silu = !f.no_gemv_silu;
   options.gemv_rope = !f.no_gemv_rope;
   options.gemv_persistent = !f.no_gemv_persistent;
+  if (f.fp8_gemv_max_rows >= 0) options.fp8_gemv_max_rows = f.fp8_gemv_max_rows;
   options.fused_decode = f.fused_decode;
   options.fuse_activation_quant = !f.no_fused_quant;
   if (!f.l2_prefetch.empty()) {

@@ -80,6 +80,9 @@ struct LlmOptions {
   bool gemv_rope = true;
   // CUDA, W8A16 decode rows: the GEMVs in their persistent form (CudaRunnerOptions).
   bool gemv_persistent = true;
+  // CUDA, FP8 decode rows: the most tokens the W8A16 GEMV takes (CudaRunnerOptions); unset: the
+  // runner's default.
+  std::optional<int32_t> fp8_gemv_max_rows;
   // CUDA, FP8 batch-1 decode on Hopper: every decoder layer in one kernel (CudaRunnerOptions;
   // experimental, off by default).
   bool fused_decode = false;

@@ -105,6 +105,10 @@ expect_error "--l2-prefetch" "${g[@]}" --prompt hi --l2-prefetch 4MB/s
 # a CUDA-only hint: the CPU backend ignores it
 "$kiln" "${g[@]}" --prompt hi --max-tokens 2 --l2-prefetch 0 >/dev/null 2>&1 \
   && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: kiln generate with --l2-prefetch 0"; }
+expect_error "--fp8-gemv-max-rows: Value 9 not in range 0 to 8" "${g[@]}" --prompt hi --fp8-gemv-max-rows 9
+# a CUDA-only choice: the CPU backend ignores it
+"$kiln" "${g[@]}" --prompt hi --max-tokens 2 --fp8-gemv-max-rows 0 >/dev/null 2>&1 \
+  && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: kiln generate with --fp8-gemv-max-rows 0"; }
 expect_error "no such file or directory" generate "$work/missing" --prompt hi
 # kiln serve: flags are checked before anything listens; a model that fails to load exits 1
 s=(serve "$work/tiny" --kv-cache-memory 64MiB --host 127.0.0.1 --port 0)

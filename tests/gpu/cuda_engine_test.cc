@@ -348,8 +348,8 @@ TEST(CudaEngine, FusedDecodeMatchesKernelPerOp) {
 // SiluMul in the W8A16 gate_up GEMV's epilogue and RoPE + the KV write in the qkv GEMV's
 // (CudaRunnerOptions::gemv_silu / gemv_rope, the defaults) change no bit: the tokens and
 // logprobs of the GEMVs followed by SiluMul and RopeStoreKv, for each prompt alone (1-row decode
-// steps) and three at once (3 rows, fp8_gemv_max_rows), over a bf16 and an fp8 KV cache, with
-// qkv and MLP biases and llama3 RoPE at head_dim 128. The kernel tests (quant_test) check each
+// steps) and three at once (3 rows, fp8_gemv_max_rows set to 3), over a bf16 and an fp8 KV cache,
+// with qkv and MLP biases and llama3 RoPE at head_dim 128. The kernel tests (quant_test) check each
 // epilogue's outputs bit for bit; this checks the runner's wiring (a wrong cache slot, row or
 // skipped RopeStoreKv changes the logprobs).
 TEST(CudaEngine, GemvEpiloguesGiveTheSameBits) {
@@ -363,6 +363,7 @@ TEST(CudaEngine, GemvEpiloguesGiveTheSameBits) {
       for (int fused = 0; fused < 2; ++fused) {
         LlmOptions options = CudaFp8Options(kv);
         options.gemv_silu = options.gemv_rope = fused == 1;
+        options.fp8_gemv_max_rows = 3;  // the 3-row steps on the GEMV on every device
         auto llm = LLM::Create(m.dir, options);
         ASSERT_TRUE(llm.ok()) << llm.status().ToString();
         ASSERT_NO_FATAL_FAILURE(GenerateEachAlone(**llm, prompts, params, &runs[fused]));

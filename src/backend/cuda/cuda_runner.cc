@@ -43,6 +43,22 @@
 namespace kiln {
 namespace {
 
+// The default of CudaRunnerOptions::fp8_gemv_max_rows for a device. The W8A16 GEMV wins batch-1
+// FP8 decode steps everywhere it was measured, but at 2 tokens it loses on the H200 (4.8 TB/s:
+// 3.47 ms a step against 3.16-3.20 with W8A8, docs/benchmarks.md, session 38), where the weight
+// stream is fast enough for the GEMV's arithmetic to show; the H100 (3.35 TB/s) kept it up to 3
+// tokens. So the choice follows the peak DRAM bandwidth.
+constexpr double kFp8GemvOneRowBandwidth = 4.0e12;  // bytes/s
+
+Result<int32_t> DefaultFp8GemvMaxRows(int device, double* peak_bandwidth) {
+  int mem_khz = 0, bus_bits = 0;
+  KILN_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, device));
+  KILN_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
+  *peak_bandwidth = 2.0 * mem_khz * 1e3 * bus_bits / 8;  // double data rate
+  return *peak_bandwidth >= kFp8GemvOneRowBandwidth ? 1 : cuda::Gemm::kFp8GemvDefaultRows;
+}
+
 constexpr int64_t kAlign = 256;  // bytes; every sub-buffer starts on this boundary
 int64_t AlignUp(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
@@ -572,6 +588,19 @@ Status CudaRunner<T>::Init(const Checkpoint& ckpt) {
   if (ckpt.quantization().method == QuantMethod::kInt8 ||
       ckpt.quantization().method == QuantMethod::kW4A16) {
     options_.quantization = ckpt.quantization().method;
+  }
+  if (options_.fp8_gemv_max_rows > 8) {
+    return InvalidArgument("fp8_gemv_max_rows " + std::to_string(options_.fp8_gemv_max_rows) +
+                           ": the W8A16 GEMV takes 0 to 8 tokens");
+  }
+  if (options_.fp8_gemv_max_rows >= 0) {
+    gemm_->set_fp8_gemv_max_rows(options_.fp8_gemv_max_rows);
+  } else if (options_.quantization == QuantMethod::kFp8) {
+    double bandwidth = 0.0;
+    KILN_ASSIGN_OR_RETURN(const int32_t rows, DefaultFp8GemvMaxRows(options_.device, &bandwidth));
+    gemm_->set_fp8_gemv_max_rows(rows);
+    LOG(INFO) << "FP8 decode: the W8A16 GEMV up to " << rows << " token" << (rows == 1 ? "" : "s")
+              << " a step (peak DRAM bandwidth " << bandwidth / 1e12 << " TB/s)";
   }
   checkpoint_kv_scales_ = ckpt.kv_cache_scales();
   if (options_.tune_gemms && ckpt.engine().has_value() && !ckpt.engine()->gemm_table_path.empty()) {

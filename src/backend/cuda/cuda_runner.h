@@ -109,6 +109,10 @@ struct CudaRunnerOptions {
   // blocks whose lanes keep their weight loads in flight from one output to the next. The same
   // bits. false: a block an 8 outputs (for A/B benchmarks).
   bool gemv_persistent = true;
+  // FP8 steps of up to this many tokens run their linear layers weight-only (W8A16 GEMV), more
+  // tokens quantize their activations per token for cuBLASLt (cuda::Gemm::set_fp8_gemv_max_rows;
+  // 0: always the latter). -1: cuda::Gemm::kFp8GemvDefaultRows.
+  int32_t fp8_gemv_max_rows = -1;
   // Batch-1 decode steps of FP8 models (bf16, every linear layer in e4m3) on Hopper run all
   // decoder layers as one persistent kernel (kernels::FusedDecode) that streams the weights
   // through the norms, attention and the barriers between them. Off by default: on the H100 it
