@@ -70,8 +70,9 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
   cmd->add_option("--fp8-gemv-max-rows", f->fp8_gemv_max_rows,
                   "CUDA, FP8 decode steps: the most tokens whose linear layers run weight-only "
                   "(W8A16 GEMV) before per-token e4m3 activations and cuBLASLt take over (W8A8); "
-                  "0 = always W8A8 (default 3; docs/kernels.md)")
-      ->check(CLI::Range(0, 8));
+                  "0 = always W8A8 (default: 1 on GPUs with 4 TB/s of DRAM bandwidth or more, "
+                  "else 3; docs/kernels.md)")
+      ->check(CLI::Range(0, 8));  // kernels::kGemvMaxRows (not a dependency of the CLI)
   cmd->add_flag("--fused-decode", f->fused_decode,
                 "CUDA, FP8 batch-1 decode on Hopper (experimental): every decoder layer in one "
                 "persistent kernel instead of a kernel per op; still slower on the H100 "

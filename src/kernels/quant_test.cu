@@ -514,13 +514,6 @@ void CheckGemvPersistent(uint32_t seed) {
   }
 }
 
-// The value of e4m3 code c (no NaN among the codes used here).
-double E4m3Value(uint8_t c) {
-  const int e = (c >> 3) & 15, mant = c & 7;
-  const double v = e != 0 ? std::ldexp(1.0 + mant / 8.0, e - 7) : std::ldexp(mant / 8.0, -6);
-  return (c & 0x80) != 0 ? -v : v;
-}
-
 // The persistent W8A16 GEMV's fp32 outputs against sums in double, for random e4m3 codes and for
 // rows of subnormal codes only (exponent 0, m * 2^-9: a decoder that flushed them would give 0).
 // The error is measured against the sum of the terms' magnitudes; fp32 sums of 4,096 terms stay
@@ -564,7 +557,7 @@ void CheckGemvPersistentSums(uint32_t seed) {
     for (int64_t r = 0; r < n; ++r) {
       double sum = 0.0, mag = 0.0;
       for (int64_t i = 0; i < k; ++i) {
-        const double t = E4m3Value(codes[r * k + i]) * Format<T>::ToF32(xh[i]);
+        const double t = double{F8E4M3ToF32(codes[r * k + i])} * Format<T>::ToF32(xh[i]);
         sum += t;
         mag += std::fabs(t);
       }

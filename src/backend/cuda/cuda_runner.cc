@@ -33,6 +33,7 @@
 #include "kernels/decode_fused.h"
 #include "kernels/elementwise.h"
 #include "kernels/fp8_gate_up.h"
+#include "kernels/gemv.h"
 #include "kernels/kv_swap.h"
 #include "kernels/launch.h"
 #include "kernels/quant.h"
@@ -589,9 +590,10 @@ Status CudaRunner<T>::Init(const Checkpoint& ckpt) {
       ckpt.quantization().method == QuantMethod::kW4A16) {
     options_.quantization = ckpt.quantization().method;
   }
-  if (options_.fp8_gemv_max_rows > 8) {
+  if (options_.fp8_gemv_max_rows > kernels::kGemvMaxRows) {
     return InvalidArgument("fp8_gemv_max_rows " + std::to_string(options_.fp8_gemv_max_rows) +
-                           ": the W8A16 GEMV takes 0 to 8 tokens");
+                           ": the W8A16 GEMV takes 0 to " + std::to_string(kernels::kGemvMaxRows) +
+                           " tokens");
   }
   if (options_.fp8_gemv_max_rows >= 0) {
     gemm_->set_fp8_gemv_max_rows(options_.fp8_gemv_max_rows);
