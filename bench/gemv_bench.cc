@@ -18,8 +18,9 @@
 //
 //   - with --w4 and / or --int8, the decode batches m = 1 .. 64 of the W4A16 layers
 //     (Gemm::LinearW4: kernels::W4Gemm on repacked 4-bit weights, group size 128, against its
-//     other kernel choice for m, "w4 alt": up to 8 rows the other warp count, from 9 rows the
-//     k-split warps instead of the block tiles; beyond 64 rows, m = 128 .. 2,048, its
+//     other kernel choice for m, "w4 alt": at 1 row the k-split warps (W4GemvKernel) where the
+//     default streams the row (W4GemvStreamKernel), up to 8 rows the other warp count, from 9 rows
+//     the k-split warps instead of the block tiles; beyond 64 rows, m = 128 .. 2,048, its
 //     dequantize-to-bf16 + cuBLASLt path against the W4Gemm launches of 64 rows each) and of the
 //     INT8 ones (Gemm::LinearInt8: the W8A16 GEMV up to 8 rows, and per-token quantization +
 //     int8 cuBLASLt GEMM (tuned) + scale epilogue at every m) against the bf16 layers of the
@@ -503,11 +504,13 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8, const std::vecto
         alt.split_partial_bytes = static_cast<int64_t>(w4_scratch.split_partial_bytes);
         alt.split_counters = w4_scratch.split_counters;
         alt.split_counter_count = w4_scratch.split_counter_count;
-        // m <= 8: the other warp count per block (default 16 for n <= 4,096, else 8); more:
-        // the k-split warps instead of the block tiles.
-        alt.kernel = m > 8 ? 1 : 0;
-        alt.warps =
-            m > 8 ? 0 : (l.n / kernels::kW4TileRows <= kernels::kW4WideMaxRowTiles ? 8 : 16);
+        // m = 1: the k-split warps (W4GemvKernel), where the default streams the row; 2-8: the
+        // other warp count per block (default 16 for n <= 4,096, else 8); more: the k-split warps
+        // instead of the block tiles.
+        alt.kernel = m > 8 || m == 1 ? 1 : 0;
+        alt.warps = m > 8 || m == 1
+                        ? 0
+                        : (l.n / kernels::kW4TileRows <= kernels::kW4WideMaxRowTiles ? 8 : 16);
         auto time_direct = [&](kernels::W4GemmArgsT<bf16> args) {
           return per_call(bench::MedianEventSeconds(
                               1, 5,
@@ -527,10 +530,11 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8, const std::vecto
         row["w4_tflops"] = 2.0 * m * l.n * l.k / t4 / 1e12;
         row["bf16_tflops"] = 2.0 * m * l.n * l.k / t16 / 1e12;
         row["w4_other"] =
-            many    ? "W4Gemm per 64 rows"
-            : m > 8 ? "k-split warps"
-                    : (l.n / kernels::kW4TileRows <= kernels::kW4WideMaxRowTiles ? "8 warps"
-                                                                                 : "16 warps");
+            many ? "W4Gemm per 64 rows"
+            : m > 8 || m == 1
+                ? "k-split warps"
+                : (l.n / kernels::kW4TileRows <= kernels::kW4WideMaxRowTiles ? "8 warps"
+                                                                             : "16 warps");
         row["w4_other_us"] = t4_alt * 1e6;
         row["w4_speedup_over_bf16"] = t16 / t4;
         for (int mib : many ? slice_mib : std::vector<int>{}) {

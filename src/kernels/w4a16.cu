@@ -175,23 +175,27 @@ __device__ __forceinline__ uint32_t AndOr(uint32_t v, uint32_t bits) {
 // kFold false: each element is (code - zero) exactly as T. kFold true (bf16): each element is
 // 2^e + (code + 8), one LOP3 (and a shift) per element pair instead of four instructions; the
 // caller subtracts FoldedZero times the sum of x.
+// One k-step's word of a lane's code word as an mma A fragment (DequantGroup below).
+template <typename T, bool kFold>
+__device__ __forceinline__ void DequantStep(uint32_t word, const uint32_t (&sub)[2],
+                                            uint32_t (&a)[4]) {
+  static_assert(!kFold || std::is_same_v<T, __nv_bfloat16>);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const uint32_t bits = AndOr<0x000f000fu>(word >> (4 * q), kMagicPair<T>);
+    a[q] = kFold ? bits : SubPair<T>(bits, sub[q & 1]);
+  }
+}
+
 template <int kKPG, typename T, bool kFold = false>
 __device__ __forceinline__ void DequantGroup(const uint4& wv, int gi, uint32_t lo, uint32_t hi,
                                              float (&scale)[2], uint32_t (&a)[kKPG][4]) {
-  static_assert(!kFold || std::is_same_v<T, __nv_bfloat16>);
   uint32_t sub[2];
   DecodeSz(lo, scale[0], sub[0]);
   DecodeSz(hi, scale[1], sub[1]);
   const uint32_t* words = reinterpret_cast<const uint32_t*>(&wv);
 #pragma unroll
-  for (int jj = 0; jj < kKPG; ++jj) {
-    const uint32_t word = words[gi * kKPG + jj];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const uint32_t bits = AndOr<0x000f000fu>(word >> (4 * q), kMagicPair<T>);
-      a[jj][q] = kFold ? bits : SubPair<T>(bits, sub[q & 1]);
-    }
-  }
+  for (int jj = 0; jj < kKPG; ++jj) DequantStep<T, kFold>(words[gi * kKPG + jj], sub, a[jj]);
 }
 
 // What DequantGroup<..., kFold = true> leaves in each element beyond code - zero: 2^e + 8 + zero,
@@ -526,6 +530,222 @@ cudaError_t LaunchW4Gemv(const W4GemmArgsT<T>& a, cudaStream_t stream) {
                     size_t{kW} * 4 * 32 * sizeof(float), stream);
 }
 
+bool Aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// ---- One row, streamed (W4GemvStreamKernel) ----------------------------------------------------
+// W4GemvKernel at m = 1 loads kU tiles, waits for them, dequantizes and multiplies, and only then
+// issues the next loads, so a lane has nothing in flight while it computes, and its block's
+// k-split run is a few tiles long (8 for k = 4,096): most of a block's life is ramp-up and
+// tail. Here, as GemvW8PersistentKernel does for the FP8 rows (quant.cu):
+// * at most as many blocks as the SMs hold at once; block b takes row tiles b, b + grid, ...;
+//   warp w always takes the same run of column tiles, so a lane's tiles form one
+//   sequence across the block's row tiles;
+// * each lane keeps kSlots 16-byte code words (and their scale words) in flight all the way: a
+//   slot is refilled with the tile kSlots further on as soon as it is read, the next row tile's
+//   first tiles included (they overlap this one's reduction);
+// * each warp stages the x of its own column tiles once in shared memory, in the order the lanes
+//   read it (two 16-byte reads a tile), and for bf16 x's sum over each tile, which replaces the
+//   ones-mma that W4GemvKernel runs per k-step to fold the zero point out;
+// * a k-step's codes are dequantized next to its mma, and the tile's scale applied once.
+// Only the output's first column is a token: every lane's B columns hold the same x, so every
+// lane's acc[0] / acc[2] is row g's / g + 8's sum.
+// H200 (docs/benchmarks.md, session 39): the 8B's four layers 51.1 against 55.9 us, the W4A16
+// batch-1 decode step 2.166 -> 1.995 ms. Staging all of x per block behind a block barrier, with
+// the tile sums one serial warp reduction after another, made o / down slower (7.9 / 18.0 us
+// against 6.4 / 13.9); shared-memory stages filled by bulk copies (cp.async.bulk, 3 or 4 rounds
+// a warp in flight) instead of the register slots were slower too (58.3 / 56.8 us).
+// REQUIRES: m = 1, groups of 64 columns or a multiple (kKPG = 4), k a multiple of
+// kWarps * kSlots * 64 (a warp's run a multiple of kSlots).
+constexpr int kStreamSlots = 4;
+// 78-80 registers, 3 blocks an SM. Held to 64 (4 blocks) the 8B's four layers took 50.8 against
+// 47.7 us (gemv_bench --w4, H200, session 39): more warps, but more instructions each.
+constexpr int kStreamMinBlocks = 3;
+// x and its tile sums in shared memory: at most 66 KB a block (three blocks an SM still fit).
+constexpr int64_t kStreamMaxK = 32768;
+
+// kTpg: column tiles per scale group, 1 or 2 (groups of 64 / 128), or 4 for groups of any
+// multiple of 4 tiles (a round's kSlots = 4 tiles share one group: kSlots, c_begin and the run
+// offsets are multiples of 4).
+template <int kSlots, int kTpg, typename T, typename Out>
+__global__ void __launch_bounds__(kWarps * 32, kStreamMinBlocks)
+    W4GemvStreamKernel(const T* __restrict__ x, const uint4* __restrict__ w,
+                       const uint32_t* __restrict__ sz, FastDiv group_of_tile, int64_t n, int64_t k,
+                       const T* __restrict__ bias, Out* __restrict__ out, const void* prefetch,
+                       int64_t prefetch_bytes, uint32_t items) {
+  static_assert(kSlots % kTpg == 0);
+  constexpr int kGroups = kSlots / kTpg;  // scale groups a round
+  constexpr bool kFold = std::is_same_v<T, __nv_bfloat16>;
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const uint32_t chunks = static_cast<uint32_t>(k / kW4TileCols);  // column tiles
+  const uint32_t run = chunks / kWarps;                            // a warp's tiles an item
+  const uint32_t c_begin = warp * run;
+  // x as the lanes read it: tile c, lane column t, k-steps 0-3 (8 bytes each) -> [c][t][4].
+  auto* xs = reinterpret_cast<uint2*>(smem);
+  auto* xsum = reinterpret_cast<float*>(smem + k * sizeof(T));  // [chunks]
+  auto* red = xsum + chunks;                                    // [2][kWarps][16]
+  const uint32_t n_words = static_cast<uint32_t>(n);            // one scale group's row of words
+  const uint32_t* szl = sz + g;
+  const uint4* wb = w + c_begin * 32 + lane;
+  const uint32_t item_words = chunks * 32;  // 16-byte words of one row tile
+
+  uint4 wv[kSlots];
+  uint32_t szv[kGroups][2];
+  // A round's tiles: run offsets r .. r + kSlots - 1 of row tile `item`. Its code words are one
+  // base plus immediate offsets; its scale words (rows g and g + 8) one base per scale group.
+  auto round_codes = [&](uint32_t item, uint32_t r) { return wb + (item * item_words + r * 32); };
+  auto round_scales = [&](uint32_t item, uint32_t r) {
+    const uint32_t c0 = c_begin + r;
+    const uint32_t grp = kTpg == 4 ? group_of_tile.Div(c0) : c0 / kTpg;
+    return szl + (uint64_t{grp} * n_words + item * kW4TileRows);
+  };
+  auto load = [&](int u, const uint4* codes, const uint32_t* scales) {
+    wv[u] = __ldcs(codes + u * 32);
+    if (u % kTpg == 0) {
+      const uint32_t* p = scales + (u / kTpg) * uint64_t{n_words};
+      szv[u / kTpg][0] = __ldg(p);
+      szv[u / kTpg][1] = __ldg(p + 8);
+    }
+  };
+  uint32_t item = blockIdx.x;
+  {
+    const uint4* codes = round_codes(item, 0);
+    const uint32_t* scales = round_scales(item, 0);
+#pragma unroll
+    for (int u = 0; u < kSlots; ++u) load(u, codes, scales);  // no earlier kernel's output
+  }
+  PdlWait();
+  PdlLaunchDependents();
+  // The warp stages its own tiles' x (no block barrier): 16-byte pieces, piece p of a tile its
+  // elements 8p .. 8p + 7, i.e. k-step p / 2, lane columns 2 (p % 2) and 2 (p % 2) + 1; and for
+  // bf16 each tile's sum, over the 8 lanes holding its pieces. run * 8 is a multiple of 32.
+  const uint4* x16 = reinterpret_cast<const uint4*>(x) + c_begin * 8;
+#pragma unroll 1
+  for (uint32_t i = lane; i < run * 8; i += 32) {
+    const uint4 v = x16[i];
+    const uint32_t c = c_begin + i / 8, p = i % 8, j = p / 2, t0 = 2 * (p % 2);
+    xs[(c * 4 + t0) * 4 + j] = make_uint2(v.x, v.y);
+    xs[(c * 4 + t0 + 1) * 4 + j] = make_uint2(v.z, v.w);
+    if constexpr (kFold) {
+      const auto* pairs = reinterpret_cast<const dtype_internal::Pair<T>*>(&v);
+      float s = 0.0f;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float2 f = dtype_internal::PairToFloat2<T>(pairs[q]);
+        s += f.x + f.y;
+      }
+      for (int offset = 1; offset < 8; offset <<= 1) s += __shfl_xor_sync(0xffffffffu, s, offset);
+      if (p == 0) xsum[c] = s;
+    }
+  }
+  __syncwarp();
+
+  for (int parity = 0; item < items; item += gridDim.x, parity ^= 1) {
+    float acc[2] = {0.0f, 0.0f};  // rows g and g + 8
+    for (uint32_t r = 0; r < run; r += kSlots) {
+      // The slots refill from this run until its last round, then from the next row tile's.
+      const bool last = r + kSlots == run;
+      const uint32_t next_item = last ? item + gridDim.x : item;
+      const uint32_t next_r = last ? 0 : r + kSlots;
+      const bool refill = next_item < items;
+      const uint4* codes = round_codes(next_item, next_r);
+      const uint32_t* scales = round_scales(next_item, next_r);
+      uint32_t lo = 0, hi = 0;
+#pragma unroll
+      for (int u = 0; u < kSlots; ++u) {
+        const uint4 cur = wv[u];
+        if (u % kTpg == 0) lo = szv[u / kTpg][0], hi = szv[u / kTpg][1];
+        if (refill) load(u, codes, scales);
+        const uint32_t c = c_begin + r + u;
+        // DequantGroup one k-step at a time, next to its mma (fewer registers live).
+        float scale[2];
+        uint32_t sub[2];
+        DecodeSz(lo, scale[0], sub[0]);
+        DecodeSz(hi, scale[1], sub[1]);
+        const uint32_t* words = reinterpret_cast<const uint32_t*>(&cur);
+        const uint2* xl = xs + (c * 4 + t) * 4;
+        float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          uint32_t a[4];
+          DequantStep<T, kFold>(words[j], sub, a);
+          const uint2 b = xl[j];
+          Mma<T>(part, a, b.x, b.y);
+        }
+        if constexpr (kFold) {
+          const float sx = xsum[c];
+          acc[0] = fmaf(fmaf(-FoldedZero(lo), sx, part[0]), scale[0], acc[0]);
+          acc[1] = fmaf(fmaf(-FoldedZero(hi), sx, part[2]), scale[1], acc[1]);
+        } else {
+          acc[0] = fmaf(part[0], scale[0], acc[0]);
+          acc[1] = fmaf(part[2], scale[1], acc[1]);
+        }
+      }
+    }
+    if (item + gridDim.x >= items) dtype_internal::PrefetchL2(prefetch, prefetch_bytes);
+    // The warps' partial sums of rows g and g + 8 (lanes t = 0 hold them as every lane does).
+    float* rp = red + parity * kWarps * 16;
+    if (t == 0) {
+      rp[warp * 16 + g] = acc[0];
+      rp[warp * 16 + g + 8] = acc[1];
+    }
+    __syncthreads();
+    if (threadIdx.x < 16) {
+      float v = 0.0f;
+#pragma unroll
+      for (int wi = 0; wi < kWarps; ++wi) v += rp[wi * 16 + threadIdx.x];
+      const uint32_t row = item * kW4TileRows + threadIdx.x;
+      if (bias != nullptr) v += ToFloat(bias[row]);
+      Store(v, out + row);
+    }
+  }
+}
+
+// Whether W4GemvStreamKernel takes a launch by default (or when a.kernel asks for it).
+template <typename T>
+bool StreamSupported(const W4GemmArgsT<T>& a) {
+  const int64_t tiles_per_group = a.group_size / kW4TileCols;
+  return a.m == 1 && a.group_size % kW4TileCols == 0 &&
+         (tiles_per_group <= 2 || tiles_per_group % kStreamSlots == 0) &&
+         a.k % (kWarps * kStreamSlots * kW4TileCols) == 0 && a.k <= kStreamMaxK && Aligned(a.x, 16);
+}
+
+template <int kTpg, typename T, typename Out>
+cudaError_t LaunchW4Stream(const W4GemmArgsT<T>& a, Out* out, cudaStream_t stream) {
+  constexpr auto kernel = W4GemvStreamKernel<kStreamSlots, kTpg, T, Out>;
+  const int64_t chunks = a.k / kW4TileCols;
+  const size_t smem = a.k * sizeof(T) + chunks * sizeof(float) + 2 * kWarps * 16 * sizeof(float);
+  if (smem > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+  }
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, smem) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    per_sm = 1;
+  }
+  // As many blocks as fit at once, then as few as keep every block's row-tile count (the
+  // rounded-up share) the same.
+  const int64_t items = a.n / kW4TileRows;
+  const int64_t slots = int64_t{std::max(per_sm, 1)} * CurrentDeviceSmCount();
+  const int64_t per = (items + slots - 1) / slots;
+  const FastDiv group_of_tile = FastDiv::For(static_cast<uint32_t>(a.group_size / kW4TileCols));
+  return LaunchChained(kernel, dim3(static_cast<unsigned>((items + per - 1) / per)), kWarps * 32,
+                       smem, stream, a.x, reinterpret_cast<const uint4*>(a.w), a.sz, group_of_tile,
+                       a.n, a.k, a.bias, out, a.prefetch, a.prefetch_bytes,
+                       static_cast<uint32_t>(items));
+}
+
+template <typename T, typename Out>
+cudaError_t DispatchW4Stream(const W4GemmArgsT<T>& a, Out* out, cudaStream_t stream) {
+  static_assert(kStreamSlots == 4);
+  if (a.group_size == kW4TileCols) return LaunchW4Stream<1>(a, out, stream);
+  if (a.group_size == 2 * kW4TileCols) return LaunchW4Stream<2>(a, out, stream);
+  return LaunchW4Stream<4>(a, out, stream);
+}
+
 // ---- Block tiles (W4GemmTileKernel) -------------------------------------------------------------
 // W4GemmKernel gives a block 16 or 32 weight rows and lets its warps split k, so every block reads
 // all of x: 4 m / 32 times the weight's own bytes from L2 (8x at m = 64), through 8-byte loads
@@ -857,8 +1077,6 @@ cudaError_t DispatchW4Tiles(const W4GemmArgsT<T>& a, cudaStream_t stream) {
   return LaunchW4Tiles<8, kKPG>(a, stream);
 }
 
-bool Aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
-
 // What the block-tile kernel adds to W4GemmSupported: 16-byte copies of x and of scale words.
 template <typename T>
 bool TilesSupported(const W4GemmArgsT<T>& a) {
@@ -875,6 +1093,13 @@ cudaError_t DispatchW4Rows(const W4GemmArgsT<T>& a, cudaStream_t stream) {
   const bool pairs =
       a.n % (2 * kW4TileRows) == 0 && (a.row_tiles == 2 || (a.row_tiles == 0 && a.m > 8));
   if (a.m <= 8) {
+    if constexpr (kKPG == 4) {
+      const bool by_default = a.kernel == 0 && a.warps == 0 && a.row_tiles == 0;
+      if (a.kernel == 3 || (by_default && StreamSupported(a))) {
+        return a.out_f32 ? DispatchW4Stream(a, static_cast<float*>(a.out), stream)
+                         : DispatchW4Stream(a, static_cast<T*>(a.out), stream);
+      }
+    }
     if (pairs) return LaunchW4<1, 2, kKPG, 2>(a, stream);
     const bool wide = a.warps == 16 || (a.warps == 0 && a.n / kW4TileRows <= kW4WideMaxRowTiles);
     return wide ? LaunchW4Gemv<kKPG, 2, kWideWarps>(a, stream)
@@ -904,7 +1129,8 @@ bool Supported(const W4GemmArgsT<T>& a) {
          a.ldx % 4 == 0 && Aligned(a.x, 8) && Aligned(a.w, 16) && a.sz != nullptr &&
          a.out != nullptr && a.n / kW4TileRows * (a.k / kW4TileCols) * 32 < kU32 &&
          a.k / a.group_size * a.n < kU32 && int64_t{a.m} * a.ldx < kU32 / 2 && a.kernel >= 0 &&
-         a.kernel <= 2 && (a.kernel != 2 || TilesSupported(a)) && a.splits >= 0;
+         a.kernel <= 3 && (a.kernel != 2 || TilesSupported(a)) &&
+         (a.kernel != 3 || StreamSupported(a)) && a.splits >= 0;
 }
 
 template <typename T>

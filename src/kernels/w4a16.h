@@ -101,7 +101,9 @@ struct W4GemmArgsT {
   int64_t split_counter_count = 0;
   // For benchmarks and tests (gemv_bench --w4 times the alternatives); 0: the default for m.
   // 1: the k-split warps (W4GemmKernel; up to 8 rows with one row tile per block, W4GemvKernel);
-  // 2: the block tiles.
+  // 2: the block tiles; 3: one row streamed by resident blocks (W4GemvStreamKernel: m = 1,
+  // groups of 64 columns or a multiple, k a multiple of 2,048 up to 32,768, x 16-byte aligned;
+  // the default where this holds).
   int32_t kernel = 0;
   int32_t splits = 0;     // block tiles: k splits (at most what the scratch holds)
   int32_t row_tiles = 0;  // k-split warps: 16-row weight tiles per block, 1 or 2 (2: n % 32 == 0)

@@ -304,6 +304,14 @@ TYPED_TEST(GemmW4Gpu, EveryDispatchAgainstTheDefinition) {
       // 4,096), 3 a warp (16-warp blocks).
       {1, 4112, 2560, 128, false, true, false},
       {6, 96, 2560, 64, true, false, true},
+      // One row streamed (W4GemvStreamKernel, LinearW4's default where k % 2,048 == 0 and the
+      // groups are whole 64-column tiles): a block with one row tile, more row tiles than the
+      // SMs hold blocks (blocks walk several), groups of 128 / 64 / k, act-order, bias, fp32
+      // output, symmetric codes, padded strides.
+      {1, 208, 2048, 128, false, true, false},
+      {1, 4112, 4096, 128, true, false, true, false, 8, 3},
+      {1, 19200, 2048, 64, false, true, false, true},
+      {1, 96, 6144, 6144, true, true, true},
       // m <= 16, <= 32 and <= 64, n with and without pairs of row tiles.
       {13, 208, 1152, 128, true, true, true},
       {16, 48, 640, 64, false, true, false, true},
