@@ -548,13 +548,13 @@ bool Aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t
 //   ones-mma that W4GemvKernel runs per k-step to fold the zero point out;
 // * a k-step's codes are dequantized next to its mma, and the tile's scale applied once.
 // Only the output's first column is a token: every lane's B columns hold the same x, so every
-// lane's acc[0] / acc[2] is row g's / g + 8's sum.
-// H200 (docs/benchmarks.md, session 39): the 8B's four layers 51.1 against 55.9 us, the W4A16
-// batch-1 decode step 2.166 -> 1.995 ms. Staging all of x per block behind a block barrier, with
+// lane's D elements 0 and 2 (its part[0] / part[2]) are row g's and row g + 8's sums.
+// H200 (docs/benchmarks.md, session 39): the 8B's four layers 47.7 against 55.5 us, the W4A16
+// batch-1 decode step 2.169 -> 1.947 ms. Staging all of x per block behind a block barrier, with
 // the tile sums one serial warp reduction after another, made o / down slower (7.9 / 18.0 us
 // against 6.4 / 13.9); shared-memory stages filled by bulk copies (cp.async.bulk, 3 or 4 rounds
 // a warp in flight) instead of the register slots were slower too (58.3 / 56.8 us).
-// REQUIRES: m = 1, groups of 64 columns or a multiple (kKPG = 4), k a multiple of
+// REQUIRES: m = 1; groups of 1, 2 or a multiple of 4 column tiles (kTpg below); k a multiple of
 // kWarps * kSlots * 64 (a warp's run a multiple of kSlots).
 constexpr int kStreamSlots = 4;
 // 78-80 registers, 3 blocks an SM. Held to 64 (4 blocks) the 8B's four layers took 50.8 against
