@@ -507,10 +507,10 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8, const std::vecto
         // m = 1: the k-split warps (W4GemvKernel), where the default streams the row; 2-8: the
         // other warp count per block (default 16 for n <= 4,096, else 8); more: the k-split warps
         // instead of the block tiles.
-        alt.kernel = m > 8 || m == 1 ? 1 : 0;
-        alt.warps = m > 8 || m == 1
-                        ? 0
-                        : (l.n / kernels::kW4TileRows <= kernels::kW4WideMaxRowTiles ? 8 : 16);
+        const bool alt_k_split = m > 8 || m == 1;
+        const bool wide = l.n / kernels::kW4TileRows <= kernels::kW4WideMaxRowTiles;
+        alt.kernel = alt_k_split ? 1 : 0;
+        alt.warps = alt_k_split ? 0 : (wide ? 8 : 16);
         auto time_direct = [&](kernels::W4GemmArgsT<bf16> args) {
           return per_call(bench::MedianEventSeconds(
                               1, 5,
@@ -529,12 +529,8 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8, const std::vecto
         row["w4_fraction_of_copy"] = moved4 / t4 / copy_bw;
         row["w4_tflops"] = 2.0 * m * l.n * l.k / t4 / 1e12;
         row["bf16_tflops"] = 2.0 * m * l.n * l.k / t16 / 1e12;
-        row["w4_other"] =
-            many ? "W4Gemm per 64 rows"
-            : m > 8 || m == 1
-                ? "k-split warps"
-                : (l.n / kernels::kW4TileRows <= kernels::kW4WideMaxRowTiles ? "8 warps"
-                                                                             : "16 warps");
+        row["w4_other"] = many ? "W4Gemm per 64 rows"
+                               : (alt_k_split ? "k-split warps" : (wide ? "8 warps" : "16 warps"));
         row["w4_other_us"] = t4_alt * 1e6;
         row["w4_speedup_over_bf16"] = t16 / t4;
         for (int mib : many ? slice_mib : std::vector<int>{}) {

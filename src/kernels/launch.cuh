@@ -14,7 +14,12 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
 #include <utility>
+#include <vector>
 
 #include "kernels/launch.h"
 
@@ -48,6 +53,37 @@ cudaError_t LaunchChained(void (*kernel)(Params...), dim3 grid, dim3 block, size
   config.attrs = &attribute;
   config.numAttrs = ProgrammaticLaunch() ? 1 : 0;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// The grid of a persistent kernel (blocks walking items b, b + grid, ...): as many blocks of
+// kThreads threads and `smem` bytes of dynamic shared memory as the SMs hold at once, then as few
+// as keep every block's item count (the rounded-up share) the same, so the last items do not run
+// alone. The occupancy is queried once per shared-memory size (a host call kept off the launch
+// path); a failed query counts as one block an SM.
+template <auto kKernel, int kThreads>
+dim3 ResidentGrid(int64_t items, size_t smem = 0) {
+  static std::mutex mu;
+  static std::vector<std::pair<size_t, int>> known;  // (smem, blocks an SM)
+  int per_sm = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto it = std::find_if(known.begin(), known.end(),
+                                 [&](const std::pair<size_t, int>& e) { return e.first == smem; });
+    if (it != known.end()) {
+      per_sm = it->second;
+    } else {
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, kThreads, smem) !=
+          cudaSuccess) {
+        (void)cudaGetLastError();
+        per_sm = 1;
+      }
+      per_sm = std::max(per_sm, 1);
+      known.emplace_back(smem, per_sm);
+    }
+  }
+  const int64_t slots = int64_t{per_sm} * CurrentDeviceSmCount();
+  const int64_t per = (items + slots - 1) / slots;
+  return dim3(static_cast<unsigned>((items + per - 1) / per));
 }
 
 }  // namespace kiln::kernels

@@ -414,20 +414,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// Blocks an SM holds of kKernel (256 threads, static shared memory only), found once.
-template <auto kKernel>
-int ResidentBlocksPerSm() {
-  static const int blocks = [] {
-    int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kKernel, kWarps * 32, 0) != cudaSuccess) {
-      (void)cudaGetLastError();
-      b = 1;
-    }
-    return std::max(b, 1);
-  }();
-  return blocks;
-}
-
 // Args: GemvFp8ArgsT<T> or GemvInt8ArgsT<T> (the same fields; w's code type differs).
 template <int M, typename T, typename Args>
 cudaError_t LaunchGemvW8M(const Args& a, cudaStream_t stream) {
@@ -441,11 +427,7 @@ cudaError_t LaunchGemvW8M(const Args& a, cudaStream_t stream) {
     if constexpr (M == 1) {
       if (persistent) {
         constexpr auto kernel = GemvW8PersistentKernel<M, T, Code, Out, kEpi, C>;
-        // As many blocks as fit at once, then as few as keep every block's item count (the
-        // rounded-up share) the same: the last items do not run alone.
-        const int64_t slots = int64_t{ResidentBlocksPerSm<kernel>()} * CurrentDeviceSmCount();
-        const int64_t per = (items + slots - 1) / slots;
-        const dim3 grid(static_cast<unsigned>((items + per - 1) / per));
+        const dim3 grid = ResidentGrid<kernel, kWarps * 32>(items);
         return LaunchChained(kernel, grid, kWarps * 32, 0, stream, a.x, a.ldx, a.w, a.w_scale, a.n,
                              a.k, a.bias, static_cast<Out*>(a.out), a.ldo, a.prefetch,
                              a.prefetch_bytes, rope, items);

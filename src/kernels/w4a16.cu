@@ -720,21 +720,11 @@ cudaError_t LaunchW4Stream(const W4GemmArgsT<T>& a, Out* out, cudaStream_t strea
                                                static_cast<int>(smem));
     if (e != cudaSuccess) return e;
   }
-  int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, smem) !=
-      cudaSuccess) {
-    (void)cudaGetLastError();
-    per_sm = 1;
-  }
-  // As many blocks as fit at once, then as few as keep every block's row-tile count (the
-  // rounded-up share) the same.
   const int64_t items = a.n / kW4TileRows;
-  const int64_t slots = int64_t{std::max(per_sm, 1)} * CurrentDeviceSmCount();
-  const int64_t per = (items + slots - 1) / slots;
   const FastDiv group_of_tile = FastDiv::For(static_cast<uint32_t>(a.group_size / kW4TileCols));
-  return LaunchChained(kernel, dim3(static_cast<unsigned>((items + per - 1) / per)), kWarps * 32,
-                       smem, stream, a.x, reinterpret_cast<const uint4*>(a.w), a.sz, group_of_tile,
-                       a.n, a.k, a.bias, out, a.prefetch, a.prefetch_bytes,
+  return LaunchChained(kernel, ResidentGrid<kernel, kWarps * 32>(items, smem), kWarps * 32, smem,
+                       stream, a.x, reinterpret_cast<const uint4*>(a.w), a.sz, group_of_tile, a.n,
+                       a.k, a.bias, out, a.prefetch, a.prefetch_bytes,
                        static_cast<uint32_t>(items));
 }
 
