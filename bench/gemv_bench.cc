@@ -353,6 +353,42 @@ void FillBytes(DeviceBuffer& b, uint32_t seed) {
   BENCH_CHECK(b.CopyFromHost(host.data(), host.size()).ok());
 }
 
+// `copies` copies of one random W4A16 weight of layer l (group size `group`): codes repacked,
+// scales in [0.5, 1) (fp16 0x38xx), zeros random in [-8, 7]; `seed` varies them.
+struct W4Copies {
+  DeviceBuffer codes, sz;
+  std::vector<cuda::W4Weight> weights;
+};
+W4Copies MakeW4Copies(const Layer& l, int64_t group, int copies, uint32_t seed) {
+  const int64_t bytes4 = l.n * l.k / 2, groups = l.k / group;
+  DeviceBuffer canon = DeviceBuffer::Allocate(bytes4).value();
+  FillBytes(canon, 7 + seed);
+  std::vector<uint16_t> sc(l.n * groups);
+  std::vector<int8_t> zr(l.n * groups);
+  std::mt19937 rng(9 + seed);
+  for (uint16_t& v : sc) v = static_cast<uint16_t>(0x3800 + (rng() & 0x3ff));
+  for (int8_t& v : zr) v = static_cast<int8_t>(static_cast<int>(rng() % 16) - 8);
+  DeviceBuffer dsc = DeviceBuffer::Allocate(sc.size() * 2).value();
+  DeviceBuffer dzr = DeviceBuffer::Allocate(zr.size()).value();
+  BENCH_CHECK(dsc.CopyFromHost(sc.data(), sc.size() * 2).ok());
+  BENCH_CHECK(dzr.CopyFromHost(zr.data(), zr.size()).ok());
+  W4Copies out;
+  out.codes = DeviceBuffer::Allocate(bytes4 * copies).value();
+  out.sz = DeviceBuffer::Allocate(l.n * groups * 4 * copies).value();
+  for (int i = 0; i < copies; ++i) {
+    auto* tiled = static_cast<uint8_t*>(out.codes.data()) + i * bytes4;
+    auto* sz = static_cast<uint32_t*>(out.sz.data()) + i * l.n * groups;
+    BENCH_CHECK(kernels::W4RepackCodes(static_cast<const uint8_t*>(canon.data()), l.n, l.k, tiled,
+                                       nullptr) == cudaSuccess);
+    BENCH_CHECK(kernels::W4RepackScales(static_cast<const uint16_t*>(dsc.data()),
+                                        static_cast<const int8_t*>(dzr.data()), l.n, groups,
+                                        /*bf16=*/true, sz, l.n, nullptr) == cudaSuccess);
+    out.weights.push_back({tiled, sz, nullptr, group});
+  }
+  BENCH_CHECK(cudaDeviceSynchronize() == cudaSuccess);  // canon, dsc, dzr are freed on return
+  return out;
+}
+
 // W4A16 and INT8 layers against bf16 ones at decode batches, weights streamed from HBM.
 // slice_mib: more dequantization scratch sizes (MiB, at most the default's) to time the W4A16
 // many-row path with, next to the default.
@@ -413,36 +449,12 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8, const std::vecto
     for (int i = 0; i < copies; ++i) {
       weights16.push_back(static_cast<const bf16*>(w16.data()) + i * l.n * l.k);
     }
-    // W4: random codes repacked, scales in [0.5, 1) (fp16 0x38xx), zeros random in [-8, 7].
-    DeviceBuffer w4buf, szbuf, w8buf, s8buf;
-    std::vector<cuda::W4Weight> weights4;
+    DeviceBuffer w8buf, s8buf;
+    W4Copies w4copies;
     std::vector<cuda::Int8Weight> weights8;
     std::vector<const int8_t*> raw8;
-    if (w4) {
-      DeviceBuffer canon = DeviceBuffer::Allocate(bytes4).value();
-      FillBytes(canon, 7);
-      std::vector<uint16_t> sc(l.n * groups);
-      std::vector<int8_t> zr(l.n * groups);
-      std::mt19937 rng(9);
-      for (uint16_t& v : sc) v = static_cast<uint16_t>(0x3800 + (rng() & 0x3ff));
-      for (int8_t& v : zr) v = static_cast<int8_t>(static_cast<int>(rng() % 16) - 8);
-      DeviceBuffer dsc = DeviceBuffer::Allocate(sc.size() * 2).value();
-      DeviceBuffer dzr = DeviceBuffer::Allocate(zr.size()).value();
-      BENCH_CHECK(dsc.CopyFromHost(sc.data(), sc.size() * 2).ok());
-      BENCH_CHECK(dzr.CopyFromHost(zr.data(), zr.size()).ok());
-      w4buf = DeviceBuffer::Allocate(bytes4 * copies).value();
-      szbuf = DeviceBuffer::Allocate(l.n * groups * 4 * copies).value();
-      for (int i = 0; i < copies; ++i) {
-        auto* tiled = static_cast<uint8_t*>(w4buf.data()) + i * bytes4;
-        auto* sz = static_cast<uint32_t*>(szbuf.data()) + i * l.n * groups;
-        BENCH_CHECK(kernels::W4RepackCodes(static_cast<const uint8_t*>(canon.data()), l.n, l.k,
-                                           tiled, nullptr) == cudaSuccess);
-        BENCH_CHECK(kernels::W4RepackScales(static_cast<const uint16_t*>(dsc.data()),
-                                            static_cast<const int8_t*>(dzr.data()), l.n, groups,
-                                            /*bf16=*/true, sz, l.n, nullptr) == cudaSuccess);
-        weights4.push_back({tiled, sz, nullptr, kGroup});
-      }
-    }
+    if (w4) w4copies = MakeW4Copies(l, kGroup, copies, 0);
+    const std::vector<cuda::W4Weight>& weights4 = w4copies.weights;
     if (int8) {
       w8buf = DeviceBuffer::Allocate(bytes8 * copies).value();
       s8buf = DeviceBuffer::Allocate(l.n * 4 * copies).value();
@@ -610,6 +622,32 @@ int RunLowbit(const std::string& json_path, bool w4, bool int8, const std::vecto
   return 0;
 }
 
+// Seconds per replay (median) of the launches `enqueue` makes on `stream`, captured in a graph.
+template <typename F>
+double TimeGraph(cudaStream_t stream, F enqueue) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  BENCH_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  enqueue();
+  BENCH_CHECK(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
+  BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  const double t = bench::MedianEventSeconds(
+      3, 15, [&] { BENCH_CHECK(cudaGraphLaunch(exec, stream) == cudaSuccess); }, stream);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return t;
+}
+
+// A chain variant's line and JSON row: a step's time against the layers' roofline.
+Json ChainRow(const char* name, double t, int layers, double roofline) {
+  std::printf("%-30s %.3f ms a step, %.1f us a layer, %.1f%% of the copy bandwidth\n", name,
+              t * 1e3, t / layers * 1e6, 100 * roofline / t);
+  return {{"variant", name},
+          {"step_ms", t * 1e3},
+          {"layer_us", t / layers * 1e6},
+          {"fraction_of_copy", roofline / t}};
+}
+
 // --chain: a batch-1 FP8 decode step's linear layers alone. For each of 32 layers with weights of
 // their own (Gaussian e4m3 codes), qkv, o, gate_up with SiluMul in its epilogue and down as
 // W8A16 GEMVs at m = 1, each asking L2 for the next one's first 4 MiB as the runner does;
@@ -727,22 +765,140 @@ int RunChain(const std::string& json_path) {
                           Variant{"not persistent, + norms", true, true, true, false}}) {
     kernels::SetProgrammaticLaunch(v.pdl);
     g.set_gemv_persistent(v.persistent);
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    BENCH_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
-    step(v.silu_in_gemv, v.norms);
-    BENCH_CHECK(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
-    BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
-    const double t = bench::MedianEventSeconds(
-        3, 15, [&] { BENCH_CHECK(cudaGraphLaunch(exec, stream) == cudaSuccess); }, stream);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    std::printf("%-28s %.3f ms a step, %.1f us a layer, %.1f%% of the copy bandwidth\n", v.name,
-                t * 1e3, t / kLayers * 1e6, 100 * roofline / t);
-    out["chain"].push_back({{"variant", v.name},
-                            {"step_ms", t * 1e3},
-                            {"layer_us", t / kLayers * 1e6},
-                            {"fraction_of_copy", roofline / t}});
+    const double t = TimeGraph(stream, [&] { step(v.silu_in_gemv, v.norms); });
+    out["chain"].push_back(ChainRow(v.name, t, kLayers, roofline));
+  }
+  kernels::SetProgrammaticLaunch(true);
+  cudaStreamDestroy(stream);
+  if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
+  return 0;
+}
+
+// --chain --w4: the same for a batch-1 W4A16 decode step (group size 128): for each of 32
+// layers with weights of their own, qkv, o, gate_up and down through kernels::W4Gemm at m = 1,
+// each with the runner's L2 hint for the next one's first 4 MiB; in a CUDA graph, replayed. The
+// variants pick the kernel (W4GemmArgsT::kernel: 3 the streamed row, 1 the k-split warps), with
+// and without the layer's two RMS norms and SiluMul (the runner's kernels between them; attention
+// and RoPE left out), the norms in the qkv and gate_up GEMVs' prologues (the runner's default,
+// W4GemmArgsT::norm), without PDL, and without the L2 hints.
+int RunChainW4(const std::string& json_path) {
+  const double copy_bw = bench::DeviceCopyBandwidth();
+  std::printf("copy bandwidth %.0f GB/s\n", copy_bw / 1e9);
+  Json out;
+  out["copy_bandwidth_gb_s"] = copy_bw / 1e9;
+  constexpr int kLayers = 32;
+  constexpr int64_t kGroup = 128;
+  constexpr int64_t kPrefetch = int64_t{4} << 20;
+  const auto& shapes = kLlama8bLayers;  // qkv, o, gate_up, down
+  // Per shape, a weight for each layer (its own copy in DRAM).
+  std::array<W4Copies, 4> layers;
+  int64_t layer_bytes = 0;
+  for (int j = 0; j < 4; ++j) {
+    const Layer& l = shapes[j];
+    layer_bytes += l.n * l.k / 2 + l.n * (l.k / kGroup) * 4;
+    layers[j] = MakeW4Copies(l, kGroup, kLayers, j);
+  }
+  DeviceBuffer x = DeviceBuffer::Allocate(14336 * 2).value();
+  DeviceBuffer y = DeviceBuffer::Allocate(28672 * 2).value();
+  DeviceBuffer act = DeviceBuffer::Allocate(14336 * 2).value();
+  DeviceBuffer residual = DeviceBuffer::Allocate(2 * 4096 * 4).value();
+  DeviceBuffer norm_weight = DeviceBuffer::Allocate(4096 * 2).value();
+  FillRandom(x, 0x3c00);
+  FillRandom(y, 0x3c00);
+  FillRandom(norm_weight, 0x3c00);
+  FillRandom(act, 0x3c00);
+  BENCH_CHECK(cudaMemset(residual.data(), 0, 2 * 4096 * 4) == cudaSuccess);
+  auto* residualp = static_cast<float*>(residual.data());
+  int parity = 0;  // the fused norms' residual buffer (runner: h_ and h_alt_ in turn)
+  auto* xp = static_cast<bf16*>(x.data());
+  auto* yp = static_cast<bf16*>(y.data());
+  auto* actp = static_cast<bf16*>(act.data());
+  cudaStream_t stream;
+  BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  // fused_norm: the norm before qkv / gate_up in the GEMV's prologue (W4GemmArgsT::norm).
+  int64_t l2_hint = kPrefetch;
+  auto launch = [&](int i, int j, int kernel, const bf16* in, bf16* result, bool fused_norm) {
+    const Layer& l = shapes[j];
+    kernels::W4GemmArgsT<bf16> a;
+    a.x = in;
+    a.ldx = l.k;
+    a.m = 1;
+    a.w = layers[j].weights[i].tiled;
+    a.sz = layers[j].weights[i].sz;
+    a.group_size = kGroup;
+    a.n = l.n;
+    a.k = l.k;
+    a.out = result;
+    a.ldo = l.n;
+    a.kernel = kernel;
+    if (fused_norm && (j == 0 || j == 2)) {
+      a.x = nullptr;
+      a.norm.weight = static_cast<const bf16*>(norm_weight.data());
+      a.norm.delta = yp;
+      a.norm.residual = residualp + parity * 4096;
+      a.norm.residual_out = residualp + (1 - parity) * 4096;
+      a.norm.eps = 1e-5f;
+      parity ^= 1;
+    }
+    const int ni = j == 3 ? i + 1 : i, nj = (j + 1) % 4;
+    if (ni < kLayers) {
+      a.prefetch = layers[nj].weights[ni].tiled;
+      a.prefetch_bytes = std::min(l2_hint, shapes[nj].n * shapes[nj].k / 2);
+    }
+    BENCH_CHECK(kernels::W4GemmSupported(a));
+    BENCH_CHECK(kernels::W4Gemm(a, stream) == cudaSuccess);
+  };
+  // norms: the runner's RmsNormF32Residual before qkv and gate_up (o's / down's output added
+  // into the fp32 residual stream); SiluMul between gate_up and down.
+  auto norm = [&] {
+    BENCH_CHECK(kernels::RmsNormF32Residual(yp, 4096, residualp, false, nullptr, 1, 4096,
+                                            static_cast<const bf16*>(norm_weight.data()), 1e-5f, xp,
+                                            4096, stream) == cudaSuccess);
+  };
+  struct Variant {
+    const char* name;
+    std::array<int, 4> kernel;  // qkv, o, gate_up, down
+    bool pdl, others, fused_norm = false;
+    int64_t l2_hint = kPrefetch;  // bytes of the next layer each GEMV asks L2 for
+  };
+  const double roofline = kLayers * layer_bytes / copy_bw;
+  std::printf("%d layers x %.1f MB: roofline %.3f ms at the copy bandwidth\n", kLayers,
+              layer_bytes / 1e6, roofline * 1e3);
+  out["layer_bytes"] = layer_bytes;
+  out["roofline_ms"] = roofline * 1e3;
+  for (const Variant v :
+       {Variant{"streamed", {3, 3, 3, 3}, true, false},
+        Variant{"k-split warps", {1, 1, 1, 1}, true, false},
+        Variant{"streamed, no pdl", {3, 3, 3, 3}, false, false},
+        Variant{"streamed + norms, SiluMul", {3, 3, 3, 3}, true, true},
+        Variant{"the same, no pdl", {3, 3, 3, 3}, false, true},
+        Variant{"k-split + norms, SiluMul", {1, 1, 1, 1}, true, true},
+        Variant{"norms in the GEMVs + SiluMul", {3, 3, 3, 3}, true, true, true},
+        Variant{"the same, no pdl", {3, 3, 3, 3}, false, true, true},
+        Variant{"norms apart, no L2 hint", {3, 3, 3, 3}, true, true, false, 0},
+        Variant{"norms in the GEMVs, no L2 hint", {3, 3, 3, 3}, true, true, true, 0}}) {
+    kernels::SetProgrammaticLaunch(v.pdl);
+    l2_hint = v.l2_hint;
+    const double t = TimeGraph(stream, [&] {
+      for (int i = 0; i < kLayers; ++i) {
+        if (v.others && !v.fused_norm) norm();
+        launch(i, 0, v.kernel[0], xp, yp, v.fused_norm);
+        launch(i, 1, v.kernel[1], xp, yp, false);
+        if (v.others && !v.fused_norm) norm();
+        launch(i, 2, v.kernel[2], xp, yp, v.fused_norm);
+        if (v.others) {
+          BENCH_CHECK(kernels::SiluMul(yp, 28672, 1, 14336, actp, 14336, stream) == cudaSuccess);
+        }
+        launch(i, 3, v.kernel[3], actp, yp, false);
+      }
+    });
+    Json row = ChainRow(v.name, t, kLayers, roofline);
+    row["kernels"] = v.kernel;
+    row["pdl"] = v.pdl;
+    row["norms_silu"] = v.others;
+    row["norms_in_gemvs"] = v.fused_norm;
+    row["l2_hint_bytes"] = v.l2_hint;
+    out["chain_w4"].push_back(row);
   }
   kernels::SetProgrammaticLaunch(true);
   cudaStreamDestroy(stream);
@@ -801,6 +957,7 @@ int main(int argc, char** argv) {
     return RunPrefillFp8(json_path, rows);
   }
   if (prefill) return RunPrefill(json_path);
+  if (chain && w4) return RunChainW4(json_path);
   if (chain) return RunChain(json_path);
   if (fp8) return RunFp8(json_path);
   if (w4 || int8) return RunLowbit(json_path, w4, int8, slice_mib, w4_splits, rows);

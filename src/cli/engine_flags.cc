@@ -67,6 +67,10 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
                 "CUDA, FP8 / INT8 decode steps the W8A16 GEMV runs: a block an 8 outputs "
                 "instead of one wave of blocks that keep their weight loads in flight from one "
                 "output to the next (the same bits; for measuring the persistent form)");
+  cmd->add_flag("--no-gemv-norm", f->no_gemv_norm,
+                "CUDA, one-token W4A16 decode steps: the RMS norms before qkv and gate_up as "
+                "kernels of their own, instead of in the prologue of the GEMV after them (the same "
+                "bits; for measuring the fusion)");
   cmd->add_option("--fp8-gemv-max-rows", f->fp8_gemv_max_rows,
                   "CUDA, FP8 decode steps: the most tokens whose linear layers run weight-only "
                   "(W8A16 GEMV) before per-token e4m3 activations and cuBLASLt take over (W8A8); "
@@ -86,7 +90,8 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
                 "(Hopper and later overlap each kernel's start with the previous one's end)");
   cmd->add_option("--l2-prefetch", f->l2_prefetch,
                   "CUDA: bytes of the next linear layer's weights each decode linear layer asks L2 "
-                  "to fetch as it ends (default 4MiB); 0 = none");
+                  "to fetch as it ends (default 4MiB, but none ahead of W4A16 weights in "
+                  "one-token steps); 0 = none");
   cmd->add_option("--block-size", f->block_size, "tokens per KV block");
   cmd->add_option("--max-num-seqs", f->max_num_seqs,
                   "requests running at once (0 = automatic: 1024 on a GPU with 70 GiB or more, "
@@ -143,6 +148,7 @@ Result<LlmOptions> ToLlmOptions(const EngineFlags& f) {
   options.gemv_silu = !f.no_gemv_silu;
   options.gemv_rope = !f.no_gemv_rope;
   options.gemv_persistent = !f.no_gemv_persistent;
+  options.gemv_norm = !f.no_gemv_norm;
   if (f.fp8_gemv_max_rows >= 0) options.fp8_gemv_max_rows = f.fp8_gemv_max_rows;
   options.fused_decode = f.fused_decode;
   options.fuse_activation_quant = !f.no_fused_quant;

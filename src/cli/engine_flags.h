@@ -30,6 +30,7 @@ struct EngineFlags {
   bool no_gemv_silu = false;
   bool no_gemv_rope = false;
   bool no_gemv_persistent = false;
+  bool no_gemv_norm = false;
   int32_t fp8_gemv_max_rows = -1;  // --fp8-gemv-max-rows: -1 = the runner's default
   bool fused_decode = false;
   int32_t block_size = 16;

@@ -170,6 +170,7 @@ Result<std::unique_ptr<ModelRunner>> CreateRunner(const Checkpoint& checkpoint,
     cuda.gemv_silu = options.gemv_silu;
     cuda.gemv_rope = options.gemv_rope;
     cuda.gemv_persistent = options.gemv_persistent;
+    cuda.gemv_norm = options.gemv_norm;
     if (options.fp8_gemv_max_rows.has_value()) cuda.fp8_gemv_max_rows = *options.fp8_gemv_max_rows;
     cuda.fused_decode = options.fused_decode;
     cuda.profile_ops = options.profile_cuda_ops;

@@ -80,6 +80,8 @@ struct LlmOptions {
   bool gemv_rope = true;
   // CUDA, W8A16 decode rows: the GEMVs in their persistent form (CudaRunnerOptions).
   bool gemv_persistent = true;
+  // CUDA, one-token W4A16 decode steps: the norms in the GEMVs' prologues (CudaRunnerOptions).
+  bool gemv_norm = true;
   // CUDA, FP8 decode rows: the most tokens the W8A16 GEMV takes (CudaRunnerOptions); unset: the
   // runner's default.
   std::optional<int32_t> fp8_gemv_max_rows;

@@ -9,6 +9,7 @@
 #include "kernels/attention_mma.cuh"
 #include "kernels/dtype_traits.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/norm_row.cuh"
 
 namespace kiln::kernels {
 namespace {
@@ -565,13 +566,16 @@ constexpr int64_t kStreamMaxK = 32768;
 
 // kTpg: column tiles per scale group, 1 or 2 (groups of 64 / 128), or 4 for groups of any
 // multiple of 4 tiles (a round's kSlots = 4 tiles share one group: kSlots, c_begin and the run
-// offsets are multiples of 4).
-template <int kSlots, int kTpg, typename T, typename Out>
+// offsets are multiples of 4). kNormVecs > 0: x is the residual norm's output (W4NormArgsT),
+// made by the whole block in the prologue (k = 2,048 kNormVecs; norm_row.cuh) instead of read:
+// one more block barrier, one kernel fewer in the layer.
+template <int kSlots, int kTpg, int kNormVecs, typename T, typename Out>
 __global__ void __launch_bounds__(kWarps * 32, kStreamMinBlocks)
     W4GemvStreamKernel(const T* __restrict__ x, const uint4* __restrict__ w,
                        const uint32_t* __restrict__ sz, FastDiv group_of_tile, int64_t n, int64_t k,
                        const T* __restrict__ bias, Out* __restrict__ out, const void* prefetch,
-                       int64_t prefetch_bytes, uint32_t items) {
+                       int64_t prefetch_bytes, uint32_t items, W4NormArgsT<T> norm) {
+  static_assert(kNormVecs == 0 || kWarps * 32 == norm_internal::kNormRowThreads);
   static_assert(kSlots % kTpg == 0);
   constexpr int kGroups = kSlots / kTpg;  // scale groups a round
   constexpr bool kFold = std::is_same_v<T, __nv_bfloat16>;
@@ -584,6 +588,7 @@ __global__ void __launch_bounds__(kWarps * 32, kStreamMinBlocks)
   auto* xs = reinterpret_cast<uint2*>(smem);
   auto* xsum = reinterpret_cast<float*>(smem + k * sizeof(T));  // [chunks]
   auto* red = xsum + chunks;                                    // [2][kWarps][16]
+  float* norm_partial = red + 2 * kWarps * 16;                  // [kWarps] (kNormVecs > 0)
   const uint32_t n_words = static_cast<uint32_t>(n);            // one scale group's row of words
   const uint32_t* szl = sz + g;
   const uint4* wb = w + c_begin * 32 + lane;
@@ -616,14 +621,12 @@ __global__ void __launch_bounds__(kWarps * 32, kStreamMinBlocks)
   }
   PdlWait();
   PdlLaunchDependents();
-  // The warp stages its own tiles' x (no block barrier): 16-byte pieces, piece p of a tile its
-  // elements 8p .. 8p + 7, i.e. k-step p / 2, lane columns 2 (p % 2) and 2 (p % 2) + 1; and for
-  // bf16 each tile's sum, over the 8 lanes holding its pieces. run * 8 is a multiple of 32.
-  const uint4* x16 = reinterpret_cast<const uint4*>(x) + c_begin * 8;
-#pragma unroll 1
-  for (uint32_t i = lane; i < run * 8; i += 32) {
-    const uint4 v = x16[i];
-    const uint32_t c = c_begin + i / 8, p = i % 8, j = p / 2, t0 = 2 * (p % 2);
+  // Piece p of column tile c of x (16 bytes: elements 64 c + 8 p .. + 7) into shared memory as
+  // the lanes read it: k-step p / 2, lane columns 2 (p % 2) and 2 (p % 2) + 1; and for bf16 each
+  // tile's sum, over the 8 adjacent lanes holding its pieces (every lane of the warp calls this
+  // together).
+  auto stage = [&](uint32_t c, uint32_t p, const uint4 v) {
+    const uint32_t j = p / 2, t0 = 2 * (p % 2);
     xs[(c * 4 + t0) * 4 + j] = make_uint2(v.x, v.y);
     xs[(c * 4 + t0 + 1) * 4 + j] = make_uint2(v.z, v.w);
     if constexpr (kFold) {
@@ -637,8 +640,26 @@ __global__ void __launch_bounds__(kWarps * 32, kStreamMinBlocks)
       for (int offset = 1; offset < 8; offset <<= 1) s += __shfl_xor_sync(0xffffffffu, s, offset);
       if (p == 0) xsum[c] = s;
     }
+  };
+  if constexpr (kNormVecs > 0) {
+    // The block makes all of x, thread t its pieces t + 256 j, as the norm kernel would.
+    dtype_internal::Vec8<T> y[kNormVecs];
+    norm_internal::ResidualNormRow<kNormVecs>(norm.delta, norm.residual, norm.init,
+                                              blockIdx.x == 0 ? norm.residual_out : nullptr,
+                                              norm.weight, norm.eps, norm_partial, y);
+#pragma unroll
+    for (int j = 0; j < kNormVecs; ++j) {
+      const uint32_t i = threadIdx.x + j * kWarps * 32;
+      stage(i / 8, i % 8, *reinterpret_cast<const uint4*>(&y[j]));
+    }
+    __syncthreads();
+  } else {
+    // The warp stages its own tiles' x (no block barrier). run * 8 is a multiple of 32.
+    const uint4* x16 = reinterpret_cast<const uint4*>(x) + c_begin * 8;
+#pragma unroll 1
+    for (uint32_t i = lane; i < run * 8; i += 32) stage(c_begin + i / 8, i % 8, x16[i]);
+    __syncwarp();
   }
-  __syncwarp();
 
   for (int parity = 0; item < items; item += gridDim.x, parity ^= 1) {
     float acc[2] = {0.0f, 0.0f};  // rows g and g + 8
@@ -707,14 +728,32 @@ bool StreamSupported(const W4GemmArgsT<T>& a) {
   const int64_t tiles_per_group = a.group_size / kW4TileCols;
   return a.m == 1 && a.group_size % kW4TileCols == 0 &&
          (tiles_per_group <= 2 || tiles_per_group % kStreamSlots == 0) &&
-         a.k % (kWarps * kStreamSlots * kW4TileCols) == 0 && a.k <= kStreamMaxK && Aligned(a.x, 16);
+         a.k % (kWarps * kStreamSlots * kW4TileCols) == 0 && a.k <= kStreamMaxK &&
+         (a.norm.weight != nullptr || Aligned(a.x, 16));
 }
 
-template <int kTpg, typename T, typename Out>
+// The norm in the prologue (kNormVecs = k / 2,048: 1, 2 or 4): groups of 64 or 128 columns only
+// (fewer kernel instances), T out.
+template <typename T>
+bool NormSupported(const W4GemmArgsT<T>& a) {
+  const W4NormArgsT<T>& nm = a.norm;
+  const int64_t vecs = a.k / norm_internal::kNormRowDimPerVec;
+  return a.kernel != 1 && a.kernel != 2 && a.warps == 0 && a.row_tiles == 0 && StreamSupported(a) &&
+         (a.group_size == kW4TileCols || a.group_size == 2 * kW4TileCols) &&
+         a.k % norm_internal::kNormRowDimPerVec == 0 && (vecs == 1 || vecs == 2 || vecs == 4) &&
+         !a.out_f32 && nm.weight != nullptr && Aligned(nm.weight, 16) && nm.delta != nullptr &&
+         Aligned(nm.delta, 16) &&
+         (nm.init || (nm.residual != nullptr && Aligned(nm.residual, 16))) &&
+         nm.residual_out != nullptr && Aligned(nm.residual_out, 16) &&
+         nm.residual_out != nm.residual;
+}
+
+template <int kTpg, int kNormVecs, typename T, typename Out>
 cudaError_t LaunchW4Stream(const W4GemmArgsT<T>& a, Out* out, cudaStream_t stream) {
-  constexpr auto kernel = W4GemvStreamKernel<kStreamSlots, kTpg, T, Out>;
+  constexpr auto kernel = W4GemvStreamKernel<kStreamSlots, kTpg, kNormVecs, T, Out>;
   const int64_t chunks = a.k / kW4TileCols;
-  const size_t smem = a.k * sizeof(T) + chunks * sizeof(float) + 2 * kWarps * 16 * sizeof(float);
+  const size_t smem = a.k * sizeof(T) + chunks * sizeof(float) + 2 * kWarps * 16 * sizeof(float) +
+                      (kNormVecs > 0 ? kWarps * sizeof(float) : 0);
   if (smem > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                static_cast<int>(smem));
@@ -724,16 +763,29 @@ cudaError_t LaunchW4Stream(const W4GemmArgsT<T>& a, Out* out, cudaStream_t strea
   const FastDiv group_of_tile = FastDiv::For(static_cast<uint32_t>(a.group_size / kW4TileCols));
   return LaunchChained(kernel, ResidentGrid<kernel, kWarps * 32>(items, smem), kWarps * 32, smem,
                        stream, a.x, reinterpret_cast<const uint4*>(a.w), a.sz, group_of_tile, a.n,
-                       a.k, a.bias, out, a.prefetch, a.prefetch_bytes,
-                       static_cast<uint32_t>(items));
+                       a.k, a.bias, out, a.prefetch, a.prefetch_bytes, static_cast<uint32_t>(items),
+                       a.norm);
 }
 
 template <typename T, typename Out>
 cudaError_t DispatchW4Stream(const W4GemmArgsT<T>& a, Out* out, cudaStream_t stream) {
   static_assert(kStreamSlots == 4);
-  if (a.group_size == kW4TileCols) return LaunchW4Stream<1>(a, out, stream);
-  if (a.group_size == 2 * kW4TileCols) return LaunchW4Stream<2>(a, out, stream);
-  return LaunchW4Stream<4>(a, out, stream);
+  if constexpr (std::is_same_v<Out, T>) {
+    if (a.norm.weight != nullptr) {  // NormSupported (Supported checked it)
+      const bool g64 = a.group_size == kW4TileCols;
+      switch (a.k / norm_internal::kNormRowDimPerVec) {
+        case 1:
+          return g64 ? LaunchW4Stream<1, 1>(a, out, stream) : LaunchW4Stream<2, 1>(a, out, stream);
+        case 2:
+          return g64 ? LaunchW4Stream<1, 2>(a, out, stream) : LaunchW4Stream<2, 2>(a, out, stream);
+        default:
+          return g64 ? LaunchW4Stream<1, 4>(a, out, stream) : LaunchW4Stream<2, 4>(a, out, stream);
+      }
+    }
+  }
+  if (a.group_size == kW4TileCols) return LaunchW4Stream<1, 0>(a, out, stream);
+  if (a.group_size == 2 * kW4TileCols) return LaunchW4Stream<2, 0>(a, out, stream);
+  return LaunchW4Stream<4, 0>(a, out, stream);
 }
 
 // ---- Block tiles (W4GemmTileKernel) -------------------------------------------------------------
@@ -1120,7 +1172,8 @@ bool Supported(const W4GemmArgsT<T>& a) {
          a.out != nullptr && a.n / kW4TileRows * (a.k / kW4TileCols) * 32 < kU32 &&
          a.k / a.group_size * a.n < kU32 && int64_t{a.m} * a.ldx < kU32 / 2 && a.kernel >= 0 &&
          a.kernel <= 3 && (a.kernel != 2 || TilesSupported(a)) &&
-         (a.kernel != 3 || StreamSupported(a)) && a.splits >= 0;
+         (a.kernel != 3 || StreamSupported(a)) && a.splits >= 0 &&
+         (a.norm.weight == nullptr || NormSupported(a));
 }
 
 template <typename T>
@@ -1216,6 +1269,12 @@ cudaError_t W4Dequantize(const uint8_t* tiled, const uint32_t* sz, int64_t n, in
 
 bool W4GemmSupported(const W4GemmArgsT<__nv_bfloat16>& a) { return Supported(a); }
 bool W4GemmSupported(const W4GemmArgsT<__half>& a) { return Supported(a); }
+bool W4NormSupported(const W4GemmArgsT<__nv_bfloat16>& a) {
+  return a.norm.weight != nullptr && Supported(a);
+}
+bool W4NormSupported(const W4GemmArgsT<__half>& a) {
+  return a.norm.weight != nullptr && Supported(a);
+}
 cudaError_t W4Gemm(const W4GemmArgsT<__nv_bfloat16>& a, cudaStream_t stream) {
   return LaunchW4Gemm(a, stream);
 }

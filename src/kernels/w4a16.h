@@ -69,6 +69,20 @@ cudaError_t W4Dequantize(const uint8_t* tiled, const uint32_t* sz, int64_t n, in
                          int64_t group_size, int64_t row0, int64_t rows, __half* out,
                          cudaStream_t stream);
 
+// The residual RMS norm before a linear layer, folded into its one-row GEMV (W4GemmArgsT::norm):
+// x = RmsNormF32Residual's output row (kernels/elementwise.h) for delta, residual, init, weight
+// and eps, the same bits, made in the kernel's prologue instead of read; residual_out gets the
+// residual the norm would have left in place (residual + delta, or delta with init).
+template <typename T>
+struct W4NormArgsT {
+  const T* weight = nullptr;        // [k]; null: no norm (x is read)
+  const T* delta = nullptr;         // [k]
+  const float* residual = nullptr;  // [k]; not read with init
+  float* residual_out = nullptr;    // [k]; not residual (the blocks read it while one writes)
+  float eps = 0.0f;
+  bool init = false;
+};
+
 // out[m, n] = sum_c x[m, c] * (code[n, c] - zero[n, g(c)]) * scale[n, g(c)] (+ bias[n]), stored
 // columns c (apply W4GatherColumns first for act-order), fp32 accumulation, one rounding to the
 // output type (T, or fp32 with out_f32).
@@ -108,6 +122,10 @@ struct W4GemmArgsT {
   int32_t splits = 0;     // block tiles: k splits (at most what the scratch holds)
   int32_t row_tiles = 0;  // k-split warps: 16-row weight tiles per block, 1 or 2 (2: n % 32 == 0)
   int32_t warps = 0;      // k-split warps: warps per block, 8 or 16 (m <= 8, 1 row tile)
+  // With norm.weight: x is not read but made from norm (W4NormArgsT). Only the streamed row
+  // (kernel 3 or its default) takes it, with k of 2,048, 4,096 or 8,192, groups of 64 or 128
+  // columns, T out and 16-byte aligned rows (W4NormSupported).
+  W4NormArgsT<T> norm;
 };
 
 // W4ShapeSupported, 1 <= m <= kW4GemmMaxRows, ldx a multiple of 4, x 8-byte and w 16-byte
@@ -118,7 +136,12 @@ struct W4GemmArgsT {
 bool W4GemmSupported(const W4GemmArgsT<__nv_bfloat16>& args);
 bool W4GemmSupported(const W4GemmArgsT<__half>& args);
 
-// REQUIRES: W4GemmSupported(args).
+// Whether W4Gemm takes args with its norm (args.norm.weight set): W4GemmSupported and the
+// streamed row's conditions above.
+bool W4NormSupported(const W4GemmArgsT<__nv_bfloat16>& args);
+bool W4NormSupported(const W4GemmArgsT<__half>& args);
+
+// REQUIRES: W4GemmSupported(args), and W4NormSupported(args) with args.norm.weight.
 cudaError_t W4Gemm(const W4GemmArgsT<__nv_bfloat16>& args, cudaStream_t stream);
 cudaError_t W4Gemm(const W4GemmArgsT<__half>& args, cudaStream_t stream);
 

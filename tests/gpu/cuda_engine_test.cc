@@ -37,11 +37,15 @@
 
 #include <cuda_runtime.h>
 
+#include "backend/cuda/cuda_runner.h"
+#include "builder/engine_writer.h"
 #include "builder/presets.h"
+#include "builder/quantize_w4.h"
 #include "builder/synth.h"
 #include "core/buffer.h"
 #include "engine/llm.h"
 #include "kernels/decode_fused.h"
+#include "model/checkpoint.h"
 
 namespace kiln {
 namespace {
@@ -172,6 +176,26 @@ void GenerateEachAlone(LLM& llm, const std::vector<Prompt>& prompts, const Sampl
     auto r = llm.Generate({p}, params);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     out->push_back((*r)[0].completions[0]);
+  }
+}
+
+// The same completions bit for bit: tokens, and each position's top logprobs (ids and values).
+void ExpectSameBits(const std::vector<CompletionOutput>& want,
+                    const std::vector<CompletionOutput>& got, const std::string& what) {
+  ASSERT_EQ(want.size(), got.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const std::string label = what + " run " + std::to_string(i);
+    ASSERT_EQ(want[i].token_ids, got[i].token_ids) << label;
+    ASSERT_EQ(want[i].logprobs.size(), got[i].logprobs.size()) << label;
+    for (size_t t = 0; t < want[i].logprobs.size(); ++t) {
+      const ScoredToken& a = want[i].logprobs[t];
+      const ScoredToken& b = got[i].logprobs[t];
+      ASSERT_EQ(a.top_logprobs.size(), b.top_logprobs.size()) << label;
+      for (size_t j = 0; j < a.top_logprobs.size(); ++j) {
+        EXPECT_EQ(a.top_logprobs[j].token_id, b.top_logprobs[j].token_id) << label;
+        EXPECT_EQ(a.top_logprobs[j].logprob, b.top_logprobs[j].logprob) << label << " token " << t;
+      }
+    }
   }
 }
 
@@ -371,24 +395,79 @@ TEST(CudaEngine, GemvEpiloguesGiveTheSameBits) {
         ASSERT_TRUE(r.ok()) << r.status().ToString();
         for (const auto& out : *r) runs[fused].push_back(out.completions[0]);
       }
-      ASSERT_EQ(runs[0].size(), runs[1].size());
-      for (size_t i = 0; i < runs[0].size(); ++i) {
-        const std::string label = variant.name + " kv " + kv + " run " + std::to_string(i);
-        ASSERT_EQ(runs[0][i].token_ids, runs[1][i].token_ids) << label;
-        for (size_t t = 0; t < runs[0][i].logprobs.size(); ++t) {
-          const ScoredToken& a = runs[0][i].logprobs[t];
-          const ScoredToken& b = runs[1][i].logprobs[t];
-          ASSERT_EQ(a.top_logprobs.size(), b.top_logprobs.size()) << label;
-          for (size_t j = 0; j < a.top_logprobs.size(); ++j) {
-            EXPECT_EQ(a.top_logprobs[j].token_id, b.top_logprobs[j].token_id) << label;
-            EXPECT_EQ(a.top_logprobs[j].logprob, b.top_logprobs[j].logprob)
-                << label << " token " << t;
-          }
-        }
-      }
+      ExpectSameBits(runs[0], runs[1], variant.name + " kv " + kv);
     }
     std::filesystem::remove_all(m.dir);
   }
+}
+
+// The RMS norms before qkv and gate_up in the prologues of the streamed W4A16 GEMVs
+// (CudaRunnerOptions::gemv_norm, the default) change no bit: the tokens and logprobs of W4A16
+// engines (round-to-nearest, groups of 128 and 64) with and without it, each prompt alone
+// (one-token decode steps, which take it) and three at once (3-row steps, which do not), on a
+// Llama shape whose hidden size the fused kernel takes (2,048; o and MLP biases). The kernel
+// test (gemm_lowbit_test NormInThePrologueGivesTheSameBits) checks the outputs bit for bit; this
+// checks the runner's wiring: the residual stream's two buffers, layer 0's init, the final norm.
+TEST(CudaEngine, W4NormInGemvGivesTheSameBits) {
+  ASSERT_TRUE(HasCudaDevice()) << "needs a CUDA device";
+  ModelConfig config = PresetConfig("smollm2-135m").value();
+  config.num_layers = 3;
+  config.hidden_size = 2048;
+  config.num_heads = 16;
+  config.num_kv_heads = 4;
+  config.head_dim = 128;
+  config.intermediate_size = 4096;
+  config.o_bias = config.mlp_bias = true;
+  const Model m = Synth("w4_norm", config, 0.02f);
+  auto ckpt = Checkpoint::Open(m.dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  const std::vector<Prompt> prompts = RandomPrompts({1, 37, 300}, config.vocab_size, 13);
+  const SamplingParams params = Greedy(24, 5);
+  for (const int32_t group : {128, 64}) {
+    W4Options w4;
+    w4.group_size = group;
+    auto q = QuantizeW4(*ckpt, w4, {});
+    ASSERT_TRUE(q.ok()) << q.status().ToString();
+    EngineBuildOptions build;
+    build.out_dir = m.dir + "_w4_" + std::to_string(group);
+    build.overwrite = true;
+    build.quantization = QuantMethod::kW4A16;
+    build.quant_recipe = "w4a16-rtn";
+    const Status written = WriteEngine(*ckpt, &*q, build);
+    ASSERT_TRUE(written.ok()) << written.ToString();
+    std::vector<CompletionOutput> runs[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      LlmOptions options;
+      options.device = "cuda";
+      options.engine.kv_cache_memory_bytes = int64_t{1} << 30;
+      options.gemv_norm = fused == 1;
+      auto llm = LLM::Create(build.out_dir, options);
+      ASSERT_TRUE(llm.ok()) << llm.status().ToString();
+      ASSERT_NO_FATAL_FAILURE(GenerateEachAlone(**llm, prompts, params, &runs[fused]));
+      auto r = (*llm)->Generate(prompts, params);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      for (const auto& out : *r) runs[fused].push_back(out.completions[0]);
+    }
+    // And the fused kernel is what ran: a one-token prompt's steps (one token each) launch no
+    // norm of their own then (the per-op profile has no "rms_norm"), and do without the option.
+    for (int fused = 0; fused < 2; ++fused) {
+      LlmOptions options;
+      options.device = "cuda";
+      options.engine.kv_cache_memory_bytes = int64_t{1} << 30;
+      options.gemv_norm = fused == 1;
+      options.profile_cuda_ops = true;
+      auto llm = LLM::Create(build.out_dir, options);
+      ASSERT_TRUE(llm.ok()) << llm.status().ToString();
+      ASSERT_TRUE((*llm)->Generate({prompts[0]}, Greedy(4, 0)).ok());
+      auto report = GetCudaMemoryReport((*llm)->engine().runner());
+      ASSERT_TRUE(report.ok()) << report.status().ToString();
+      EXPECT_EQ(report->op_seconds.contains("rms_norm"), fused == 0) << "gemv_norm " << fused;
+      EXPECT_TRUE(report->op_seconds.contains("qkv"));
+    }
+    ExpectSameBits(runs[0], runs[1], "group " + std::to_string(group));
+    std::filesystem::remove_all(build.out_dir);
+  }
+  std::filesystem::remove_all(m.dir);
 }
 
 TEST(CudaEngine, AsyncSchedulingMatchesSync) {

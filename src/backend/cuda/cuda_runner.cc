@@ -289,9 +289,11 @@ class CudaRunner final : public CudaRunnerBase {
   // out[m, n] = x[m, k] . w^T (+ bias) in the layer's format (Gemm::Linear or LinearFp8).
   Status Linear(const T* x, int64_t m, const LinearWeight<T>& w, int64_t n, int64_t k,
                 const T* bias, T* out, cuda::L2Prefetch prefetch = {});
-  // The L2 hint for the linear layer the step runs before `next` ([n, k]): the first
-  // options_.l2_prefetch_bytes of next's weights (CudaRunnerOptions::l2_prefetch_bytes).
-  cuda::L2Prefetch PrefetchOf(const LinearWeight<T>& next, int64_t n, int64_t k) const;
+  // The L2 hint for the linear layer a step of `tokens` tokens runs before `next` ([n, k]): the
+  // first options_.l2_prefetch_bytes of next's weights (CudaRunnerOptions::l2_prefetch_bytes,
+  // whose -1 means kDefaultL2PrefetchBytes but none ahead of W4A16 weights at one token).
+  cuda::L2Prefetch PrefetchOf(const LinearWeight<T>& next, int64_t n, int64_t k,
+                              int32_t tokens) const;
   // Layer l's gate_up and SiluMul as one W8A16 GEMV (Gemm::GateUpSiluW8) from x_ into act_, for
   // FP8 and INT8 layers; false (nothing launched) for other formats and rows the GEMV does not
   // take.
@@ -339,6 +341,11 @@ class CudaRunner final : public CudaRunnerBase {
   DeviceBuffer workspace_memory_;
   // The residual stream is fp32 (kernels::RmsNormF32Residual), the other activations T.
   float* h_ = nullptr;
+  // One-token steps with norms in the W4A16 GEMVs' prologues (options_.gemv_norm) keep the
+  // residual stream in h_ and h_alt_ ([hidden]) in turn: such a GEMV reads one while its first
+  // block writes the other. residual_: where the step's stream is now (EnqueueLogits reads it).
+  float* h_alt_ = nullptr;
+  float* residual_ = nullptr;
   T *x_ = nullptr, *qkv_ = nullptr, *attn_ = nullptr, *delta_ = nullptr, *gate_up_ = nullptr,
     *act_ = nullptr, *rows_ = nullptr;
   cuda::Fp8Scratch fp8_scratch_;  // FP8: a linear layer's input quantized per token
@@ -987,6 +994,8 @@ Status CudaRunner<T>::AllocateWorkspace() {
       kernels::PagedDecodeWorkspaceBytes(options_.max_num_seqs, options_.max_model_len, dims);
   auto place = [&](Arena& a) {
     h_ = a.Take<float>(t * h);
+    h_alt_ = a.Take<float>(h);
+    residual_ = h_;
     x_ = a.Take<T>(t * h);
     qkv_ = a.Take<T>(t * qkv_rows);
     attn_ = a.Take<T>(t * c.q_size());
@@ -1346,6 +1355,7 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
   const int64_t qkv_rows = q + 2 * kv;
   const float eps = c.rms_norm_eps;
 
+  residual_ = h_;
   Mark(nullptr);
   KILN_LAUNCH(kernels::EmbeddingLookup(dev_.token_ids, num_tokens, embedding_, c.hidden_size,
                                        delta_, stream_));
@@ -1387,8 +1397,28 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
                                             weight, eps, fp8_scratch_.x, h, fp8_scratch_.scale,
                                             next.fp8.input_scale, stream_, delta_scales);
     }
-    return kernels::RmsNormF32Residual(delta_, h, h_, init, nullptr, num_tokens, c.hidden_size,
-                                       weight, eps, x_, h, stream_);
+    return kernels::RmsNormF32Residual(delta_, h, residual_, init, nullptr, num_tokens,
+                                       c.hidden_size, weight, eps, x_, h, stream_);
+  };
+  // At one token the norm before a W4A16 qkv or gate_up runs in its GEMV's prologue
+  // (cuda::Gemm::LinearW4Norm: the same bits, one launch less), writing the residual stream into
+  // the other buffer. false: nothing launched; the caller runs `norm` and the layer.
+  const bool norm_in_gemv =
+      options_.gemv_norm && num_tokens == 1 && !fused_fp8 && !fused_scales && !residual24;
+  auto norm_linear = [&](bool init, const T* weight, const LinearWeight<T>& w, int64_t n, int64_t k,
+                         const T* bias, T* out, cuda::L2Prefetch prefetch) -> Result<bool> {
+    if (!norm_in_gemv || w.w4.tiled == nullptr) return false;
+    kernels::W4NormArgsT<T> nm;
+    nm.weight = weight;
+    nm.delta = delta_;
+    nm.residual = residual_;
+    nm.residual_out = residual_ == h_ ? h_alt_ : h_;
+    nm.eps = eps;
+    nm.init = init;
+    KILN_ASSIGN_OR_RETURN(const bool done,
+                          gemm_->LinearW4Norm(nm, w.w4, n, k, bias, out, stream_, prefetch));
+    if (done) residual_ = nm.residual_out;
+    return done;
   };
   // A linear layer whose input the norm (or SiluMul) before it wrote: x, or fp8_scratch_.
   auto linear = [&](const T* x, const LinearWeight<T>& w, int64_t n, int64_t k, const T* bias,
@@ -1410,8 +1440,13 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
     const LayerWeights<T>& l = layers_[i];
     // Layer 0 starts the residual stream with the embeddings; later layers first add the
     // previous MLP output.
-    KILN_LAUNCH(norm(/*init=*/i == 0, l.input_norm, l.qkv));
-    Mark("rms_norm");
+    KILN_ASSIGN_OR_RETURN(const bool qkv_normed,
+                          norm_linear(/*init=*/i == 0, l.input_norm, l.qkv, qkv_rows, h, l.qkv_bias,
+                                      qkv_, PrefetchOf(l.o, h, q, num_tokens)));
+    if (!qkv_normed) {
+      KILN_LAUNCH(norm(/*init=*/i == 0, l.input_norm, l.qkv));
+      Mark("rms_norm");
+    }
     const bool last = i + 1 == c.num_layers;
     kernels::Fp8InputScales qkv_scales;
     // With RoPE and the KV write in the W8A16 GEMV's epilogue (options_.gemv_rope). Not when
@@ -1420,14 +1455,14 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
     if (fused_scales) {
       KILN_RETURN_IF_ERROR(unscaled(l.qkv, qkv_rows, h, qkv_));
       qkv_scales = ScalesOf(fp8_scratch_.scale, l.qkv, l.qkv_bias);
-    } else {
+    } else if (!qkv_normed) {
       if (options_.gemv_rope && !fused_fp8 && !RopeWritesQCodes(num_seqs, num_decode)) {
         KILN_ASSIGN_OR_RETURN(rope_in_gemv, fp8_kv() ? QkvRopeW8<__nv_fp8_e4m3>(i, num_tokens)
                                                      : QkvRopeW8<T>(i, num_tokens));
       }
       if (!rope_in_gemv) {
         KILN_RETURN_IF_ERROR(
-            linear(x_, l.qkv, qkv_rows, h, l.qkv_bias, qkv_, PrefetchOf(l.o, h, q)));
+            linear(x_, l.qkv, qkv_rows, h, l.qkv_bias, qkv_, PrefetchOf(l.o, h, q, num_tokens)));
       }
     }
     Mark("qkv");
@@ -1447,11 +1482,17 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
       delta_scales = ScalesOf(fp8_scales_b_, l.o, l.o_bias);
     } else {
       KILN_RETURN_IF_ERROR(Linear(attn_, num_tokens, l.o, h, q, l.o_bias, delta_,
-                                  PrefetchOf(l.gate_up, 2 * inter, h)));
+                                  PrefetchOf(l.gate_up, 2 * inter, h, num_tokens)));
     }
     Mark("o");
-    KILN_LAUNCH(norm(/*init=*/false, l.post_norm, l.gate_up));
-    Mark("rms_norm");
+    KILN_ASSIGN_OR_RETURN(
+        const bool gate_up_normed,
+        norm_linear(/*init=*/false, l.post_norm, l.gate_up, 2 * inter, h, l.gate_up_bias, gate_up_,
+                    PrefetchOf(l.down, h, inter, num_tokens)));
+    if (!gate_up_normed) {
+      KILN_LAUNCH(norm(/*init=*/false, l.post_norm, l.gate_up));
+      Mark("rms_norm");
+    }
     kernels::Fp8InputScales gate_up_scales;
     // With SiluMul in the GEMM's epilogue (FusedGateUp), act_ holds the bf16 products.
     bool products = false;
@@ -1474,13 +1515,13 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
       } else {
         KILN_RETURN_IF_ERROR(unscaled(l.gate_up, 2 * inter, h, gate_up_));
       }
-    } else {
+    } else if (!gate_up_normed) {
       if (options_.gemv_silu && !fused_fp8) {
         KILN_ASSIGN_OR_RETURN(silu_in_gemv, GateUpSiluW8(l, num_tokens));
       }
       if (!silu_in_gemv) {
         KILN_RETURN_IF_ERROR(linear(x_, l.gate_up, 2 * inter, h, l.gate_up_bias, gate_up_,
-                                    PrefetchOf(l.down, h, inter)));
+                                    PrefetchOf(l.down, h, inter, num_tokens)));
       }
     }
     Mark("gate_up");
@@ -1513,8 +1554,8 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
                                                      stream_));
     } else {
       KILN_RETURN_IF_ERROR(linear(act_, l.down, h, inter, l.down_bias, delta_,
-                                  last ? PrefetchOf(lm_head_, c.vocab_size, h)
-                                       : PrefetchOf(layers_[i + 1].qkv, qkv_rows, h)));
+                                  last ? PrefetchOf(lm_head_, c.vocab_size, h, num_tokens)
+                                       : PrefetchOf(layers_[i + 1].qkv, qkv_rows, h, num_tokens)));
     }
     Mark("down");
   }
@@ -1559,7 +1600,8 @@ Result<bool> CudaRunner<T>::QkvRopeW8(int i, int32_t num_tokens) {
   const int64_t h = c.hidden_size, q = c.q_size(), qkv_rows = q + 2 * c.kv_size();
   return OnW8Weight(l.qkv, [&](auto w8) {
     return gemm_->QkvRopeW8(x_, h, num_tokens, w8, qkv_rows, h, l.qkv_bias,
-                            RopeArgs<C>(i, num_tokens, {}), stream_, PrefetchOf(l.o, h, q));
+                            RopeArgs<C>(i, num_tokens, {}), stream_,
+                            PrefetchOf(l.o, h, q, num_tokens));
   });
 }
 
@@ -1625,7 +1667,7 @@ Result<bool> CudaRunner<T>::GateUpSiluW8(const LayerWeights<T>& l, int32_t num_t
   const int64_t h = config_.hidden_size, inter = config_.intermediate_size;
   return OnW8Weight(l.gate_up, [&](auto w8) {
     return gemm_->GateUpSiluW8(x_, h, num_tokens, w8, inter, h, l.gate_up_bias, act_, inter,
-                               stream_, PrefetchOf(l.down, h, inter));
+                               stream_, PrefetchOf(l.down, h, inter, num_tokens));
   });
 }
 
@@ -1649,8 +1691,8 @@ Status CudaRunner<T>::Linear(const T* x, int64_t m, const LinearWeight<T>& w, in
 }
 
 template <typename T>
-cuda::L2Prefetch CudaRunner<T>::PrefetchOf(const LinearWeight<T>& next, int64_t n,
-                                           int64_t k) const {
+cuda::L2Prefetch CudaRunner<T>::PrefetchOf(const LinearWeight<T>& next, int64_t n, int64_t k,
+                                           int32_t tokens) const {
   cuda::L2Prefetch p;
   if (next.w != nullptr) {
     p = {next.w, n * k * static_cast<int64_t>(sizeof(T))};
@@ -1661,7 +1703,9 @@ cuda::L2Prefetch CudaRunner<T>::PrefetchOf(const LinearWeight<T>& next, int64_t 
   } else if (next.fp8.w != nullptr) {
     p = {next.fp8.w, n * k};
   }
-  p.bytes = std::min(p.bytes, options_.l2_prefetch_bytes);
+  int64_t limit = options_.l2_prefetch_bytes;
+  if (limit < 0) limit = next.w4.tiled != nullptr && tokens == 1 ? 0 : kDefaultL2PrefetchBytes;
+  p.bytes = std::min(p.bytes, limit);
   return p;
 }
 
@@ -1674,11 +1718,12 @@ Status CudaRunner<T>::EnqueueLogits(int32_t num_rows, int32_t row_offset, int32_
                   ? kernels::RmsNormResidual24(delta_, h, h_, false, dev_.logit_rows + row_offset,
                                                num_rows, c.hidden_size, final_norm_, c.rms_norm_eps,
                                                rows_, h, stream_)
-                  : kernels::RmsNormF32Residual(delta_, h, h_, false, dev_.logit_rows + row_offset,
-                                                num_rows, c.hidden_size, final_norm_,
-                                                c.rms_norm_eps, rows_, h, stream_));
+                  : kernels::RmsNormF32Residual(
+                        delta_, h, residual_, false, dev_.logit_rows + row_offset, num_rows,
+                        c.hidden_size, final_norm_, c.rms_norm_eps, rows_, h, stream_));
   // The next step starts with layer 0's qkv.
-  const cuda::L2Prefetch next = PrefetchOf(layers_[0].qkv, c.q_size() + 2 * c.kv_size(), h);
+  const cuda::L2Prefetch next =
+      PrefetchOf(layers_[0].qkv, c.q_size() + 2 * c.kv_size(), h, forward_tokens);
   if (lm_head_.w4.tiled != nullptr) {
     return gemm_->LinearW4(rows_, h, num_rows, lm_head_.w4, c.vocab_size, h, nullptr, logits_,
                            c.vocab_size, true, w4_scratch_, stream_, next);

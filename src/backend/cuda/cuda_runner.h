@@ -43,7 +43,10 @@ namespace kiln {
 
 // CudaRunnerOptions::l2_prefetch_bytes's default, the best of 0 / 2 / 4 / 8 / 16 / 32 MiB at
 // batch 1 on the H100 (bf16, FP8 and W4A16 8B models; docs/benchmarks.md, session 12): larger
-// hints are evicted before their layer runs and cost bandwidth.
+// hints are evicted before their layer runs and cost bandwidth. Not ahead of W4A16 weights in
+// one-token steps: since their GEMV streams the row by resident blocks (kernels/w4a16.cu), the
+// hint costs the H200's batch-1 step 20 us (docs/benchmarks.md, session 40), while bf16 and FP8
+// still gain from it there.
 inline constexpr int64_t kDefaultL2PrefetchBytes = int64_t{4} << 20;
 
 struct CudaRunnerOptions {
@@ -109,6 +112,10 @@ struct CudaRunnerOptions {
   // blocks whose lanes keep their weight loads in flight from one output to the next. The same
   // bits. false: a block an 8 outputs (for A/B benchmarks).
   bool gemv_persistent = true;
+  // One-token steps of W4A16 layers: the residual RMS norm before qkv and before gate_up made in
+  // the prologue of the streamed W4A16 GEMV after it (cuda::Gemm::LinearW4Norm), one launch less
+  // each, the same bits. false: kernels::RmsNormF32Residual then the GEMV (for A/B benchmarks).
+  bool gemv_norm = true;
   // FP8 steps of up to this many tokens run their linear layers weight-only (W8A16 GEMV), more
   // tokens quantize their activations per token for cuBLASLt (cuda::Gemm::set_fp8_gemv_max_rows;
   // 0: always the latter). -1: cuda::Gemm::kFp8GemvDefaultRows.
@@ -120,8 +127,9 @@ struct CudaRunnerOptions {
   bool fused_decode = false;
   // Skinny linear layers (decode steps of a few rows) ask L2 for up to this many bytes of the
   // next linear layer's weights as each block's stream ends (cuda::L2Prefetch), so that DRAM
-  // streams through the tail and the norms, RoPE, attention and SiluMul between them. 0: none.
-  int64_t l2_prefetch_bytes = kDefaultL2PrefetchBytes;
+  // streams through the tail and the norms, RoPE, attention and SiluMul between them. 0: none;
+  // -1: kDefaultL2PrefetchBytes, except none ahead of W4A16 weights in one-token steps.
+  int64_t l2_prefetch_bytes = -1;
   int32_t max_graph_batch = 256;  // decode steps of up to this many sequences replay graphs
   // Time cuBLASLt's candidate algorithms for the decode graphs' linear layers at start-up (on
   // the model's own weights) instead of taking the heuristic's first pick. An engine

@@ -30,6 +30,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "kernels/elementwise.h"
+#include "kernels/w4a16.h"
 
 namespace kiln::cuda {
 
@@ -202,6 +203,18 @@ class Gemm {
   Status LinearW4(const __half* x, int64_t ldx, int64_t m, const W4Weight& w, int64_t n, int64_t k,
                   const __half* bias, void* out, int64_t ldo, bool out_f32,
                   const W4Scratch& scratch, cudaStream_t stream, L2Prefetch prefetch = {});
+
+  // One token's residual RMS norm and the W4A16 linear layer after it as one launch: out =
+  // rms_norm(residual + delta) * norm.weight . w^T (+ bias), the norm made in the GEMV's
+  // prologue (kernels::W4NormArgsT: the bits of kernels::RmsNormF32Residual then LinearW4), and
+  // norm.residual_out = residual + delta. Returns false and launches nothing where the kernel
+  // does not take it (kernels::W4NormSupported: k of 2,048 / 4,096 / 8,192, groups of 64 or 128,
+  // no act-order); the caller then runs the norm and LinearW4. T: __nv_bfloat16 or __half
+  // (instantiated in gemm_w4.cc).
+  template <typename T>
+  Result<bool> LinearW4Norm(const kernels::W4NormArgsT<T>& norm, const W4Weight& w, int64_t n,
+                            int64_t k, const T* bias, T* out, cudaStream_t stream,
+                            L2Prefetch prefetch = {});
 
   // INT8 W8A8 linear layer (model/quantization.h): up to int8_gemv_max_rows() rows, weight-only
   // kernels::GemvInt8 on x as it is (W8A16); more rows: x quantized per token into `scratch`

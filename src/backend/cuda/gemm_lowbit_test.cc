@@ -399,6 +399,125 @@ TEST(GemmW4Gpu, RejectsUnsupportedShapes) {
             StatusCode::kUnsupported);
 }
 
+// The residual RMS norm in the streamed GEMV's prologue (Gemm::LinearW4Norm, the runner's
+// one-token W4A16 qkv and gate_up) against kernels::RmsNormF32Residual then Gemm::LinearW4 on
+// its output row: the same output bits and the same residual stream, for k of 2,048 / 4,096 /
+// 8,192 (1, 2 and 4 pieces a thread), groups of 64 and 128, layer 0's init and the sum, with and
+// without a bias, one block and several row tiles a block; and the cases it declines (false,
+// nothing launched): act-order, per-channel groups, a k the norm's thread layout does not take,
+// the residual written in place.
+TYPED_TEST(GemmW4Gpu, NormInThePrologueGivesTheSameBits) {
+  using T = TypeParam;
+  REQUIRE_GPU();
+  std::unique_ptr<Gemm> gemm = NewGemm();
+  ASSERT_NE(gemm, nullptr);
+  struct Case {
+    int64_t n, k, group_size;
+    bool init, bias;
+  };
+  uint32_t seed = 71;
+  for (const Case& c : {Case{208, 2048, 128, true, false}, Case{4112, 4096, 128, false, true},
+                        Case{19200, 4096, 64, false, false}, Case{96, 8192, 128, false, true},
+                        Case{1040, 8192, 64, true, true}, Case{6144, 4096, 128, false, false}}) {
+    SCOPED_TRACE(testing::Message()
+                 << DTypeName(Format<T>::kDType) << " n=" << c.n << " k=" << c.k
+                 << " g=" << c.group_size << " init=" << c.init << " bias=" << c.bias);
+    std::mt19937 rng(seed++);
+    const int64_t groups = c.k / c.group_size;
+    std::uniform_int_distribution<int> byte_dist(0, 255), code_dist(-8, 7);
+    std::uniform_real_distribution<float> scale_dist(0.002f, 0.03f), weight_dist(0.5f, 1.5f);
+    std::vector<uint8_t> packed(c.n * c.k / 2);
+    for (uint8_t& b : packed) b = static_cast<uint8_t>(byte_dist(rng));
+    std::vector<uint16_t> scales(c.n * groups);
+    std::vector<int8_t> zeros(c.n * groups);
+    for (uint16_t& v : scales) v = F32ToF16(scale_dist(rng));
+    for (int8_t& z : zeros) z = static_cast<int8_t>(code_dist(rng));
+    // The residual stream of earlier layers (fp32, larger than one layer's output) and this
+    // layer's delta; the norm weight around 1.
+    std::normal_distribution<float> res_dist(0.0f, 4.0f);
+    std::vector<float> residual(c.k);
+    for (float& v : residual) v = res_dist(rng);
+    const std::vector<uint16_t> delta = RandomActivations<T>(rng, c.k);
+    std::vector<uint16_t> norm_weight(c.k);
+    for (uint16_t& v : norm_weight) v = Format<T>::FromF32(weight_dist(rng));
+    const std::vector<uint16_t> bias = RandomActivations<T>(rng, c.n);
+
+    Dev<uint8_t> d_packed(packed.size()), d_tiled(packed.size());
+    Dev<uint16_t> d_scales(scales.size()), d_delta(c.k), d_weight(c.k), d_bias(c.n), d_x(c.k),
+        d_out(c.n), d_fused(c.n);
+    Dev<int8_t> d_zeros(zeros.size());
+    Dev<uint32_t> d_sz(scales.size());
+    Dev<float> d_res(c.k), d_res_in(c.k), d_res_out(c.k);
+    d_packed.Upload(packed);
+    d_scales.Upload(scales);
+    d_zeros.Upload(zeros);
+    d_delta.Upload(delta);
+    d_weight.Upload(norm_weight);
+    d_bias.Upload(bias);
+    d_res.Upload(residual);
+    d_res_in.Upload(residual);
+    d_res_out.Upload(std::vector<float>(c.k, NAN));
+    d_out.Upload(std::vector<uint16_t>(c.n, 0xffff));
+    d_fused.Upload(std::vector<uint16_t>(c.n, 0xffff));
+    CUDA_OK(kernels::W4RepackCodes(d_packed.ptr, c.n, c.k, d_tiled.ptr, nullptr));
+    CUDA_OK(kernels::W4RepackScales(d_scales.ptr, d_zeros.ptr, c.n, groups,
+                                    std::is_same_v<T, __nv_bfloat16>, d_sz.ptr, c.n, nullptr));
+    W4Weight w;
+    w.tiled = d_tiled.ptr;
+    w.sz = d_sz.ptr;
+    w.group_size = c.group_size;
+    const T* bias_ptr = c.bias ? As<T>(d_bias.ptr) : nullptr;
+
+    // The two launches the fusion replaces: the norm (residual in place), then the layer.
+    CUDA_OK(kernels::RmsNormF32Residual(As<T>(d_delta.ptr), c.k, d_res.ptr, c.init, nullptr, 1,
+                                        static_cast<int32_t>(c.k), As<T>(d_weight.ptr), 1e-5f,
+                                        As<T>(d_x.ptr), c.k, nullptr));
+    ASSERT_TRUE(gemm->LinearW4(As<T>(d_x.ptr), c.k, 1, w, c.n, c.k, bias_ptr, d_out.ptr, c.n, false,
+                               W4Scratch{}, nullptr)
+                    .ok());
+    kernels::W4NormArgsT<T> nm;
+    nm.weight = As<T>(d_weight.ptr);
+    nm.delta = As<T>(d_delta.ptr);
+    nm.residual = d_res_in.ptr;
+    nm.residual_out = d_res_out.ptr;
+    nm.eps = 1e-5f;
+    nm.init = c.init;
+    Result<bool> fused = gemm->LinearW4Norm(nm, w, c.n, c.k, bias_ptr, As<T>(d_fused.ptr), nullptr);
+    ASSERT_TRUE(fused.ok()) << fused.status().ToString();
+    ASSERT_TRUE(*fused) << "LinearW4Norm declined a shape it takes";
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<uint16_t> want = d_out.Download(c.n), got = d_fused.Download(c.n);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < c.n; ++i) {
+      if (want[i] != got[i] && differ++ < 5) {
+        ADD_FAILURE() << "out[" << i << "]: " << Format<T>::ToF32(got[i]) << " against "
+                      << Format<T>::ToF32(want[i]) << " unfused";
+      }
+    }
+    EXPECT_EQ(differ, 0);
+    // Not a trivial output: the layer's values are spread.
+    EXPECT_NE(want[0], want[c.n / 2]);
+    const std::vector<float> res_want = d_res.Download(c.k), res_got = d_res_out.Download(c.k);
+    EXPECT_EQ(std::memcmp(res_want.data(), res_got.data(), c.k * sizeof(float)), 0)
+        << "residual_out differs from the norm's in-place residual";
+    EXPECT_EQ(d_res_in.Download(c.k), residual) << "the residual read was written";
+
+    // Declined: act-order, groups of k, k = 6,144 (3 pieces a thread), residual in place.
+    W4Weight perm = w;
+    Dev<int32_t> d_perm(c.k);
+    perm.perm = d_perm.ptr;
+    EXPECT_FALSE(*gemm->LinearW4Norm(nm, perm, c.n, c.k, bias_ptr, As<T>(d_fused.ptr), nullptr));
+    W4Weight per_channel = w;
+    per_channel.group_size = c.k;
+    EXPECT_FALSE(
+        *gemm->LinearW4Norm(nm, per_channel, c.n, c.k, bias_ptr, As<T>(d_fused.ptr), nullptr));
+    EXPECT_FALSE(*gemm->LinearW4Norm(nm, w, c.n, 6144, bias_ptr, As<T>(d_fused.ptr), nullptr));
+    kernels::W4NormArgsT<T> in_place = nm;
+    in_place.residual_out = d_res_in.ptr;
+    EXPECT_FALSE(*gemm->LinearW4Norm(in_place, w, c.n, c.k, bias_ptr, As<T>(d_fused.ptr), nullptr));
+  }
+}
+
 // ---- INT8 ------------------------------------------------------------------------------------
 
 // model/quantization.h's QuantizeRowInt8 on one row: s = max(amax / 127, FLT_MIN) and

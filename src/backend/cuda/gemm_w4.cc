@@ -8,6 +8,27 @@
 #include "kernels/w4a16.h"
 
 namespace kiln::cuda {
+namespace {
+
+// W4Gemm's arguments for weight w ([n, k]) but x, m and out.
+template <typename T>
+kernels::W4GemmArgsT<T> W4Args(const W4Weight& w, int64_t n, int64_t k, const T* bias, int64_t ldx,
+                               int64_t ldo, L2Prefetch prefetch) {
+  kernels::W4GemmArgsT<T> a;
+  a.w = w.tiled;
+  a.sz = w.sz;
+  a.group_size = w.group_size;
+  a.n = n;
+  a.k = k;
+  a.bias = bias;
+  a.ldx = ldx;
+  a.ldo = ldo;
+  a.prefetch = prefetch.p;
+  a.prefetch_bytes = prefetch.bytes / 16 * 16;
+  return a;
+}
+
+}  // namespace
 
 Status Gemm::LinearW4(const __nv_bfloat16* x, int64_t ldx, int64_t m, const W4Weight& w, int64_t n,
                       int64_t k, const __nv_bfloat16* bias, void* out, int64_t ldo, bool out_f32,
@@ -66,23 +87,13 @@ Status Gemm::LinearW4Of(const T* x, int64_t ldx, int64_t m, const W4Weight& w, i
     }
     return Status::Ok();
   }
-  kernels::W4GemmArgsT<T> a;
-  a.w = w.tiled;
-  a.sz = w.sz;
-  a.group_size = w.group_size;
-  a.n = n;
-  a.k = k;
-  a.bias = bias;
-  a.ldx = ldx;
-  a.ldo = ldo;
+  kernels::W4GemmArgsT<T> a = W4Args(w, n, k, bias, ldx, ldo, prefetch);
   a.out_f32 = out_f32;
   a.split_partials = scratch.split_partials;
   a.split_partial_bytes = static_cast<int64_t>(scratch.split_partial_bytes);
   a.split_counters = scratch.split_counters;
   a.split_counter_count = scratch.split_counter_count;
   // The hint goes with the first launch only (the others re-read this layer's weights).
-  a.prefetch = prefetch.p;
-  a.prefetch_bytes = prefetch.bytes / 16 * 16;
   for (int64_t row = 0; row < m; row += kernels::kW4GemmMaxRows) {
     a.x = x + row * ldx;
     a.m = static_cast<int32_t>(std::min<int64_t>(kernels::kW4GemmMaxRows, m - row));
@@ -98,5 +109,26 @@ Status Gemm::LinearW4Of(const T* x, int64_t ldx, int64_t m, const W4Weight& w, i
   }
   return Status::Ok();
 }
+
+template <typename T>
+Result<bool> Gemm::LinearW4Norm(const kernels::W4NormArgsT<T>& norm, const W4Weight& w, int64_t n,
+                                int64_t k, const T* bias, T* out, cudaStream_t stream,
+                                L2Prefetch prefetch) {
+  if (w.perm != nullptr || !kernels::W4ShapeSupported(n, k, w.group_size)) return false;
+  kernels::W4GemmArgsT<T> a = W4Args(w, n, k, bias, k, n, prefetch);
+  a.m = 1;
+  a.out = out;
+  a.norm = norm;
+  if (!kernels::W4NormSupported(a)) return false;
+  KILN_CUDA_RETURN_IF_ERROR(kernels::W4Gemm(a, stream));
+  return true;
+}
+
+template Result<bool> Gemm::LinearW4Norm(const kernels::W4NormArgsT<__nv_bfloat16>&,
+                                         const W4Weight&, int64_t, int64_t, const __nv_bfloat16*,
+                                         __nv_bfloat16*, cudaStream_t, L2Prefetch);
+template Result<bool> Gemm::LinearW4Norm(const kernels::W4NormArgsT<__half>&, const W4Weight&,
+                                         int64_t, int64_t, const __half*, __half*, cudaStream_t,
+                                         L2Prefetch);
 
 }  // namespace kiln::cuda
