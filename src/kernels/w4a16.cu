@@ -545,8 +545,9 @@ bool Aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t
 //   slot is refilled with the tile kSlots further on as soon as it is read, the next row tile's
 //   first tiles included (they overlap this one's reduction);
 // * each warp stages the x of its own column tiles once in shared memory, in the order the lanes
-//   read it (two 16-byte reads a tile), and for bf16 x's sum over each tile, which replaces the
-//   ones-mma that W4GemvKernel runs per k-step to fold the zero point out;
+//   read it (two 16-byte reads a tile; copied raw with cp.async, then permuted in place), and for
+//   bf16 x's sum over each tile, which replaces the ones-mma that W4GemvKernel runs per k-step to
+//   fold the zero point out;
 // * a k-step's codes are dequantized next to its mma, and the tile's scale applied once.
 // Only the output's first column is a token: every lane's B columns hold the same x, so every
 // lane's D elements 0 and 2 (its part[0] / part[2]) are row g's and row g + 8's sums.
@@ -554,7 +555,10 @@ bool Aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t
 // batch-1 decode step 2.169 -> 1.947 ms. Staging all of x per block behind a block barrier, with
 // the tile sums one serial warp reduction after another, made o / down slower (7.9 / 18.0 us
 // against 6.4 / 13.9); shared-memory stages filled by bulk copies (cp.async.bulk, 3 or 4 rounds
-// a warp in flight) instead of the register slots were slower too (58.3 / 56.8 us).
+// a warp in flight) instead of the register slots were slower too (58.3 / 56.8 us). Session 41:
+// an even share of all items' rounds a block (row tiles split over blocks, partial sums handed
+// on through flags: down on 396 blocks walking 5 rounds instead of 256 walking 7) made down
+// 12.66 -> 16.91 us and the step 1.906 -> 1.975 ms (patch in bench/results/2026-12-03-s41-h200/).
 // REQUIRES: m = 1; groups of 1, 2 or a multiple of 4 column tiles (kTpg below); k a multiple of
 // kWarps * kSlots * 64 (a warp's run a multiple of kSlots).
 constexpr int kStreamSlots = 4;
@@ -654,10 +658,25 @@ __global__ void __launch_bounds__(kWarps * 32, kStreamMinBlocks)
     }
     __syncthreads();
   } else {
-    // The warp stages its own tiles' x (no block barrier). run * 8 is a multiple of 32.
+    // The warp stages its own tiles' x (no block barrier). Every 16-byte piece is first copied
+    // raw to its tile's place in xs, all at once (cp.async, no registers): one round trip to L2
+    // instead of one for every 32 pieces, which made 7 in a row before down's first tile at
+    // k = 14,336 (H200, session 41: down 12.66 -> 12.46 us, gemv_bench --w4). Then the pieces are
+    // permuted in place 4 tiles (32 pieces) at a time: each lane reads its piece, the warp syncs,
+    // each writes it where the lanes read it. run * 8 is a multiple of 32.
     const uint4* x16 = reinterpret_cast<const uint4*>(x) + c_begin * 8;
+    uint4* raw = reinterpret_cast<uint4*>(xs) + c_begin * 8;  // tile c: xs[16 c .. 16 c + 15]
 #pragma unroll 1
-    for (uint32_t i = lane; i < run * 8; i += 32) stage(c_begin + i / 8, i % 8, x16[i]);
+    for (uint32_t i = lane; i < run * 8; i += 32) CpAsync16(SmemAddr(raw + i), x16 + i);
+    CpAsyncCommit();
+    CpAsyncWait<0>();
+    __syncwarp();
+#pragma unroll 1
+    for (uint32_t i = lane; i < run * 8; i += 32) {
+      const uint4 v = raw[i];
+      __syncwarp();
+      stage(c_begin + i / 8, i % 8, v);
+    }
     __syncwarp();
   }
 
