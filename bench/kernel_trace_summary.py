@@ -8,9 +8,9 @@ the mean duration and the mean exposed time. Standard library only.
   python3 bench/kernel_trace_summary.py --trace /tmp/trace.jsonl [--graph-id N] [--skip 2]
       [--by-position [--positions 40]] [--json summary.json]
 
-Grouping into launches (--graph-launches, the only mode): kernels with graph_id 0 ran outside
-graphs and are left out. One graph id's kernels, in start order (ties by graph_node_id), belong to
-the current launch until either
+Grouping into launches: records with graph_id 0 (kernels and copies outside graphs) are left
+out. One graph id's kernels, in start order (ties by graph_node_id), belong to the current launch
+until either
   (a) a graph_node_id already in the current launch comes again: the graph was replayed, or
   (b) a kernel starts more than --gap-us (default 1000 us) after the latest end in the launch: a
       safety net for replays that do not run every kernel node.
@@ -218,8 +218,8 @@ def summarise(kernels, graph_id=None, skip=0, gap_us=1000.0, max_template=40):
 
 def print_summary(s, trace, by_position, num_positions):
     graphs = ", ".join(f"{g} ({n} launches)" for g, n in sorted(s["graph_launches"].items()))
-    print(f"trace {trace}: {s['num_kernels']} kernels, {s['num_non_graph_kernels']} outside "
-          f"graphs; graphs: {graphs}")
+    print(f"trace {trace}: {s['num_kernels']} kernels and copies, {s['num_non_graph_kernels']} "
+          f"outside graphs; graphs: {graphs}")
     low, high = s["kernels_per_launch"]
     size = f"{low}" if low == high else f"{low}..{high} (varies: check the grouping)"
     print(f"graph {s['graph_id']}: {s['num_launches']} launches after skipping {s['skipped']}, "
@@ -250,8 +250,6 @@ def print_summary(s, trace, by_position, num_positions):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trace", required=True, help="JSON lines from libkiln_kernel_trace.so")
-    parser.add_argument("--graph-launches", action="store_true",
-                        help="group kernels by graph launch (the default and only mode)")
     parser.add_argument("--graph-id", type=int, help="graph to summarise (default: most launches)")
     parser.add_argument("--skip", type=int, default=0, help="first launches to skip (warm-up)")
     parser.add_argument("--gap-us", type=float, default=1000.0,
