@@ -320,6 +320,29 @@ __device__ __forceinline__ bool GetDecodeItem(const P& p, DecodeItem* it) {
   return it->tile_begin < it->tile_end;
 }
 
+// The sequence's cached positions before the newest one (seq_len - 1) are no kernel's output in
+// this step: RoPE writes only the newest (launch.cuh). So a decode CTA issues its prologue's
+// tiles 0 .. stages - 1 (load_tile(tile, stage), one cp.async group each) before PdlWait, which
+// overlaps their DRAM latency with the kernel before it, all but the one holding the newest
+// position. Returns that tile's prologue index, or -1; the caller loads it after PdlWait, in a
+// group of its own, and waits for that group before the loop.
+template <typename LoadTile>
+__device__ __forceinline__ int PrologueBeforeWait(const DecodeItem& it, int stages,
+                                                  LoadTile load_tile) {
+  const int newest_tile = (it.seq_len - 1) / kDecodeTileN;
+  int deferred = -1;
+  for (int i = 0; i < stages; ++i) {
+    const int tile = it.tile_begin + i;
+    if (tile == newest_tile && tile < it.tile_end) {
+      deferred = i;
+    } else if (tile < it.tile_end) {
+      load_tile(tile, i);
+    }
+    CpAsyncCommit();
+  }
+  return deferred;
+}
+
 // Q rows and kDecodeStages K and V tiles of T (39 KiB at head_dim 128).
 template <int kHeadDim>
 constexpr size_t DecodeSmemBytes() {
@@ -330,8 +353,6 @@ constexpr size_t DecodeSmemBytes() {
 // Decode over a bf16 / fp16 cache (T = C).
 template <int kHeadDim, typename T>
 __global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams<T, T> p) {
-  PdlWait();
-  PdlLaunchDependents();
   constexpr int kStride = kSmemStride<kHeadDim>;
   constexpr int kChunks = kHeadDim / 8;
   constexpr int kStageElems = kDecodeTileN * kStride;
@@ -342,17 +363,9 @@ __global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams<
   T* v_smem = k_smem + kStages * kStageElems;
 
   DecodeItem it;
-  if (!GetDecodeItem(p, &it)) return;
+  const bool has_item = GetDecodeItem(p, &it);
   const int lane = threadIdx.x;
   const int32_t* table = p.block_tables + int64_t{it.seq} * p.max_blocks_per_seq;
-
-  for (int c = lane; c < kDecodeRows * kChunks; c += 32) {
-    const int r = c / kChunks;
-    const int ch = c % kChunks;
-    const bool valid = r < it.num_rows;
-    const T* src = valid ? p.q + it.seq * p.q_stride + (it.head0 + r) * kHeadDim + ch * 8 : p.q;
-    CpAsync16(q_smem + r * kStride + ch * 8, src, valid);
-  }
   // A 16-key tile lies inside one cache block: one table read, 16 * kHeadDim contiguous elements.
   auto load_tile = [&](int tile, int stage) {
     const int key0 = tile * kDecodeTileN;
@@ -369,13 +382,23 @@ __global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams<
       CpAsync16(v_smem + s, p.v + off, valid);
     }
   };
-  // Prologue: tiles 0 .. kStages - 2 (group 0 also holds Q; empty groups keep the wait_group
-  // count uniform at the tail); each iteration first refills the stage the previous one read.
-#pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) {
-    if (it.tile_begin + i < it.tile_end) load_tile(it.tile_begin + i, i);
-    CpAsyncCommit();
+  // Prologue: tiles 0 .. kStages - 2 (empty groups keep the wait_group count uniform at the
+  // tail); each iteration first refills the stage the previous one read. They go out before
+  // PdlWait (PrologueBeforeWait), but for the tile of the newest position; Q and that tile after.
+  const int newest = has_item ? PrologueBeforeWait(it, kStages - 1, load_tile) : -1;
+  PdlWait();
+  PdlLaunchDependents();
+  if (!has_item) return;
+  for (int c = lane; c < kDecodeRows * kChunks; c += 32) {
+    const int r = c / kChunks;
+    const int ch = c % kChunks;
+    const bool valid = r < it.num_rows;
+    const T* src = valid ? p.q + it.seq * p.q_stride + (it.head0 + r) * kHeadDim + ch * 8 : p.q;
+    CpAsync16(q_smem + r * kStride + ch * 8, src, valid);
   }
+  if (newest >= 0) load_tile(it.tile_begin + newest, newest);
+  CpAsyncCommit();
+  CpAsyncWait<0>();  // Q (the loop's waits count the prologue's groups only)
   WarpState<kHeadDim> st;
   st.Init();
   uint32_t qf[kHeadDim / 16][4];
@@ -494,8 +517,6 @@ __device__ __forceinline__ uint32_t CodesToHalf2(uint32_t x) { return E4m3x2ToPa
 template <int kHeadDim, typename T, bool kUpper>
 __global__ void __launch_bounds__(32, kUpper ? 12 : 16)
     PagedDecodeFp8Kernel(const DecodeParams<T, __nv_fp8_e4m3> p) {
-  PdlWait();
-  PdlLaunchDependents();
   constexpr int kKeyB = kKeyBytes<kHeadDim>;
   constexpr int kDimB = kDimBytes<kHeadDim>;
   constexpr int kRowChunks = kHeadDim / 16;
@@ -506,7 +527,7 @@ __global__ void __launch_bounds__(32, kUpper ? 12 : 16)
   extern __shared__ __align__(16) unsigned char smem_raw[];  // [kStages][K, V][16][kHeadDim]
 
   DecodeItem it;
-  if (!GetDecodeItem(p, &it)) return;
+  const bool has_item = GetDecodeItem(p, &it);
   const int lane = threadIdx.x;
   const int g = lane / 4;
   const int t = lane % 4;
@@ -531,10 +552,15 @@ __global__ void __launch_bounds__(32, kUpper ? 12 : 16)
       CpAsync16(s + kTileBytes, p.v + off, valid);
     }
   };
-#pragma unroll
-  for (int i = 0; i < kStages; ++i) {
-    if (it.tile_begin + i < it.tile_end) load_tile(it.tile_begin + i, i);
+  // The prologue's tiles before PdlWait but the newest position's (PrologueBeforeWait).
+  const int newest = has_item ? PrologueBeforeWait(it, kStages, load_tile) : -1;
+  PdlWait();
+  PdlLaunchDependents();
+  if (!has_item) return;
+  if (newest >= 0) {
+    load_tile(it.tile_begin + newest, newest);
     CpAsyncCommit();
+    CpAsyncWait<0>();  // the loop's waits count the prologue's groups only
   }
 
   // Q rows g and g + 8 (zeros past num_rows), dims [kKeyB t, kKeyB (t + 1)) as fp16 pairs.
@@ -710,16 +736,17 @@ __global__ void __launch_bounds__(32, kUpper ? 12 : 16)
 // sum_j w_j with w_j = l_j * 2^(m_j - max m). One thread per output element, a head a CTA.
 template <int kHeadDim, typename T, typename C>
 __global__ void __launch_bounds__(kHeadDim) PagedDecodeReduceKernel(const DecodeParams<T, C> p) {
-  PdlWait();
-  PdlLaunchDependents();
   const int head = blockIdx.x;
   const int dim = threadIdx.x;
   const int seq = blockIdx.y;
+  // A step input, no kernel's output (launch.cuh): read before PdlWait. Every block still waits
+  // before it exits, so that this kernel completes only after the split kernel did.
   const int seq_len = p.seq_lens[seq];
-  if (seq_len <= 0) return;
   int begin, end;
-  const int num_active = SplitRange(seq_len, p.num_splits, 0, &begin, &end);
-  if (num_active <= 1) return;  // the split kernel wrote the output
+  const int num_active = seq_len > 0 ? SplitRange(seq_len, p.num_splits, 0, &begin, &end) : 0;
+  PdlWait();
+  PdlLaunchDependents();
+  if (num_active <= 1) return;  // a padding row, or the split kernel wrote the output
   const int64_t slot0 = (int64_t{seq} * p.num_heads + head) * p.num_splits;
   const float* ml = p.partial_ml + slot0 * 2;
   const float* o = p.partial_o + slot0 * kHeadDim + dim;

@@ -467,13 +467,15 @@ constexpr int kRopeThreads = 128;
 template <bool kScaled, typename T, typename C>
 __global__ void RopeStoreKvKernel(RopeKvArgsT<T, C> a, int32_t token0) {
   static_assert(!kScaled || std::is_same_v<T, bf16>);
-  PdlWait();
-  PdlLaunchDependents();
   const int t = token0 + blockIdx.x;
   const int half = a.head_dim / 2;
   const int total_heads = a.num_heads + 2 * a.num_kv_heads;
+  // Step inputs, no kernel's output (launch.cuh): read before PdlWait, overlapping their round
+  // trip with the kernel before.
   const float pos = static_cast<float>(a.positions[t]);
   const int64_t slot = a.slot_mapping != nullptr ? a.slot_mapping[t] : -1;
+  PdlWait();
+  PdlLaunchDependents();
   T* row = a.qkv + int64_t{t} * a.ld;
   // One thread per (head, pair) for q and k heads, per element pair for v heads.
   for (int idx = blockIdx.y * blockDim.x + threadIdx.x; idx < total_heads * half;

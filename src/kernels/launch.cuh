@@ -5,11 +5,15 @@
 // the stream is still running, so it MUST call PdlWait() before it reads anything an earlier
 // kernel wrote or writes anything an earlier kernel reads; PdlWait returns once every earlier
 // kernel of the stream has completed and its writes are visible. Before it, a kernel may only
-// read what no kernel of the step writes: weights, scales. Each kernel calls
-// PdlLaunchDependents() right after its PdlWait, which lets the next chained kernel be
-// scheduled: at most two kernels overlap, the running one and the next one waiting (a block
-// only triggers once its own wait is over). Both calls are no-ops when the kernel was launched
-// the ordinary way, and compile to nothing before sm_90.
+// read what no kernel of the step writes: weights, scales, the step's inputs (uploaded before
+// its first kernel: positions, sequence lengths, block tables), the KV cache's positions before
+// each sequence's newest. Each kernel calls PdlLaunchDependents() right after its PdlWait, which
+// lets the next chained kernel be scheduled: at most two kernels overlap, the running one and
+// the next one waiting (a block only triggers once its own wait is over). So every block reaches
+// PdlWait before it exits, an early return too: a grid whose blocks all left without waiting
+// could complete before the kernel before it, and the next kernel's PdlWait, which waits for
+// this grid, would not cover that one. Both calls are no-ops when the kernel was launched the
+// ordinary way, and compile to nothing before sm_90.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -37,7 +37,7 @@
 #include <cstdint>
 
 #include "core/philox.h"
-#include "kernels/launch.h"
+#include "kernels/launch.cuh"
 
 namespace kiln::kernels {
 namespace {
@@ -282,6 +282,8 @@ __device__ __forceinline__ bool NeedsPenalties(const SamplingRow& r) {
 
 // Ids outside [0, vocab) are skipped (the launcher cannot read device lists to reject them).
 __global__ void __launch_bounds__(kThreads) PenaltyKernel(SamplingInputs in, Workspace ws) {
+  PdlWait();
+  PdlLaunchDependents();
   const int32_t r = blockIdx.x;
   const SamplingRow row = in.rows[r];
   if (!NeedsPenalties(row)) return;
@@ -703,6 +705,8 @@ __device__ int32_t SampleRow(const SamplingRow& row, const RowReader& reader, Se
 
 __global__ void __launch_bounds__(kThreads) SelectKernel(SamplingInputs in, Workspace ws) {
   __shared__ SelectShared sh;
+  PdlWait();
+  PdlLaunchDependents();
   const int32_t r = blockIdx.x;
   const SamplingRow row = in.rows[r];
   const bool penalized = NeedsPenalties(row);
@@ -820,6 +824,8 @@ __global__ void __launch_bounds__(kThreads)
                 const SamplingRow* rows, int32_t uniform_num_top, ScorePartial* partials,
                 SampledToken* out) {
   __shared__ ScoreShared sh;
+  PdlWait();
+  PdlLaunchDependents();
   const int32_t r = blockIdx.y, split = blockIdx.x, splits = gridDim.x;
   const RowReader reader = MakeReader(logits + r * stride, vocab, stride % 4 == 0);
   const int32_t num_top = min(rows ? rows[r].num_top_logprobs : uniform_num_top, kMaxTopLogprobs);
@@ -890,10 +896,21 @@ __global__ void __launch_bounds__(kThreads)
                    const int32_t* targets, const SamplingRow* rows, int32_t uniform_num_top,
                    const ScorePartial* partials, SampledToken* out) {
   __shared__ uint64_t keys[kMergeKeys];
+  __shared__ ScorePartial parts[kMaxSplits];
+  PdlWait();
+  PdlLaunchDependents();
   const int32_t r = blockIdx.x;
   const int32_t num_top = min(rows ? rows[r].num_top_logprobs : uniform_num_top, kMaxTopLogprobs);
-  FinalizeRow(partials + static_cast<int64_t>(r) * kMaxSplits, splits, logits + r * stride, vocab,
-              targets[r], num_top, keys, out + r);
+  // Every split's partial into shared memory at once: one round trip to L2, where FinalizeRow's
+  // loops over them in global memory made about one a split.
+  static_assert(sizeof(ScorePartial) % sizeof(uint64_t) == 0);
+  constexpr int kWords = sizeof(ScorePartial) / sizeof(uint64_t);
+  const auto* src =
+      reinterpret_cast<const uint64_t*>(partials + static_cast<int64_t>(r) * kMaxSplits);
+  auto* dst = reinterpret_cast<uint64_t*>(parts);
+  for (int i = threadIdx.x; i < splits * kWords; i += kThreads) dst[i] = src[i];
+  __syncthreads();
+  FinalizeRow(parts, splits, logits + r * stride, vocab, targets[r], num_top, keys, out + r);
 }
 
 // Blocks per row for the score pass: enough rows x splits to cover the SMs twice, at least
@@ -922,17 +939,19 @@ cudaError_t SampleRows(const SamplingInputs& in, void* workspace, size_t workspa
   if (in.num_rows == 0) return cudaSuccess;
   // NOTE: carved for num_rows rows: SamplingWorkspaceBytes(max_rows) covers any smaller batch.
   const Workspace ws = CarveWorkspace(workspace, in.num_rows, in.vocab_size);
-  PenaltyKernel<<<in.num_rows, kThreads, 0, stream>>>(in, ws);
-  SelectKernel<<<in.num_rows, kThreads, 0, stream>>>(in, ws);
+  // Chained (launch.cuh): each kernel's blocks are scheduled while the one before finishes.
+  cudaError_t e = LaunchChained(PenaltyKernel, in.num_rows, kThreads, 0, stream, in, ws);
+  if (e == cudaSuccess) e = LaunchChained(SelectKernel, in.num_rows, kThreads, 0, stream, in, ws);
   const int32_t splits = NumSplits(in.num_rows, in.vocab_size);
-  ScoreKernel<<<dim3(splits, in.num_rows), kThreads, 0, stream>>>(
-      in.logits, in.logits_stride, in.vocab_size, ws.tokens, in.rows, 0, ws.partials, out);
-  if (splits > 1) {
-    FinalizeKernel<<<in.num_rows, kThreads, 0, stream>>>(in.logits, in.logits_stride, in.vocab_size,
-                                                         splits, ws.tokens, in.rows, 0, ws.partials,
-                                                         out);
+  if (e == cudaSuccess) {
+    e = LaunchChained(ScoreKernel, dim3(splits, in.num_rows), kThreads, 0, stream, in.logits,
+                      in.logits_stride, in.vocab_size, ws.tokens, in.rows, 0, ws.partials, out);
   }
-  return cudaGetLastError();
+  if (e == cudaSuccess && splits > 1) {
+    e = LaunchChained(FinalizeKernel, in.num_rows, kThreads, 0, stream, in.logits, in.logits_stride,
+                      in.vocab_size, splits, ws.tokens, in.rows, 0, ws.partials, out);
+  }
+  return e;
 }
 
 cudaError_t ScoreRows(const float* logits, int64_t logits_stride, int32_t num_rows,

@@ -38,6 +38,7 @@
 #include "kernels/launch.h"
 #include "kernels/quant.h"
 #include "kernels/sampling.h"
+#include "kernels/step_inputs.h"
 #include "kernels/w4a16.h"
 #include "model/dequant.h"
 
@@ -319,6 +320,12 @@ class CudaRunner final : public CudaRunnerBase {
   Status EnqueueSampling(int32_t num_rows);
   // Enqueues the step's swap copies (swap_out, then swap_in) through the slot's pair list.
   Status EnqueueSwaps(const StepInputs& in, int slot_index);
+  // Enqueues the copies of `jobs` (sources in the slot's staging, by host address) and the
+  // resolve of the token ids of job resolve.job (placeholders only among the first num_tokens:
+  // padding is 0): one UploadStepInputs launch, or, when the staging is not mapped, one
+  // cudaMemcpyAsync per job and ResolvePreviousTokens.
+  void EnqueueStepUploads(int slot_index, std::span<kernels::UploadJob> jobs,
+                          const kernels::TokenResolve& resolve, int32_t num_tokens);
   void SampleOnHost(const StepInputs& in, const std::vector<LogitRow>& rows, int32_t forward_tokens,
                     StepResult& result);
 
@@ -399,6 +406,9 @@ class CudaRunner final : public CudaRunnerBase {
   // results (a slot), while the device arrays are shared (the stream orders their use).
   struct StepSlot {
     uint8_t* staging = nullptr;
+    // staging as the device addresses it (pinned and mapped: kernels::UploadStepInputs reads it
+    // there), or null when it could not be mapped (the step inputs then go by cudaMemcpyAsync).
+    uint8_t* staging_dev = nullptr;
     StepArrays host{};
     // The step's swap copies as (device block, host block) pairs, pinned and mapped: the swap
     // kernels read them from here.
@@ -1125,6 +1135,34 @@ Status CudaRunner<T>::EnqueueSwaps(const StepInputs& in, int slot_index) {
 }
 
 template <typename T>
+void CudaRunner<T>::EnqueueStepUploads(int slot_index, std::span<kernels::UploadJob> jobs,
+                                       const kernels::TokenResolve& resolve, int32_t num_tokens) {
+  const StepSlot& slot = slots_[slot_index];
+  if (slot.staging_dev != nullptr) {
+    for (kernels::UploadJob& job : jobs) {
+      job.src = slot.staging_dev + (static_cast<const uint8_t*>(job.src) - slot.staging);
+    }
+    const cudaError_t err =
+        kernels::UploadStepInputs(jobs.data(), static_cast<int32_t>(jobs.size()), resolve, stream_);
+    CHECK(err == cudaSuccess) << "UploadStepInputs: " << cudaGetErrorString(err);
+    return;
+  }
+  for (const kernels::UploadJob& job : jobs) {
+    if (job.row_bytes == 0 || job.num_rows == 0) continue;
+    const cudaError_t err =
+        job.num_rows == 1
+            ? cudaMemcpyAsync(job.dst, job.src, job.row_bytes, cudaMemcpyHostToDevice, stream_)
+            : cudaMemcpy2DAsync(job.dst, job.dst_stride, job.src, job.src_stride, job.row_bytes,
+                                job.num_rows, cudaMemcpyHostToDevice, stream_);
+    CHECK(err == cudaSuccess) << "step input copy: " << cudaGetErrorString(err);
+  }
+  if (resolve.job >= 0) {
+    CHECK(kernels::ResolvePreviousTokens(static_cast<int32_t*>(jobs[resolve.job].dst), num_tokens,
+                                         resolve.previous, stream_) == cudaSuccess);
+  }
+}
+
+template <typename T>
 Status CudaRunner<T>::AllocateKvCache(int32_t num_blocks, int32_t block_size) {
   if (block_size <= 0 || block_size % 16 != 0) {
     return InvalidArgument("block_size: the CUDA backend needs a multiple of 16, got " +
@@ -1179,13 +1217,32 @@ Status CudaRunner<T>::AllocateKvCache(int32_t num_blocks, int32_t block_size) {
   StepArrays::Place(sizing, cap);
   step_bytes_ = sizing.used();
   CHECK(pending_.empty()) << "AllocateKvCache with steps in flight";
+  // The step inputs go up by one kernel reading the staging in place (kernels/step_inputs.h):
+  // pinned and mapped, at the device address cudaHostGetDevicePointer gives (the host address
+  // under unified addressing).
+  int can_map = 0;
+  KILN_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&can_map, cudaDevAttrCanMapHostMemory, options_.device));
+  bool mapped = can_map != 0;
   for (StepSlot& slot : slots_) {
     if (slot.staging != nullptr) cudaFreeHost(slot.staging);
-    KILN_CUDA_RETURN_IF_ERROR(
-        cudaHostAlloc(reinterpret_cast<void**>(&slot.staging), step_bytes_, cudaHostAllocDefault));
+    KILN_CUDA_RETURN_IF_ERROR(cudaHostAlloc(reinterpret_cast<void**>(&slot.staging), step_bytes_,
+                                            mapped ? cudaHostAllocMapped : cudaHostAllocDefault));
+    slot.staging_dev = nullptr;
+    if (mapped && cudaHostGetDevicePointer(reinterpret_cast<void**>(&slot.staging_dev),
+                                           slot.staging, 0) != cudaSuccess) {
+      cudaGetLastError();  // not sticky: the copies below take over
+      mapped = false;
+    }
     Arena host_arena(slot.staging);
     slot.host = StepArrays::Place(host_arena, cap);
   }
+  if (!mapped) {
+    for (StepSlot& slot : slots_) slot.staging_dev = nullptr;
+  }
+  LOG(INFO) << "step inputs: "
+            << (mapped ? "one UploadStepInputs kernel a step (mapped pinned staging)"
+                       : "one cudaMemcpyAsync per array (pinned staging not mappable)");
   KILN_ASSIGN_OR_RETURN(step_memory_, DeviceBuffer::Allocate(step_bytes_));
   KILN_CUDA_RETURN_IF_ERROR(cudaMemset(step_memory_.data(), 0, step_bytes_));
   Arena dev_arena(static_cast<uint8_t*>(step_memory_.data()));
@@ -2073,9 +2130,9 @@ void CudaRunner<T>::Launch(const StepInputs& in) {
   const int32_t graph_batch = device_sampling ? graph_candidate : 0;
   const int32_t padded = graph_batch > 0 ? graph_batch : num_tokens;
 
-  // Stage the inputs (pinned: a copy from pageable memory may wait for the stream), then one
-  // copy per array. A token the previous step is still sampling becomes the index of its row
-  // there (resolved on the device), or its value when that step sampled on the host.
+  // Stage the inputs in the slot's pinned block, then one kernel copies every array from there
+  // (EnqueueStepUploads). A token the previous step is still sampling becomes the index of its
+  // row there (resolved on the device), or its value when that step sampled on the host.
   bool resolve_on_device = false;
   for (int32_t i = 0; i < num_tokens; ++i) {
     int32_t token = in.token_ids[i];
@@ -2116,12 +2173,16 @@ void CudaRunner<T>::Launch(const StepInputs& in) {
     const Status swapped = EnqueueSwaps(in, p.slot);
     CHECK(swapped.ok()) << "swap copies: " << swapped.ToString();
   }
-  auto copy = [&](void* dst, const void* src, size_t bytes) {
-    if (bytes > 0) {
-      CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_) == cudaSuccess);
-    }
+  std::array<kernels::UploadJob, kernels::kMaxUploadJobs> jobs;
+  size_t num_jobs = 0;
+  auto add = [&](const kernels::UploadJob& job) {
+    CHECK_LT(num_jobs, jobs.size());
+    jobs[num_jobs++] = job;
   };
-  copy(dev_.token_ids, host.token_ids, padded * sizeof(int32_t));
+  auto copy = [&](void* dst, const void* src, size_t bytes) {
+    add({src, dst, static_cast<int64_t>(bytes)});
+  };
+  copy(dev_.token_ids, host.token_ids, padded * sizeof(int32_t));  // job 0: resolved below
   copy(dev_.positions, host.positions, padded * sizeof(int32_t));
   copy(dev_.slots, host.slots, padded * sizeof(int64_t));
   copy(dev_.cu_seqlens, host.cu_seqlens, (num_seqs + 1) * sizeof(int32_t));
@@ -2138,16 +2199,13 @@ void CudaRunner<T>::Launch(const StepInputs& in) {
          (rows.size() - num_sampled) * sizeof(int32_t));
   }
   if (in.max_blocks_per_seq > 0 && num_seqs > 0) {
-    CHECK(cudaMemcpy2DAsync(dev_.block_tables, max_blocks_per_seq_ * sizeof(int32_t),
-                            host.block_tables, in.max_blocks_per_seq * sizeof(int32_t),
-                            in.max_blocks_per_seq * sizeof(int32_t), num_seqs,
-                            cudaMemcpyHostToDevice, stream_) == cudaSuccess);
+    const int64_t row_bytes = in.max_blocks_per_seq * sizeof(int32_t);
+    add({host.block_tables, dev_.block_tables, row_bytes, num_seqs, row_bytes,
+         static_cast<int64_t>(max_blocks_per_seq_ * sizeof(int32_t))});
   }
   // dev_.sampled still holds the previous step's rows: only this step's sampling rewrites it.
-  if (resolve_on_device) {
-    CHECK(kernels::ResolvePreviousTokens(dev_.token_ids, num_tokens, dev_.sampled, stream_) ==
-          cudaSuccess);
-  }
+  EnqueueStepUploads(p.slot, std::span(jobs.data(), num_jobs),
+                     {resolve_on_device ? 0 : -1, dev_.sampled}, num_tokens);
 
   p.result.seqs.resize(num_seqs);
   if (graph_batch > 0) {
