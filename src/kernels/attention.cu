@@ -409,7 +409,9 @@ __global__ void __launch_bounds__(32) PagedDecodeSplitKernel(const DecodeParams<
     const int ahead = tile + kStages - 1;
     if (ahead < it.tile_end) load_tile(ahead, (i + kStages - 1) % kStages);
     CpAsyncCommit();
-    CpAsyncWait<kStages - 1>();  // tile i's group (kStages + i groups committed)
+    // Tile i's group: i + 1 (kStages + i + 1 groups committed: the prologue's kStages - 1, Q's,
+    // then one an iteration; tiles 0 .. kStages - 2 are in groups 0 .. kStages - 2).
+    CpAsyncWait<kStages - 1>();
     __syncwarp();
     if (i == 0) LoadQFragments<kHeadDim>(q_smem, qf);
     const int key0 = tile * kDecodeTileN;
@@ -589,7 +591,9 @@ __global__ void __launch_bounds__(32, kUpper ? 12 : 16)
   const int key_row[2] = {4 * (g >> 1) + (g & 1), 4 * (g >> 1) + 2 + (g & 1)};
   for (int tile = it.tile_begin; tile < it.tile_end; ++tile) {
     const int stage = (tile - it.tile_begin) % kStages;
-    CpAsyncWait<kStages - 1>();  // this tile's group (kStages + i groups committed)
+    // This tile's group (kStages + i groups committed, one more after a deferred newest tile,
+    // which was waited for before the loop).
+    CpAsyncWait<kStages - 1>();
     __syncwarp();
     const uint32_t k_base = smem + stage * 2 * kTileBytes;
     const uint32_t v_base = k_base + kTileBytes;

@@ -5,15 +5,19 @@
 // the stream is still running, so it MUST call PdlWait() before it reads anything an earlier
 // kernel wrote or writes anything an earlier kernel reads; PdlWait returns once every earlier
 // kernel of the stream has completed and its writes are visible. Before it, a kernel may only
-// read what no kernel of the step writes: weights, scales, the step's inputs (uploaded before
-// its first kernel: positions, sequence lengths, block tables), the KV cache's positions before
-// each sequence's newest. Each kernel calls PdlLaunchDependents() right after its PdlWait, which
-// lets the next chained kernel be scheduled: at most two kernels overlap, the running one and
-// the next one waiting (a block only triggers once its own wait is over). So every block reaches
-// PdlWait before it exits, an early return too: a grid whose blocks all left without waiting
-// could complete before the kernel before it, and the next kernel's PdlWait, which waits for
-// this grid, would not cover that one. Both calls are no-ops when the kernel was launched the
-// ordinary way, and compile to nothing before sm_90.
+// read what no kernel that can still be running writes: weights, scales, the step's inputs
+// (positions, sequence lengths, block tables: written by UploadStepInputs or copies, launched the
+// ordinary way before the step's first chained kernel, so finished before it starts), the KV
+// cache's positions before each sequence's newest (written by earlier steps and the step's
+// swap-in copies, before its first chained kernel; RoPE writes only the newest). Each kernel
+// calls PdlLaunchDependents() right after its PdlWait, which lets the next chained kernel be
+// scheduled: at most two kernels overlap, the running one and the next one waiting (a block only
+// triggers once its own wait is over). So every block reaches PdlWait before it exits, an early
+// return too: a grid whose blocks all left without waiting could complete before the kernel before
+// it, and the next kernel's PdlWait, which waits for this grid, would not cover that one. In a
+// kernel launched the ordinary way PdlWait returns at once (it has nothing to wait for), while
+// PdlLaunchDependents still lets a chained kernel after it be scheduled early (that kernel's own
+// PdlWait then waits for it); both compile to nothing before sm_90.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -25,7 +25,6 @@
 #include <bit>
 #include <cstdint>
 
-#include "kernels/launch.cuh"
 #include "kernels/step_inputs.h"
 
 namespace kiln::kernels {
@@ -114,10 +113,10 @@ __device__ __forceinline__ void ResolvePiece(uint4& v, int32_t log2, const Sampl
   }
 }
 
+// Launched the ordinary way and never triggering its dependents early: a chained kernel after it
+// starts only once every step input is written, which lets every chained kernel of the step read
+// them before its own PdlWait (launch.cuh).
 __global__ void __launch_bounds__(kThreads) UploadStepInputsKernel(const Plan plan) {
-  // NOTE: a chained kernel after this one (launch.h) waits in PdlWait for the whole grid and its
-  // writes anyway; letting it be scheduled now hides its launch.
-  PdlLaunchDependents();
   const int32_t stride = gridDim.x * kThreads;
   const int32_t first = blockIdx.x * kThreads + threadIdx.x;
   uint4 value[kPiecesPerThread];

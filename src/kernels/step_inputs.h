@@ -41,10 +41,9 @@ struct TokenResolve {
 // caller keeps the sources unchanged until the stream has passed the launch.
 // Returns cudaErrorInvalidValue, launching nothing, when num_jobs is outside [0, kMaxUploadJobs],
 // a job with bytes has a null pointer, negative sizes, or rows that overlap (stride < row_bytes),
-// or the resolve job is out of range, not 4-byte aligned or without `previous`; else the launch's
-// status. Never synchronizes.
-// REQUIRES: no two jobs write the same bytes; no job's source is another job's destination; the
-// total copied is under 2 GiB.
+// the resolve job is out of range, not 4-byte aligned or without `previous`, or the jobs copy 1
+// GiB or more together; else the launch's status. Never synchronizes.
+// REQUIRES: no two jobs write the same bytes; no job's source is another job's destination.
 cudaError_t UploadStepInputs(const UploadJob* jobs, int32_t num_jobs, const TokenResolve& resolve,
                              cudaStream_t stream);
 
