@@ -55,12 +55,13 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
                 "CUDA, FP8 prompt steps on Hopper: cuBLASLt's gate_up GEMM then SiluMul, instead "
                 "of the GEMM with SiluMul in its epilogue (for measuring the fusion)");
   cmd->add_flag("--no-gemv-silu", f->no_gemv_silu,
-                "CUDA, FP8 / INT8 decode steps the W8A16 GEMV runs (up to 3 tokens by default): "
-                "the gate_up GEMV then SiluMul, "
+                "CUDA, FP8 / INT8 decode steps the W8A16 GEMV runs (up to 3 tokens by default) "
+                "and one-token W4A16 steps: the gate_up GEMV then SiluMul, "
                 "instead of the GEMV with SiluMul in its epilogue (the same bits; for measuring "
                 "the fusion)");
   cmd->add_flag("--no-gemv-rope", f->no_gemv_rope,
-                "CUDA, FP8 / INT8 decode steps the W8A16 GEMV runs: the qkv GEMV then RoPE and "
+                "CUDA, FP8 / INT8 decode steps the W8A16 GEMV runs and one-token W4A16 steps: "
+                "the qkv GEMV then RoPE and "
                 "the KV-cache write, instead of the GEMV doing both in its epilogue (the same "
                 "bits; for measuring the fusion)");
   cmd->add_flag("--no-gemv-persistent", f->no_gemv_persistent,

@@ -74,9 +74,10 @@ struct LlmOptions {
   bool rope_q_codes = true;
   // CUDA, FP8 prompt steps on Hopper: SiluMul in the gate_up GEMM's epilogue (CudaRunnerOptions).
   bool fused_gate_up = true;
-  // CUDA, W8A16 decode rows: SiluMul in the gate_up GEMV's epilogue (CudaRunnerOptions).
+  // CUDA, W8A16 decode rows and one-token W4A16 steps: SiluMul in the gate_up GEMV's epilogue
+  // (CudaRunnerOptions).
   bool gemv_silu = true;
-  // CUDA, W8A16 decode rows: RoPE and the KV write in the qkv GEMV's epilogue (the same).
+  // CUDA, the same steps: RoPE and the KV write in the qkv GEMV's epilogue (the same).
   bool gemv_rope = true;
   // CUDA, W8A16 decode rows: the GEMVs in their persistent form (CudaRunnerOptions).
   bool gemv_persistent = true;

@@ -634,16 +634,19 @@ __global__ void SiluMulKernel(const T* gate_up, int64_t ld, int32_t dim, T* out,
 // SiluMulKernel over 8 elements a thread (16-byte loads and stores), for rows whose dim and
 // strides are multiples of 8: the scalar kernel's 2-byte accesses reached ~40 % of the copy
 // bandwidth on prefill-sized inputs.
-template <typename T>
+// kRuns: gate_up in GateUpLayout::kRunsOf8 (piece c of gate and of up side by side).
+template <bool kRuns, typename T>
 __global__ void SiluMulVec8Kernel(const T* gate_up, int64_t ld, int32_t dim, T* out, int64_t ldo) {
   PdlWait();
   PdlLaunchDependents();
-  const auto* g = reinterpret_cast<const uint4*>(gate_up + int64_t{blockIdx.x} * ld);
-  const auto* u = reinterpret_cast<const uint4*>(gate_up + int64_t{blockIdx.x} * ld + dim);
+  const auto* row = reinterpret_cast<const uint4*>(gate_up + int64_t{blockIdx.x} * ld);
+  const auto* u =
+      kRuns ? row + 1 : reinterpret_cast<const uint4*>(gate_up + int64_t{blockIdx.x} * ld + dim);
   auto* o = reinterpret_cast<uint4*>(out + int64_t{blockIdx.x} * ldo);
+  constexpr int kStep = kRuns ? 2 : 1;  // 16-byte pieces from one gate piece to the next
   for (int c = blockIdx.y * blockDim.x + threadIdx.x; c < dim / 8; c += gridDim.y * blockDim.x) {
-    const uint4 gv = g[c];
-    const uint4 uv = u[c];
+    const uint4 gv = row[kStep * c];
+    const uint4 uv = u[kStep * c];
     const T* ge = reinterpret_cast<const T*>(&gv);
     const T* ue = reinterpret_cast<const T*>(&uv);
     uint4 ov;
@@ -820,13 +823,19 @@ cudaError_t LaunchRopeStoreKv(const RopeKvArgsT<T, C>& args, cudaStream_t stream
 
 template <typename T>
 cudaError_t LaunchSiluMul(const T* gate_up, int64_t ld, int32_t num_rows, int32_t dim, T* out,
-                          int64_t ldo, cudaStream_t stream) {
+                          int64_t ldo, cudaStream_t stream, GateUpLayout layout) {
+  const bool vec8 =
+      dim % 8 == 0 && ld % 8 == 0 && ldo % 8 == 0 && Aligned16(gate_up) && Aligned16(out);
+  const bool runs = layout == GateUpLayout::kRunsOf8;
+  if (runs && !vec8) return cudaErrorInvalidValue;
   if (num_rows == 0) return cudaSuccess;
   const int threads = 256;
-  if (dim % 8 == 0 && ld % 8 == 0 && ldo % 8 == 0 && Aligned16(gate_up) && Aligned16(out)) {
+  if (vec8) {
     const dim3 grid(num_rows, (dim / 8 + threads - 1) / threads);
-    return LaunchChained(SiluMulVec8Kernel<T>, grid, threads, 0, stream, gate_up, ld, dim, out,
-                         ldo);
+    return runs ? LaunchChained(SiluMulVec8Kernel<true, T>, grid, threads, 0, stream, gate_up, ld,
+                                dim, out, ldo)
+                : LaunchChained(SiluMulVec8Kernel<false, T>, grid, threads, 0, stream, gate_up, ld,
+                                dim, out, ldo);
   }
   const dim3 grid(num_rows, (dim + threads - 1) / threads);
   return LaunchChained(SiluMulKernel<T>, grid, threads, 0, stream, gate_up, ld, dim, out, ldo);
@@ -983,12 +992,12 @@ cudaError_t RopeStoreKv(const RopeKvArgsFp8T<__half>& args, cudaStream_t stream)
 }
 
 cudaError_t SiluMul(const bf16* gate_up, int64_t ld, int32_t num_rows, int32_t dim, bf16* out,
-                    int64_t ldo, cudaStream_t stream) {
-  return LaunchSiluMul(gate_up, ld, num_rows, dim, out, ldo, stream);
+                    int64_t ldo, cudaStream_t stream, GateUpLayout layout) {
+  return LaunchSiluMul(gate_up, ld, num_rows, dim, out, ldo, stream, layout);
 }
 cudaError_t SiluMul(const __half* gate_up, int64_t ld, int32_t num_rows, int32_t dim, __half* out,
-                    int64_t ldo, cudaStream_t stream) {
-  return LaunchSiluMul(gate_up, ld, num_rows, dim, out, ldo, stream);
+                    int64_t ldo, cudaStream_t stream, GateUpLayout layout) {
+  return LaunchSiluMul(gate_up, ld, num_rows, dim, out, ldo, stream, layout);
 }
 
 cudaError_t SiluMulFp8(const bf16* gate_up, int64_t ld, int32_t num_rows, int32_t dim,

@@ -171,12 +171,22 @@ cudaError_t RopeStoreKv(const RopeKvArgsT<__half>& args, cudaStream_t stream);
 cudaError_t RopeStoreKv(const RopeKvArgsFp8T<__nv_bfloat16>& args, cudaStream_t stream);
 cudaError_t RopeStoreKv(const RopeKvArgsFp8T<__half>& args, cudaStream_t stream);
 
-// out[t, i] = silu(gate[t, i]) * up[t, i], with gate_up rows [gate (dim) | up (dim)] of stride
-// ld; silu(gate) rounded (HF's act_fn output), each product computed in fp32 and rounded once.
+// Where gate and up lie in a gate_up row of 2 * dim values: gate then up (kHalves, the fused
+// projection's natural order), or alternating runs of kGateUpRun (kRunsOf8: gate 0-7, up 0-7,
+// gate 8-15, up 8-15, ...), the order in which the CUDA runner stores a W4A16 gate_up's rows so
+// that the one-token GEMV finds gate j and up j in one 16-row tile (W4GemmArgsT::silu_mul).
+enum class GateUpLayout { kHalves, kRunsOf8 };
+inline constexpr int32_t kGateUpRun = 8;
+
+// out[t, i] = silu(gate[t, i]) * up[t, i], with gate_up rows of stride ld laid out as `layout`
+// says; silu(gate) rounded (HF's act_fn output), each product computed in fp32 and rounded once.
+// kRunsOf8 needs dim, ld and ldo multiples of 8 and 16-byte aligned rows (else
+// cudaErrorInvalidValue).
 cudaError_t SiluMul(const __nv_bfloat16* gate_up, int64_t ld, int32_t num_rows, int32_t dim,
-                    __nv_bfloat16* out, int64_t ldo, cudaStream_t stream);
+                    __nv_bfloat16* out, int64_t ldo, cudaStream_t stream,
+                    GateUpLayout layout = GateUpLayout::kHalves);
 cudaError_t SiluMul(const __half* gate_up, int64_t ld, int32_t num_rows, int32_t dim, __half* out,
-                    int64_t ldo, cudaStream_t stream);
+                    int64_t ldo, cudaStream_t stream, GateUpLayout layout = GateUpLayout::kHalves);
 
 // SiluMul's output quantized per row to e4m3 as RmsNormF32ResidualFp8's (the down projection's
 // input). The same alignment requirements (gate_up 16-byte aligned, ld a multiple of 8), and

@@ -981,6 +981,57 @@ TYPED_TEST(SiluMulGpu, OddShapes) {
   }
 }
 
+// GateUpLayout::kRunsOf8 (the W4A16 gate_up's row order on the GPU) gives the halves' bits: the
+// same gate and up values laid out in runs of 8 (and a row stride past the row), bit for bit
+// against the halves layout's products; the poison past dim kept; shapes the 16-byte kernel
+// cannot take are refused rather than read in the wrong order.
+TYPED_TEST(SiluMulGpu, RunsOf8GiveTheHalvesBits) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  std::mt19937 rng(931);
+  for (int dim : {8, 1536, 14336}) {
+    SCOPED_TRACE(dim);
+    const int rows = 5;
+    const int64_t ld = 2 * int64_t{dim} + 16, ldo = dim + 8;
+    Bits halves(size_t(rows) * ld, kPoison), runs(size_t(rows) * ld, kPoison);
+    for (int r = 0; r < rows; ++r) {
+      const Bits g = Random<T>(dim, 8.0f, rng), u = Random<T>(dim, 3.0f, rng);
+      for (int i = 0; i < dim; ++i) {
+        halves[r * ld + i] = g[i];
+        halves[r * ld + dim + i] = u[i];
+        const int64_t at = int64_t{i} / kGateUpRun * 2 * kGateUpRun + i % kGateUpRun;
+        runs[r * ld + at] = g[i];
+        runs[r * ld + at + kGateUpRun] = u[i];
+      }
+    }
+    Dev<uint16_t> d_halves(halves.size()), d_runs(runs.size()), d_want(rows * ldo),
+        d_got(rows * ldo);
+    d_halves.Upload(halves);
+    d_runs.Upload(runs);
+    d_want.Upload(Bits(rows * ldo, kPoison));
+    d_got.Upload(Bits(rows * ldo, kPoison));
+    CUDA_OK(SiluMul(As<T>(d_halves.ptr), ld, rows, dim, As<T>(d_want.ptr), ldo, nullptr));
+    CUDA_OK(SiluMul(As<T>(d_runs.ptr), ld, rows, dim, As<T>(d_got.ptr), ldo, nullptr,
+                    GateUpLayout::kRunsOf8));
+    CUDA_OK(cudaDeviceSynchronize());
+    const Bits want = d_want.Download(rows * ldo), got = d_got.Download(rows * ldo);
+    EXPECT_EQ(want, got);
+    EXPECT_NE(want[0], want[dim / 2]);  // not a trivial output
+    for (int r = 0; r < rows; ++r) {
+      for (int64_t i = dim; i < ldo; ++i) EXPECT_EQ(got[r * ldo + i], kPoison) << r << " " << i;
+    }
+  }
+  Dev<uint16_t> buf(64);
+  EXPECT_EQ(
+      SiluMul(As<T>(buf.ptr), 24, 1, 12, As<T>(buf.ptr + 32), 16, nullptr, GateUpLayout::kRunsOf8),
+      cudaErrorInvalidValue)
+      << "dim 12 is no whole number of runs";
+  EXPECT_EQ(
+      SiluMul(As<T>(buf.ptr), 20, 1, 8, As<T>(buf.ptr + 32), 8, nullptr, GateUpLayout::kRunsOf8),
+      cudaErrorInvalidValue)
+      << "ld 20 is not a multiple of 8";
+}
+
 TYPED_TEST(FloatConversionGpu, EveryPatternKindAndLength) {
   REQUIRE_GPU();
   for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{5125} * 83}) {

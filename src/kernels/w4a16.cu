@@ -10,6 +10,7 @@
 #include "kernels/dtype_traits.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/norm_row.cuh"
+#include "kernels/rope_store.cuh"
 
 namespace kiln::kernels {
 namespace {
@@ -568,19 +569,29 @@ constexpr int kStreamMinBlocks = 3;
 // x and its tile sums in shared memory: at most 66 KB a block (three blocks an SM still fit).
 constexpr int64_t kStreamMaxK = 32768;
 
+// What the streamed row does with a row tile's 16 sums (W4GemmArgsT): store them (kPlain), or
+// run the layer after it on them, whose pairs of values the runner's row order put in one tile:
+// SiluMul of gate rows 0-7 and up rows 8-15 (kSiluMul), or RoPE of rows 2i and 2i + 1 and the
+// KV-cache write (kRope).
+enum class StreamEpi { kPlain, kSiluMul, kRope };
+
 // kTpg: column tiles per scale group, 1 or 2 (groups of 64 / 128), or 4 for groups of any
 // multiple of 4 tiles (a round's kSlots = 4 tiles share one group: kSlots, c_begin and the run
 // offsets are multiples of 4). kNormVecs > 0: x is the residual norm's output (W4NormArgsT),
 // made by the whole block in the prologue (k = 2,048 kNormVecs; norm_row.cuh) instead of read:
-// one more block barrier, one kernel fewer in the layer.
-template <int kSlots, int kTpg, int kNormVecs, typename T, typename Out>
+// one more block barrier, one kernel fewer in the layer. kEpi: the epilogue; C: kRope's cache
+// element type.
+template <int kSlots, int kTpg, int kNormVecs, StreamEpi kEpi, typename T, typename Out,
+          typename C = T>
 __global__ void __launch_bounds__(kWarps * 32, kStreamMinBlocks)
     W4GemvStreamKernel(const T* __restrict__ x, const uint4* __restrict__ w,
                        const uint32_t* __restrict__ sz, FastDiv group_of_tile, int64_t n, int64_t k,
                        const T* __restrict__ bias, Out* __restrict__ out, const void* prefetch,
-                       int64_t prefetch_bytes, uint32_t items, W4NormArgsT<T> norm) {
+                       int64_t prefetch_bytes, uint32_t items, W4NormArgsT<T> norm,
+                       RopeKvArgsT<T, C> rope) {
   static_assert(kNormVecs == 0 || kWarps * 32 == norm_internal::kNormRowThreads);
   static_assert(kSlots % kTpg == 0);
+  static_assert(kEpi == StreamEpi::kPlain || std::is_same_v<Out, T>);
   constexpr int kGroups = kSlots / kTpg;  // scale groups a round
   constexpr bool kFold = std::is_same_v<T, __nv_bfloat16>;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -736,7 +747,31 @@ __global__ void __launch_bounds__(kWarps * 32, kStreamMinBlocks)
       for (int wi = 0; wi < kWarps; ++wi) v += rp[wi * 16 + threadIdx.x];
       const uint32_t row = item * kW4TileRows + threadIdx.x;
       if (bias != nullptr) v += ToFloat(bias[row]);
-      Store(v, out + row);
+      if constexpr (kEpi == StreamEpi::kPlain) {
+        Store(v, out + row);
+      } else {
+        // The T value the plain layer stores, and its pair's (threads 0-15 are lanes 0-15).
+        const float mine = dtype_internal::RoundTo<T>(v);
+        if constexpr (kEpi == StreamEpi::kSiluMul) {
+          // Rows 0-7: gate 8 item .. + 7; rows 8-15: up of the same (GateUpLayout::kRunsOf8).
+          const float up = __shfl_down_sync(0xffffu, mine, 8);
+          if (threadIdx.x < 8) {
+            out[item * 8 + threadIdx.x] = FromFloat<T>(dtype_internal::SiluTimesExact<T>(mine, up));
+          }
+        } else {
+          // Rows 2i and 2i + 1 of a head: RoPE's pair i (interleaved); k and v heads also stay
+          // in the row as computed, as kernels::RopeStoreKv leaves them.
+          const float second = __shfl_down_sync(0xffffu, mine, 1);
+          const int head = static_cast<int>(row) / rope.head_dim;
+          const int i0 = static_cast<int>(row) % rope.head_dim;
+          if (head >= rope.num_heads) out[row] = FromFloat<T>(mine);
+          if (threadIdx.x % 2 == 0) {
+            const int64_t slot = rope.slot_mapping != nullptr ? rope.slot_mapping[0] : -1;
+            rope_internal::RopeStorePair(rope, out, head, i0 / 2, i0, i0 + 1,
+                                         static_cast<float>(rope.positions[0]), slot, mine, second);
+          }
+        }
+      }
     }
   }
 }
@@ -767,9 +802,39 @@ bool NormSupported(const W4GemmArgsT<T>& a) {
          nm.residual_out != nm.residual;
 }
 
-template <int kTpg, int kNormVecs, typename T, typename Out>
-cudaError_t LaunchW4Stream(const W4GemmArgsT<T>& a, Out* out, cudaStream_t stream) {
-  constexpr auto kernel = W4GemvStreamKernel<kStreamSlots, kTpg, kNormVecs, T, Out>;
+// The epilogue a launch asks for (W4GemmArgsT::silu_mul, rope, rope_fp8).
+template <typename T>
+StreamEpi EpiOf(const W4GemmArgsT<T>& a) {
+  return a.silu_mul                                   ? StreamEpi::kSiluMul
+         : a.rope != nullptr || a.rope_fp8 != nullptr ? StreamEpi::kRope
+                                                      : StreamEpi::kPlain;
+}
+
+// Whether a's epilogue is one the streamed row with its norm takes: at most one, with its
+// shape (w4a16.h, W4GemmArgsT::silu_mul and rope).
+template <typename T>
+bool EpiSupported(const W4GemmArgsT<T>& a) {
+  const int asked = int{a.silu_mul} + int{a.rope != nullptr} + int{a.rope_fp8 != nullptr};
+  if (asked == 0) return true;
+  if (asked > 1 || a.norm.weight == nullptr || a.out_f32 || a.m != 1) return false;
+  if (a.silu_mul) return true;  // n is a multiple of 16: whole runs of gate and up
+  auto rope_ok = [&](const auto& r) {
+    return r.qkv == a.out && r.num_tokens == 1 && r.positions != nullptr && r.inv_freq != nullptr &&
+           r.interleaved && r.head_dim > 0 && r.head_dim % kW4TileRows == 0 && r.num_heads > 0 &&
+           r.num_kv_heads > 0 && int64_t{r.num_heads + 2 * r.num_kv_heads} * r.head_dim == a.n &&
+           r.q_codes == nullptr && r.qkv_scales.row == nullptr && r.qkv_scales.col == nullptr &&
+           r.block_size > 0 &&
+           (r.slot_mapping == nullptr || (r.k_cache != nullptr && r.v_cache != nullptr)) &&
+           rope_internal::CacheScalesOk(r);
+  };
+  return a.rope != nullptr ? rope_ok(*a.rope) : rope_ok(*a.rope_fp8);
+}
+
+template <int kTpg, int kNormVecs, StreamEpi kEpi = StreamEpi::kPlain, typename T, typename Out,
+          typename C = T>
+cudaError_t LaunchW4Stream(const W4GemmArgsT<T>& a, Out* out, cudaStream_t stream,
+                           const RopeKvArgsT<T, C>& rope = {}) {
+  constexpr auto kernel = W4GemvStreamKernel<kStreamSlots, kTpg, kNormVecs, kEpi, T, Out, C>;
   const int64_t chunks = a.k / kW4TileCols;
   const size_t smem = a.k * sizeof(T) + chunks * sizeof(float) + 2 * kWarps * 16 * sizeof(float) +
                       (kNormVecs > 0 ? kWarps * sizeof(float) : 0);
@@ -783,7 +848,22 @@ cudaError_t LaunchW4Stream(const W4GemmArgsT<T>& a, Out* out, cudaStream_t strea
   return LaunchChained(kernel, ResidentGrid<kernel, kWarps * 32>(items, smem), kWarps * 32, smem,
                        stream, a.x, reinterpret_cast<const uint4*>(a.w), a.sz, group_of_tile, a.n,
                        a.k, a.bias, out, a.prefetch, a.prefetch_bytes, static_cast<uint32_t>(items),
-                       a.norm);
+                       a.norm, rope);
+}
+
+// The streamed row with its norm in the prologue (kNormVecs) and a's epilogue.
+template <int kTpg, int kNormVecs, typename T>
+cudaError_t LaunchW4StreamNorm(const W4GemmArgsT<T>& a, T* out, cudaStream_t stream) {
+  switch (EpiOf(a)) {
+    case StreamEpi::kSiluMul:
+      return LaunchW4Stream<kTpg, kNormVecs, StreamEpi::kSiluMul>(a, out, stream);
+    case StreamEpi::kRope:
+      return a.rope != nullptr
+                 ? LaunchW4Stream<kTpg, kNormVecs, StreamEpi::kRope>(a, out, stream, *a.rope)
+                 : LaunchW4Stream<kTpg, kNormVecs, StreamEpi::kRope>(a, out, stream, *a.rope_fp8);
+    default:
+      return LaunchW4Stream<kTpg, kNormVecs>(a, out, stream);
+  }
 }
 
 template <typename T, typename Out>
@@ -794,11 +874,14 @@ cudaError_t DispatchW4Stream(const W4GemmArgsT<T>& a, Out* out, cudaStream_t str
       const bool g64 = a.group_size == kW4TileCols;
       switch (a.k / norm_internal::kNormRowDimPerVec) {
         case 1:
-          return g64 ? LaunchW4Stream<1, 1>(a, out, stream) : LaunchW4Stream<2, 1>(a, out, stream);
+          return g64 ? LaunchW4StreamNorm<1, 1>(a, out, stream)
+                     : LaunchW4StreamNorm<2, 1>(a, out, stream);
         case 2:
-          return g64 ? LaunchW4Stream<1, 2>(a, out, stream) : LaunchW4Stream<2, 2>(a, out, stream);
+          return g64 ? LaunchW4StreamNorm<1, 2>(a, out, stream)
+                     : LaunchW4StreamNorm<2, 2>(a, out, stream);
         default:
-          return g64 ? LaunchW4Stream<1, 4>(a, out, stream) : LaunchW4Stream<2, 4>(a, out, stream);
+          return g64 ? LaunchW4StreamNorm<1, 4>(a, out, stream)
+                     : LaunchW4StreamNorm<2, 4>(a, out, stream);
       }
     }
   }
@@ -1192,7 +1275,7 @@ bool Supported(const W4GemmArgsT<T>& a) {
          a.k / a.group_size * a.n < kU32 && int64_t{a.m} * a.ldx < kU32 / 2 && a.kernel >= 0 &&
          a.kernel <= 3 && (a.kernel != 2 || TilesSupported(a)) &&
          (a.kernel != 3 || StreamSupported(a)) && a.splits >= 0 &&
-         (a.norm.weight == nullptr || NormSupported(a));
+         (a.norm.weight == nullptr || NormSupported(a)) && EpiSupported(a);
 }
 
 template <typename T>

@@ -11,7 +11,10 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
+
+#include "kernels/elementwise.h"
 
 namespace kiln::kernels {
 
@@ -126,6 +129,24 @@ struct W4GemmArgsT {
   // (kernel 3 or its default) takes it, with k of 2,048, 4,096 or 8,192, groups of 64 or 128
   // columns, T out and 16-byte aligned rows (W4NormSupported).
   W4NormArgsT<T> norm;
+  // With norm, the layer after this one in the epilogue, as GemvW8ArgsT's silu_mul and rope do
+  // for the W8A16 GEMV (kernels/quant.h): the bits of this GEMV followed by kernels::SiluMul or
+  // kernels::RopeStoreKv, without that launch. Each needs the weight's rows in the order that
+  // puts the values it pairs in one 16-row tile (the CUDA runner stores a W4A16 model's gate_up
+  // and q / k rows so at upload):
+  // - silu_mul: rows in GateUpLayout::kRunsOf8 (gate rows 8t .. 8t + 7, then up's, in row tile
+  //   t); out gets the n / 2 products kernels::SiluMul(..., kRunsOf8) would make of this GEMV's
+  //   output.
+  // - rope or rope_fp8 (a T or an e4m3 cache; host pointers, read at the launch): the qkv
+  //   projection of one decode token (num_tokens 1) with q and k heads in interleaved pair order
+  //   (rope->interleaved), out = rope->qkv gets what RopeStoreKv leaves there (q heads rotated, k
+  //   and v heads as computed) and the caches what it writes. REQUIRES: n = (num_heads + 2
+  //   num_kv_heads) * head_dim, head_dim a multiple of 16, no q_codes and no qkv_scales, and the
+  //   cache scales RopeStoreKv takes.
+  // At most one of the three; W4NormSupported is false otherwise.
+  bool silu_mul = false;
+  const RopeKvArgsT<T, T>* rope = nullptr;
+  const RopeKvArgsT<T, __nv_fp8_e4m3>* rope_fp8 = nullptr;
 };
 
 // W4ShapeSupported, 1 <= m <= kW4GemmMaxRows, ldx a multiple of 4, x 8-byte and w 16-byte

@@ -402,12 +402,18 @@ TEST(CudaEngine, GemvEpiloguesGiveTheSameBits) {
 }
 
 // The RMS norms before qkv and gate_up in the prologues of the streamed W4A16 GEMVs
-// (CudaRunnerOptions::gemv_norm, the default) change no bit: the tokens and logprobs of W4A16
-// engines (round-to-nearest, groups of 128 and 64) with and without it, each prompt alone
-// (one-token decode steps, which take it) and three at once (3-row steps, which do not), on a
-// Llama shape whose hidden size the fused kernel takes (2,048; o and MLP biases). The kernel
-// test (gemm_lowbit_test NormInThePrologueGivesTheSameBits) checks the outputs bit for bit; this
-// checks the runner's wiring: the residual stream's two buffers, layer 0's init, the final norm.
+// (CudaRunnerOptions::gemv_norm, the default), and SiluMul and RoPE with the KV write in their
+// epilogues (gemv_silu, gemv_rope) change no bit: the tokens and logprobs of W4A16 engines
+// (round-to-nearest, groups of 128 and 64; a bf16 and an fp8 KV cache) with and without them,
+// each prompt alone (one-token steps, which take them) and three at once (3-row steps, which do
+// not), on a Llama shape whose hidden size the fused kernel takes (2,048; q/k/v, o and MLP
+// biases). The kernel tests (gemm_lowbit_test NormInThePrologueGivesTheSameBits,
+// SiluMulInTheEpilogue..., RopeInTheEpilogue...) check the outputs bit for bit; this checks the
+// runner's wiring: the residual stream's two buffers, layer 0's init, the final norm, the cache
+// the attention reads. And the rows the runner moves at upload for the epilogues (gate_up in
+// runs of 8, q and k in RoPE's interleaved pair order, their biases with them; RoPE then runs
+// interleaved) against the CPU backend on the same engine, which keeps the stored order: the
+// same tokens and top-5 logprobs within MatchesCpuBackend's tolerance.
 TEST(CudaEngine, W4NormInGemvGivesTheSameBits) {
   ASSERT_TRUE(HasCudaDevice()) << "needs a CUDA device";
   ModelConfig config = PresetConfig("smollm2-135m").value();
@@ -417,54 +423,83 @@ TEST(CudaEngine, W4NormInGemvGivesTheSameBits) {
   config.num_kv_heads = 4;
   config.head_dim = 128;
   config.intermediate_size = 4096;
-  config.o_bias = config.mlp_bias = true;
+  config.qkv_bias = config.o_bias = config.mlp_bias = true;
   const Model m = Synth("w4_norm", config, 0.02f);
   auto ckpt = Checkpoint::Open(m.dir);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
   const std::vector<Prompt> prompts = RandomPrompts({1, 37, 300}, config.vocab_size, 13);
   const SamplingParams params = Greedy(24, 5);
-  for (const int32_t group : {128, 64}) {
+  // 0: the norms as kernels of their own; 1: in the GEMVs' prologues; 2: and SiluMul and RoPE
+  // with the KV write in their epilogues (gemv_silu, gemv_rope).
+  auto options_of = [](int fused, const std::string& kv) {
+    LlmOptions options;
+    options.device = "cuda";
+    options.kv_cache_dtype = kv;
+    options.engine.kv_cache_memory_bytes = int64_t{1} << 30;
+    options.gemv_norm = fused >= 1;
+    options.gemv_silu = options.gemv_rope = fused == 2;
+    return options;
+  };
+  struct Case {
+    int32_t group;
+    std::string kv;
+  };
+  for (const Case& c : {Case{128, "auto"}, Case{64, "auto"}, Case{128, "fp8"}}) {
+    SCOPED_TRACE("group " + std::to_string(c.group) + ", kv cache " + c.kv);
     W4Options w4;
-    w4.group_size = group;
+    w4.group_size = c.group;
     auto q = QuantizeW4(*ckpt, w4, {});
     ASSERT_TRUE(q.ok()) << q.status().ToString();
     EngineBuildOptions build;
-    build.out_dir = m.dir + "_w4_" + std::to_string(group);
+    build.out_dir = m.dir + "_w4_" + std::to_string(c.group);
     build.overwrite = true;
     build.quantization = QuantMethod::kW4A16;
     build.quant_recipe = "w4a16-rtn";
     const Status written = WriteEngine(*ckpt, &*q, build);
     ASSERT_TRUE(written.ok()) << written.ToString();
-    std::vector<CompletionOutput> runs[2];
-    for (int fused = 0; fused < 2; ++fused) {
-      LlmOptions options;
-      options.device = "cuda";
-      options.engine.kv_cache_memory_bytes = int64_t{1} << 30;
-      options.gemv_norm = fused == 1;
-      auto llm = LLM::Create(build.out_dir, options);
+    std::vector<CompletionOutput> runs[3];
+    for (int fused = 0; fused < 3; ++fused) {
+      auto llm = LLM::Create(build.out_dir, options_of(fused, c.kv));
       ASSERT_TRUE(llm.ok()) << llm.status().ToString();
       ASSERT_NO_FATAL_FAILURE(GenerateEachAlone(**llm, prompts, params, &runs[fused]));
       auto r = (*llm)->Generate(prompts, params);
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       for (const auto& out : *r) runs[fused].push_back(out.completions[0]);
     }
-    // And the fused kernel is what ran: a one-token prompt's steps (one token each) launch no
-    // norm of their own then (the per-op profile has no "rms_norm"), and do without the option.
-    for (int fused = 0; fused < 2; ++fused) {
-      LlmOptions options;
-      options.device = "cuda";
-      options.engine.kv_cache_memory_bytes = int64_t{1} << 30;
-      options.gemv_norm = fused == 1;
+    // And the fused kernels are what ran: a one-token prompt's steps (one token each) launch no
+    // norm of their own then (the per-op profile has no "rms_norm"), nor SiluMul or RoPE with
+    // the epilogues, and do without the options.
+    for (int fused = 0; fused < 3; ++fused) {
+      LlmOptions options = options_of(fused, c.kv);
       options.profile_cuda_ops = true;
       auto llm = LLM::Create(build.out_dir, options);
       ASSERT_TRUE(llm.ok()) << llm.status().ToString();
       ASSERT_TRUE((*llm)->Generate({prompts[0]}, Greedy(4, 0)).ok());
       auto report = GetCudaMemoryReport((*llm)->engine().runner());
       ASSERT_TRUE(report.ok()) << report.status().ToString();
-      EXPECT_EQ(report->op_seconds.contains("rms_norm"), fused == 0) << "gemv_norm " << fused;
+      EXPECT_EQ(report->op_seconds.contains("rms_norm"), fused == 0) << "fused " << fused;
+      EXPECT_EQ(report->op_seconds.contains("silu_mul"), fused < 2) << "fused " << fused;
+      EXPECT_EQ(report->op_seconds.contains("rope_kv_write"), fused < 2) << "fused " << fused;
       EXPECT_TRUE(report->op_seconds.contains("qkv"));
     }
-    ExpectSameBits(runs[0], runs[1], "group " + std::to_string(group));
+    ExpectSameBits(runs[0], runs[1], "norm in the prologue");
+    ExpectSameBits(runs[0], runs[2], "and SiluMul, RoPE in the epilogue");
+    if (c.kv == "auto") {
+      LlmOptions cpu_options;
+      cpu_options.device = "cpu";
+      auto cpu = LLM::Create(build.out_dir, cpu_options);
+      ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+      std::vector<CompletionOutput> want;
+      ASSERT_NO_FATAL_FAILURE(GenerateEachAlone(**cpu, prompts, params, &want));
+      float diff = 0;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        diff = std::max(diff, CompareCompletion(want[i], runs[2][i],
+                                                "cpu against cuda, prompt " + std::to_string(i)));
+      }
+      std::printf("W4A16 group %d: max |dlogprob| against the CPU over the top-5 = %.4f\n", c.group,
+                  diff);
+      EXPECT_LT(diff, kLogprobTolerance);
+    }
     std::filesystem::remove_all(build.out_dir);
   }
   std::filesystem::remove_all(m.dir);

@@ -25,6 +25,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemm_table.h"
+#include "backend/cuda/weight_upload.h"
 #include "core/buffer.h"
 #include "core/check.h"
 #include "core/dtype.h"
@@ -334,6 +335,8 @@ class CudaRunner final : public CudaRunnerBase {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::Gemm> gemm_;
   bool interleaved_rope_ = false;
+  // How gate_up_ holds gate and up: kRunsOf8 for W4A16 weights (their rows are stored so).
+  kernels::GateUpLayout gate_up_layout_ = kernels::GateUpLayout::kHalves;
 
   DeviceBuffer weight_memory_;
   std::vector<LayerWeights<T>> layers_;
@@ -449,132 +452,10 @@ class CudaRunner final : public CudaRunnerBase {
 
 // ---- Weights ------------------------------------------------------------------------------
 
-// Streams host bytes into device memory through two pinned buffers: copying one chunk into
-// pinned memory (split over threads: one thread cannot read the page cache at PCIe speed)
-// overlaps the DMA of the previous chunk. Plain cudaMemcpy from pageable memory stages
-// through a small driver buffer and serializes both halves.
-class Uploader {
- public:
-  static constexpr size_t kChunk = size_t{64} << 20;
-  static constexpr int kThreads = 4;
-
-  // on_bytes (may be empty) hears of every chunk sent.
-  Uploader(cudaStream_t stream, std::function<void(int64_t)> on_bytes)
-      : stream_(stream), on_bytes_(std::move(on_bytes)) {}
-  ~Uploader() {
-    for (int b = 0; b < 2; ++b) {
-      if (done_[b] != nullptr) {
-        cudaEventSynchronize(done_[b]);
-        cudaEventDestroy(done_[b]);
-      }
-      if (pinned_[b] != nullptr) cudaFreeHost(pinned_[b]);
-    }
-  }
-
-  Status Init() {
-    for (int b = 0; b < 2; ++b) {
-      KILN_CUDA_RETURN_IF_ERROR(
-          cudaHostAlloc(reinterpret_cast<void**>(&pinned_[b]), kChunk, cudaHostAllocDefault));
-      KILN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&done_[b], cudaEventDisableTiming));
-    }
-    return Status::Ok();
-  }
-
-  Status Upload(const void* src, size_t bytes, void* dst) {
-    const auto* from = static_cast<const uint8_t*>(src);
-    auto* to = static_cast<uint8_t*>(dst);
-    for (size_t at = 0; at < bytes; at += kChunk) {
-      const size_t n = std::min(kChunk, bytes - at);
-      uint8_t* buffer = pinned_[next_];
-      KILN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(done_[next_]));  // its last DMA is over
-      ParallelCopy(buffer, from + at, n);
-      KILN_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(to + at, buffer, n, cudaMemcpyHostToDevice, stream_));
-      KILN_CUDA_RETURN_IF_ERROR(cudaEventRecord(done_[next_], stream_));
-      next_ ^= 1;
-      if (on_bytes_) on_bytes_(static_cast<int64_t>(n));
-    }
-    return Status::Ok();
-  }
-
-  Status Finish() {
-    KILN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    return Status::Ok();
-  }
-
- private:
-  static void ParallelCopy(uint8_t* dst, const uint8_t* src, size_t n) {
-    if (n < (size_t{4} << 20)) {
-      std::memcpy(dst, src, n);
-      return;
-    }
-    const size_t part = (n + kThreads - 1) / kThreads;
-    std::vector<std::thread> threads;
-    for (int t = 1; t < kThreads; ++t) {
-      const size_t begin = std::min(n, t * part), end = std::min(n, begin + part);
-      threads.emplace_back([=] { std::memcpy(dst + begin, src + begin, end - begin); });
-    }
-    std::memcpy(dst, src, std::min(n, part));
-    for (std::thread& th : threads) th.join();
-  }
-
-  cudaStream_t stream_;
-  std::function<void(int64_t)> on_bytes_;
-  uint8_t* pinned_[2] = {nullptr, nullptr};
-  cudaEvent_t done_[2] = {nullptr, nullptr};
-  int next_ = 0;
-};
-
 // The kiln DType of an activation type.
 template <typename T>
 constexpr DType DTypeOf() {
   return std::is_same_v<T, __half> ? DType::kF16 : DType::kBF16;
-}
-
-// A stored weight of another dtype (weights already in T are uploaded as they are) as T's bits,
-// converted in chunks of whole blocks on several threads (one thread took ~50 s for the 16 GB
-// of an 8B bf16 checkpoint in fp16).
-template <typename T>
-Status ToActivation(const Weight& w, std::vector<uint16_t>& out) {
-  const int64_t n = w.shape.numel();
-  if (!CanDequantizeToF32(w.dtype)) {
-    return Unsupported(w.file + ": tensor " + w.source_name + " has dtype " +
-                       std::string(DTypeName(w.dtype)) + ", which the CUDA backend cannot load");
-  }
-  const DTypeInfo& info = GetDTypeInfo(w.dtype);
-  if (n % info.block_size != 0 ||
-      static_cast<int64_t>(w.nbytes) != n / info.block_size * info.block_bytes) {
-    return InvalidArgument(w.file + ": tensor " + w.source_name + " holds " +
-                           std::to_string(w.nbytes) + " bytes, not the size of " +
-                           std::to_string(n) + " " + std::string(DTypeName(w.dtype)) + " values");
-  }
-  out.resize(n);
-  const int64_t chunk = int64_t{info.block_size} * std::max(1, (1 << 16) / info.block_size);
-  const int64_t num_chunks = (n + chunk - 1) / chunk;
-  const int num_threads = static_cast<int>(std::min<int64_t>(
-      num_chunks, std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 8)));
-  std::atomic<int64_t> next{0};
-  std::vector<Status> errors(num_threads);
-  auto work = [&](int t) {
-    std::vector<float> f32(chunk);
-    for (int64_t c = next++; c < num_chunks; c = next++) {
-      const int64_t begin = c * chunk, count = std::min(chunk, n - begin);
-      const auto* src =
-          static_cast<const uint8_t*>(w.data) + begin / info.block_size * info.block_bytes;
-      errors[t] = DequantizeToF32(w.dtype, src, count / info.block_size * info.block_bytes, count,
-                                  f32.data());
-      if (!errors[t].ok()) return;
-      for (int64_t i = 0; i < count; ++i) {
-        out[begin + i] = DTypeOf<T>() == DType::kF16 ? F32ToF16(f32[i]) : F32ToBF16(f32[i]);
-      }
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int t = 1; t < num_threads; ++t) threads.emplace_back(work, t);
-  work(0);
-  for (std::thread& th : threads) th.join();
-  for (const Status& e : errors) KILN_RETURN_IF_ERROR(e);
-  return Status::Ok();
 }
 
 template <typename T>
@@ -643,7 +524,7 @@ Status CudaRunner<T>::Init(const Checkpoint& ckpt) {
 // A part (rows [row, row + rows) of a fused matrix, or all of one) of an INT8 linear layer: a
 // pre-quantized int8 weight (kiln build --quant int8-sq) and its row scales, as they are.
 template <typename T>
-Status UploadInt8Linear(const Checkpoint& ckpt, Uploader& uploader, const std::string& name,
+Status UploadInt8Linear(const Checkpoint& ckpt, cuda::Uploader& uploader, const std::string& name,
                         LinearWeight<T>& lw, int64_t row, int64_t rows, int64_t cols) {
   const Weight* w = ckpt.Find(name);
   if (w == nullptr) return NotFound(ckpt.path() + ": missing tensor " + name);
@@ -659,58 +540,6 @@ Status UploadInt8Linear(const Checkpoint& ckpt, Uploader& uploader, const std::s
       uploader.Upload(w->data, w->nbytes, const_cast<int8_t*>(lw.int8.w) + row * cols));
   return uploader.Upload(w->row_scales.data(), rows * sizeof(float),
                          const_cast<float*>(lw.int8.scale) + row);
-}
-
-// The same for W4A16: the packed codes, fp16 scales and int8 zeros go through `staging` (n * k
-// elements of T or more) into the kernels' layout (kernels::W4RepackCodes / W4RepackScales: the
-// part's tiles and scale words at its rows of the fused matrix). With act-order every part of a
-// fused matrix must share one column order (one gather of x serves the fused GEMM); `perms`
-// keeps the first part's, per matrix.
-template <typename T>
-Status UploadW4Linear(const Checkpoint& ckpt, Uploader& uploader, const std::string& name,
-                      LinearWeight<T>& lw, int64_t row, int64_t rows, int64_t cols,
-                      DeviceBuffer& staging, std::map<const int32_t*, std::vector<int32_t>>& perms,
-                      cudaStream_t stream) {
-  const Weight* w = ckpt.Find(name);
-  if (w == nullptr) return NotFound(ckpt.path() + ": missing tensor " + name);
-  const int64_t g = lw.w4.group_size, groups = cols / g;
-  if (w->dtype != DType::kI4 || !w->w4.has_value() || w->nbytes != rows * cols / 2 ||
-      w->w4->group_size != g || static_cast<int64_t>(w->w4->scales.size()) != rows * groups ||
-      (!w->w4->zeros.empty() && static_cast<int64_t>(w->w4->zeros.size()) != rows * groups) ||
-      static_cast<int64_t>(w->w4->perm.size()) != (lw.w4.perm != nullptr ? cols : 0)) {
-    return InvalidArgument(w->file + ": tensor " + w->source_name + " is not a packed 4-bit " +
-                           std::to_string(rows) + " x " + std::to_string(cols) +
-                           " weight with group size " + std::to_string(g) +
-                           (lw.w4.perm != nullptr ? " and act-order" : " without act-order") +
-                           ", as the checkpoint's first layer is");
-  }
-  auto* base = static_cast<uint8_t*>(staging.data());
-  const int64_t codes_bytes = AlignUp(rows * cols / 2), scale_bytes = AlignUp(rows * groups * 2);
-  auto* scales = reinterpret_cast<uint16_t*>(base + codes_bytes);
-  auto* zeros = reinterpret_cast<int8_t*>(base + codes_bytes + scale_bytes);
-  KILN_RETURN_IF_ERROR(uploader.Upload(w->data, w->nbytes, base));
-  KILN_RETURN_IF_ERROR(uploader.Upload(w->w4->scales.data(), rows * groups * 2, scales));
-  if (!w->w4->zeros.empty()) {
-    KILN_RETURN_IF_ERROR(uploader.Upload(w->w4->zeros.data(), rows * groups, zeros));
-  }
-  KILN_CUDA_RETURN_IF_ERROR(kernels::W4RepackCodes(
-      base, rows, cols, const_cast<uint8_t*>(lw.w4.tiled) + row * cols / 2, stream));
-  KILN_CUDA_RETURN_IF_ERROR(kernels::W4RepackScales(
-      scales, w->w4->zeros.empty() ? nullptr : zeros, rows, groups,
-      std::is_same_v<T, __nv_bfloat16>, const_cast<uint32_t*>(lw.w4.sz) + row, lw.rows, stream));
-  if (lw.w4.perm == nullptr) return Status::Ok();
-  auto [it, first] = perms.try_emplace(lw.w4.perm, w->w4->perm);
-  if (first) {
-    return uploader.Upload(w->w4->perm.data(), cols * sizeof(int32_t),
-                           const_cast<int32_t*>(lw.w4.perm));
-  }
-  if (it->second != w->w4->perm) {
-    return Unsupported(w->file + ": tensor " + w->source_name +
-                       " orders its input columns (act-order) unlike the other parts of its "
-                       "fused matrix (q/k/v or gate/up); the CUDA W4A16 path needs one order "
-                       "per fused matrix");
-  }
-  return Status::Ok();
 }
 
 template <typename T>
@@ -865,7 +694,7 @@ Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
   // Progress in the checkpoint's bytes (converted tensors move more or fewer).
   const int64_t total_bytes = ckpt.WeightBytes();
   int64_t sent = 0;
-  Uploader uploader(stream_, [&](int64_t n) {
+  cuda::Uploader uploader(stream_, [&](int64_t n) {
     sent += n;
     if (options_.upload_progress)
       options_.upload_progress(std::min(sent, total_bytes), total_bytes);
@@ -878,7 +707,7 @@ Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
     if (w->dtype == DTypeOf<T>()) {  // straight from the mapped file
       return uploader.Upload(w->data, w->shape.numel() * sizeof(uint16_t), dst);
     }
-    KILN_RETURN_IF_ERROR(ToActivation<T>(*w, values));
+    KILN_RETURN_IF_ERROR(cuda::ToActivation(*w, DTypeOf<T>(), values));
     return uploader.Upload(values.data(), values.size() * sizeof(uint16_t), dst);
   };
   // A part (rows [row, row + rows) of a fused matrix, or all of one) of a linear layer. FP8: a
@@ -895,11 +724,16 @@ Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
         {qkv_rows * h, h * q, 2 * inter * h, h * inter, w4_head ? int64_t{c.vocab_size} * h : 0});
     KILN_ASSIGN_OR_RETURN(staging, DeviceBuffer::Allocate(largest * sizeof(T)));
   }
+  // order: a W4A16 part's row order (cuda::W4RowOrder; the other formats keep the stored one).
   auto upload_linear = [&](const std::string& name, LinearWeight<T>& lw, int64_t row, int64_t rows,
-                           int64_t cols) -> Status {
+                           int64_t cols,
+                           cuda::W4RowOrder order = cuda::W4RowOrder::kAsIs) -> Status {
     if (int8) return UploadInt8Linear(ckpt, uploader, name, lw, row, rows, cols);
-    if (w4)
-      return UploadW4Linear(ckpt, uploader, name, lw, row, rows, cols, staging, perms, stream_);
+    if (w4) {
+      return cuda::UploadW4Part(ckpt, uploader, name, lw.w4, lw.rows, row, rows, cols, order,
+                                c.head_dim, std::is_same_v<T, __nv_bfloat16>, staging, perms,
+                                stream_);
+    }
     if (lw.w != nullptr) {  // T: not FP8, or a layer an FP8 checkpoint left in 16 bits
       const Weight* w = ckpt.Find(name);
       if (w != nullptr && w->dtype == DType::kF8E4M3) {
@@ -931,28 +765,52 @@ Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
                                                        rows, cols, w8, cols, scale, stream_));
     return Status::Ok();
   };
+  // W4A16 rows in the orders of the one-token GEMV's epilogues (cuda::W4RowOrder): gate_up in
+  // runs of 8 (SiluMul then reads it as GateUpLayout::kRunsOf8), and the q and k heads of a
+  // half-split checkpoint in RoPE's interleaved pair order (RoPE then runs interleaved in every
+  // step, and the cache holds K in that order; q . k is the same sum in another order).
+  const auto gate_order = w4 ? cuda::W4RowOrder::kGateRuns : cuda::W4RowOrder::kAsIs;
+  const auto up_order = w4 ? cuda::W4RowOrder::kUpRuns : cuda::W4RowOrder::kAsIs;
+  const auto qk_order =
+      w4 && !interleaved_rope_ ? cuda::W4RowOrder::kRopePairs : cuda::W4RowOrder::kAsIs;
+  if (w4) {
+    gate_up_layout_ = kernels::GateUpLayout::kRunsOf8;
+    interleaved_rope_ = true;
+  }
+  // A bias part in its weight's row order: through `staging` when it moves.
+  auto upload_bias = [&](const std::string& name, T* bias, int64_t row, int64_t rows,
+                         cuda::W4RowOrder order) -> Status {
+    if (order == cuda::W4RowOrder::kAsIs) return upload(name, bias + row);
+    auto* part = static_cast<T*>(staging.data());
+    KILN_RETURN_IF_ERROR(upload(name, part));
+    return cuda::PlaceRows(part, bias, row, rows, sizeof(T), order, c.head_dim, stream_);
+  };
   KILN_RETURN_IF_ERROR(upload("model.embed_tokens.weight", embedding_));
   for (int i = 0; i < c.num_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     LayerWeights<T>& l = layers_[i];
     KILN_RETURN_IF_ERROR(upload(p + "input_layernorm.weight", l.input_norm));
-    KILN_RETURN_IF_ERROR(upload_linear(p + "self_attn.q_proj.weight", l.qkv, 0, q, h));
-    KILN_RETURN_IF_ERROR(upload_linear(p + "self_attn.k_proj.weight", l.qkv, q, kv, h));
+    KILN_RETURN_IF_ERROR(upload_linear(p + "self_attn.q_proj.weight", l.qkv, 0, q, h, qk_order));
+    KILN_RETURN_IF_ERROR(upload_linear(p + "self_attn.k_proj.weight", l.qkv, q, kv, h, qk_order));
     KILN_RETURN_IF_ERROR(upload_linear(p + "self_attn.v_proj.weight", l.qkv, q + kv, kv, h));
     if (c.qkv_bias) {
-      KILN_RETURN_IF_ERROR(upload(p + "self_attn.q_proj.bias", l.qkv_bias));
-      KILN_RETURN_IF_ERROR(upload(p + "self_attn.k_proj.bias", l.qkv_bias + q));
+      KILN_RETURN_IF_ERROR(upload_bias(p + "self_attn.q_proj.bias", l.qkv_bias, 0, q, qk_order));
+      KILN_RETURN_IF_ERROR(upload_bias(p + "self_attn.k_proj.bias", l.qkv_bias, q, kv, qk_order));
       KILN_RETURN_IF_ERROR(upload(p + "self_attn.v_proj.bias", l.qkv_bias + q + kv));
     }
     KILN_RETURN_IF_ERROR(upload_linear(p + "self_attn.o_proj.weight", l.o, 0, h, q));
     if (c.o_bias) KILN_RETURN_IF_ERROR(upload(p + "self_attn.o_proj.bias", l.o_bias));
     KILN_RETURN_IF_ERROR(upload(p + "post_attention_layernorm.weight", l.post_norm));
-    KILN_RETURN_IF_ERROR(upload_linear(p + "mlp.gate_proj.weight", l.gate_up, 0, inter, h));
-    KILN_RETURN_IF_ERROR(upload_linear(p + "mlp.up_proj.weight", l.gate_up, inter, inter, h));
+    KILN_RETURN_IF_ERROR(
+        upload_linear(p + "mlp.gate_proj.weight", l.gate_up, 0, inter, h, gate_order));
+    KILN_RETURN_IF_ERROR(
+        upload_linear(p + "mlp.up_proj.weight", l.gate_up, inter, inter, h, up_order));
     KILN_RETURN_IF_ERROR(upload_linear(p + "mlp.down_proj.weight", l.down, 0, h, inter));
     if (c.mlp_bias) {
-      KILN_RETURN_IF_ERROR(upload(p + "mlp.gate_proj.bias", l.gate_up_bias));
-      KILN_RETURN_IF_ERROR(upload(p + "mlp.up_proj.bias", l.gate_up_bias + inter));
+      KILN_RETURN_IF_ERROR(
+          upload_bias(p + "mlp.gate_proj.bias", l.gate_up_bias, 0, inter, gate_order));
+      KILN_RETURN_IF_ERROR(
+          upload_bias(p + "mlp.up_proj.bias", l.gate_up_bias, inter, inter, up_order));
       KILN_RETURN_IF_ERROR(upload(p + "mlp.down_proj.bias", l.down_bias));
     }
   }
@@ -968,8 +826,10 @@ Status CudaRunner<T>::UploadWeights(const Checkpoint& ckpt) {
   }
   KILN_RETURN_IF_ERROR(upload("model.norm.weight", final_norm_));
   if (w4_head) {
-    KILN_RETURN_IF_ERROR(UploadW4Linear(ckpt, uploader, "lm_head.weight", lm_head_, 0, c.vocab_size,
-                                        h, staging, perms, stream_));
+    KILN_RETURN_IF_ERROR(
+        cuda::UploadW4Part(ckpt, uploader, "lm_head.weight", lm_head_.w4, c.vocab_size, 0,
+                           c.vocab_size, h, cuda::W4RowOrder::kAsIs, c.head_dim,
+                           std::is_same_v<T, __nv_bfloat16>, staging, perms, stream_));
   } else if (!c.tie_word_embeddings) {
     KILN_RETURN_IF_ERROR(upload("lm_head.weight", lm_head_.w));
   }
@@ -1462,8 +1322,13 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
   // the other buffer. false: nothing launched; the caller runs `norm` and the layer.
   const bool norm_in_gemv =
       options_.gemv_norm && num_tokens == 1 && !fused_fp8 && !fused_scales && !residual24;
+  // epi: the layer after it in the GEMV's epilogue too (cuda::W4Epilogue), its output into
+  // epi_out, where the kernel takes it (*epi_done then true; else the GEMV with its norm alone
+  // into out, where it takes that).
   auto norm_linear = [&](bool init, const T* weight, const LinearWeight<T>& w, int64_t n, int64_t k,
-                         const T* bias, T* out, cuda::L2Prefetch prefetch) -> Result<bool> {
+                         const T* bias, T* out, cuda::L2Prefetch prefetch,
+                         const cuda::W4Epilogue<T>& epi = {}, T* epi_out = nullptr,
+                         bool* epi_done = nullptr) -> Result<bool> {
     if (!norm_in_gemv || w.w4.tiled == nullptr) return false;
     kernels::W4NormArgsT<T> nm;
     nm.weight = weight;
@@ -1472,6 +1337,16 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
     nm.residual_out = residual_ == h_ ? h_alt_ : h_;
     nm.eps = eps;
     nm.init = init;
+    const bool with_epi = epi.silu_mul || epi.rope != nullptr || epi.rope_fp8 != nullptr;
+    if (with_epi) {
+      KILN_ASSIGN_OR_RETURN(const bool done, gemm_->LinearW4Norm(nm, w.w4, n, k, bias, epi_out,
+                                                                 stream_, prefetch, epi));
+      if (done) {
+        residual_ = nm.residual_out;
+        if (epi_done != nullptr) *epi_done = true;
+        return true;
+      }
+    }
     KILN_ASSIGN_OR_RETURN(const bool done,
                           gemm_->LinearW4Norm(nm, w.w4, n, k, bias, out, stream_, prefetch));
     if (done) residual_ = nm.residual_out;
@@ -1496,10 +1371,27 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
   for (int i = 0; i < c.num_layers; ++i) {
     const LayerWeights<T>& l = layers_[i];
     // Layer 0 starts the residual stream with the embeddings; later layers first add the
-    // previous MLP output.
-    KILN_ASSIGN_OR_RETURN(const bool qkv_normed,
-                          norm_linear(/*init=*/i == 0, l.input_norm, l.qkv, qkv_rows, h, l.qkv_bias,
-                                      qkv_, PrefetchOf(l.o, h, q, num_tokens)));
+    // previous MLP output. A W4A16 qkv GEMV with its norm also runs RoPE and the KV write
+    // (options_.gemv_rope; its q and k rows are in RoPE's interleaved pair order), unless RoPE
+    // hands prompt rows' q to the prefill kernel as codes.
+    kernels::RopeKvArgsT<T, T> w4_rope;
+    kernels::RopeKvArgsT<T, __nv_fp8_e4m3> w4_rope_fp8;
+    cuda::W4Epilogue<T> qkv_epi;
+    if (options_.gemv_rope && norm_in_gemv && l.qkv.w4.tiled != nullptr &&
+        !RopeWritesQCodes(num_seqs, num_decode)) {
+      if (fp8_kv()) {
+        w4_rope_fp8 = RopeArgs<__nv_fp8_e4m3>(i, num_tokens, {});
+        qkv_epi.rope_fp8 = &w4_rope_fp8;
+      } else {
+        w4_rope = RopeArgs<T>(i, num_tokens, {});
+        qkv_epi.rope = &w4_rope;
+      }
+    }
+    bool rope_in_gemv = false;
+    KILN_ASSIGN_OR_RETURN(
+        const bool qkv_normed,
+        norm_linear(/*init=*/i == 0, l.input_norm, l.qkv, qkv_rows, h, l.qkv_bias, qkv_,
+                    PrefetchOf(l.o, h, q, num_tokens), qkv_epi, qkv_, &rope_in_gemv));
     if (!qkv_normed) {
       KILN_LAUNCH(norm(/*init=*/i == 0, l.input_norm, l.qkv));
       Mark("rms_norm");
@@ -1508,7 +1400,6 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
     kernels::Fp8InputScales qkv_scales;
     // With RoPE and the KV write in the W8A16 GEMV's epilogue (options_.gemv_rope). Not when
     // RoPE hands prompt rows' q to the prefill kernel as codes (EnqueueAttention).
-    bool rope_in_gemv = false;
     if (fused_scales) {
       KILN_RETURN_IF_ERROR(unscaled(l.qkv, qkv_rows, h, qkv_));
       qkv_scales = ScalesOf(fp8_scratch_.scale, l.qkv, l.qkv_bias);
@@ -1542,10 +1433,15 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
                                   PrefetchOf(l.gate_up, 2 * inter, h, num_tokens)));
     }
     Mark("o");
+    // With SiluMul in the W8A16 GEMV's epilogue (options_.gemv_silu), or in the W4A16 GEMV's
+    // with its norm (gate_up's rows in runs of 8), act_ holds down's input.
+    bool silu_in_gemv = false;
+    cuda::W4Epilogue<T> gate_up_epi;
+    gate_up_epi.silu_mul = options_.gemv_silu && gate_up_layout_ == kernels::GateUpLayout::kRunsOf8;
     KILN_ASSIGN_OR_RETURN(
         const bool gate_up_normed,
         norm_linear(/*init=*/false, l.post_norm, l.gate_up, 2 * inter, h, l.gate_up_bias, gate_up_,
-                    PrefetchOf(l.down, h, inter, num_tokens)));
+                    PrefetchOf(l.down, h, inter, num_tokens), gate_up_epi, act_, &silu_in_gemv));
     if (!gate_up_normed) {
       KILN_LAUNCH(norm(/*init=*/false, l.post_norm, l.gate_up));
       Mark("rms_norm");
@@ -1553,8 +1449,6 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
     kernels::Fp8InputScales gate_up_scales;
     // With SiluMul in the GEMM's epilogue (FusedGateUp), act_ holds the bf16 products.
     bool products = false;
-    // With SiluMul in the W8A16 GEMV's epilogue (options_.gemv_silu), act_ holds down's input.
-    bool silu_in_gemv = false;
     if (fused_scales) {
       gate_up_scales = ScalesOf(fp8_scratch_.scale, l.gate_up, l.gate_up_bias);
       kernels::Fp8GateUpSiluArgs g;
@@ -1599,9 +1493,9 @@ Status CudaRunner<T>::EnqueueForward(int32_t num_tokens, int32_t num_seqs, int32
                                             fp8_scratch_.x, inter, down_scales,
                                             l.down.fp8.input_scale, stream_, gate_up_scales)
                       : kernels::SiluMul(gate_up_, 2 * inter, num_tokens, c.intermediate_size, act_,
-                                         inter, stream_));
+                                         inter, stream_, gate_up_layout_));
     }
-    Mark("silu_mul");
+    if (products || !silu_in_gemv) Mark("silu_mul");  // a launch of its own
     if (fused_scales && !last) {
       KILN_RETURN_IF_ERROR(unscaled(l.down, h, inter, delta_));
       delta_scales = ScalesOf(down_scales, l.down, l.down_bias);
@@ -1683,8 +1577,10 @@ Status CudaRunner<T>::EnqueueAttention(int i, int32_t num_tokens, int32_t num_se
       q_codes = {q_codes_, q_code_scales_};
     }
   }
-  if (!rope_done) KILN_LAUNCH(kernels::RopeStoreKv(rope, stream_));
-  Mark("rope_kv_write");
+  if (!rope_done) {
+    KILN_LAUNCH(kernels::RopeStoreKv(rope, stream_));
+    Mark("rope_kv_write");
+  }
 
   kernels::PagedKvCacheT<T, C> cache;
   cache.k = static_cast<const C*>(k_cache_[i]);

@@ -100,13 +100,18 @@ struct CudaRunnerOptions {
   // GEMM and SiluMulFp8 (for A/B benchmarks).
   bool fused_gate_up = true;
   // Decode steps whose gate_up runs the W8A16 GEMV (FP8 or INT8 layers, up to
-  // fp8_gemv_max_rows / int8_gemv_max_rows tokens): SiluMul in the GEMV's epilogue
-  // (cuda::Gemm::GateUpSiluW8), one launch and the gate_up row's round trip less a layer, the
-  // same bits. false: the GEMV then SiluMul (for A/B benchmarks).
+  // fp8_gemv_max_rows / int8_gemv_max_rows tokens), and one-token W4A16 steps whose gate_up
+  // runs the streamed GEMV with its norm (gemv_norm): SiluMul in the GEMV's epilogue
+  // (cuda::Gemm::GateUpSiluW8, LinearW4Norm with W4Epilogue::silu_mul), one launch and the
+  // gate_up row's round trip less a layer, the same bits. false: the GEMV then SiluMul (for A/B
+  // benchmarks). W4A16 gate_up rows are stored in runs of 8 either way
+  // (kernels::GateUpLayout::kRunsOf8).
   bool gemv_silu = true;
   // The same for qkv: RoPE and the KV-cache write in the qkv GEMV's epilogue
-  // (cuda::Gemm::QkvRopeW8) instead of kernels::RopeStoreKv, except in steps where RoPE hands
-  // prompt rows' q to the prefill kernel as codes (rope_q_codes). The same bits.
+  // (cuda::Gemm::QkvRopeW8, LinearW4Norm with W4Epilogue::rope) instead of kernels::RopeStoreKv,
+  // except in steps where RoPE hands prompt rows' q to the prefill kernel as codes
+  // (rope_q_codes). The same bits. W4A16 q and k rows are stored in RoPE's interleaved pair
+  // order either way (RoPE runs interleaved on them).
   bool gemv_rope = true;
   // The W8A16 GEMVs in their persistent form (cuda::Gemm::set_gemv_persistent): one wave of
   // blocks whose lanes keep their weight loads in flight from one output to the next. The same

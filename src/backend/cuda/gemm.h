@@ -88,6 +88,14 @@ struct W4Weight {
       nullptr;  // [k] (act-order: stored column j is input channel perm[j]) or null
   int64_t group_size = 0;
 };
+// The layer a one-token W4A16 GEMV with its norm may run in its epilogue (Gemm::LinearW4Norm;
+// kernels::W4GemmArgsT's fields of the same names, with the row orders they need): at most one.
+template <typename T>
+struct W4Epilogue {
+  bool silu_mul = false;
+  const kernels::RopeKvArgsT<T, T>* rope = nullptr;
+  const kernels::RopeKvArgsT<T, __nv_fp8_e4m3>* rope_fp8 = nullptr;
+};
 
 // What Gemm::LinearW4 may work in (each optional): `gathered`, room for m * k elements of x's
 // type (act-order: x's columns gathered in stored order); `dequant`, dequant_bytes of room for
@@ -210,11 +218,13 @@ class Gemm {
   // norm.residual_out = residual + delta. Returns false and launches nothing where the kernel
   // does not take it (kernels::W4NormSupported: k of 2,048 / 4,096 / 8,192, groups of 64 or 128,
   // no act-order); the caller then runs the norm and LinearW4. T: __nv_bfloat16 or __half
-  // (instantiated in gemm_w4.cc).
+  // (instantiated in gemm_w4.cc). With epi's silu_mul, rope or rope_fp8, the layer after it
+  // too (kernels::W4GemmArgsT: out gets SiluMul's n / 2 products, or is rope's qkv row); false
+  // also where the kernel does not take that epilogue.
   template <typename T>
   Result<bool> LinearW4Norm(const kernels::W4NormArgsT<T>& norm, const W4Weight& w, int64_t n,
                             int64_t k, const T* bias, T* out, cudaStream_t stream,
-                            L2Prefetch prefetch = {});
+                            L2Prefetch prefetch = {}, const W4Epilogue<T>& epi = {});
 
   // INT8 W8A8 linear layer (model/quantization.h): up to int8_gemv_max_rows() rows, weight-only
   // kernels::GemvInt8 on x as it is (W8A16); more rows: x quantized per token into `scratch`

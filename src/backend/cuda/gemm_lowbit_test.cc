@@ -399,6 +399,113 @@ TEST(GemmW4Gpu, RejectsUnsupportedShapes) {
             StatusCode::kUnsupported);
 }
 
+// A random one-token W4A16 layer after a residual RMS norm, on the device: the weight (n x k,
+// groups of group_size, zero points) repacked, the residual stream of earlier layers (fp32,
+// larger than one layer's output), this layer's delta, the norm weight around 1, a bias.
+template <typename T>
+struct W4NormLayer {
+  int64_t n, k;
+  Dev<uint8_t> tiled;
+  Dev<uint32_t> sz;
+  Dev<uint16_t> delta, norm_weight, bias, x;
+  Dev<float> residual, residual_in, residual_out;
+  std::vector<float> residual_host;
+  W4Weight w;
+
+  W4NormLayer(int64_t n_, int64_t k_, int64_t group_size, uint32_t seed)
+      : n(n_),
+        k(k_),
+        tiled(n * k / 2),
+        sz(n * (k / group_size)),
+        delta(k),
+        norm_weight(k),
+        bias(n),
+        x(k),
+        residual(k),
+        residual_in(k),
+        residual_out(k) {
+    std::mt19937 rng(seed);
+    const int64_t groups = k / group_size;
+    std::uniform_int_distribution<int> byte_dist(0, 255), code_dist(-8, 7);
+    std::uniform_real_distribution<float> scale_dist(0.002f, 0.03f), weight_dist(0.5f, 1.5f);
+    std::vector<uint8_t> packed(n * k / 2);
+    for (uint8_t& b : packed) b = static_cast<uint8_t>(byte_dist(rng));
+    std::vector<uint16_t> scales(n * groups);
+    std::vector<int8_t> zeros(n * groups);
+    for (uint16_t& v : scales) v = F32ToF16(scale_dist(rng));
+    for (int8_t& z : zeros) z = static_cast<int8_t>(code_dist(rng));
+    std::normal_distribution<float> res_dist(0.0f, 4.0f);
+    residual_host.resize(k);
+    for (float& v : residual_host) v = res_dist(rng);
+    std::vector<uint16_t> weight(k);
+    for (uint16_t& v : weight) v = Format<T>::FromF32(weight_dist(rng));
+    Dev<uint8_t> d_packed(packed.size());
+    Dev<uint16_t> d_scales(scales.size());
+    Dev<int8_t> d_zeros(zeros.size());
+    d_packed.Upload(packed);
+    d_scales.Upload(scales);
+    d_zeros.Upload(zeros);
+    delta.Upload(RandomActivations<T>(rng, k));
+    norm_weight.Upload(weight);
+    bias.Upload(RandomActivations<T>(rng, n));
+    residual.Upload(residual_host);
+    residual_in.Upload(residual_host);
+    residual_out.Upload(std::vector<float>(k, NAN));
+    EXPECT_EQ(kernels::W4RepackCodes(d_packed.ptr, n, k, tiled.ptr, nullptr), cudaSuccess);
+    EXPECT_EQ(kernels::W4RepackScales(d_scales.ptr, d_zeros.ptr, n, groups,
+                                      std::is_same_v<T, __nv_bfloat16>, sz.ptr, n, nullptr),
+              cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the staging buffers go out of scope
+    w.tiled = tiled.ptr;
+    w.sz = sz.ptr;
+    w.group_size = group_size;
+  }
+
+  // The two launches the fusion replaces: the norm (residual in place) into x, then the layer.
+  void Unfused(Gemm& gemm, bool init, const T* bias_ptr, T* out) {
+    CUDA_OK(kernels::RmsNormF32Residual(As<T>(delta.ptr), k, residual.ptr, init, nullptr, 1,
+                                        static_cast<int32_t>(k), As<T>(norm_weight.ptr), 1e-5f,
+                                        As<T>(x.ptr), k, nullptr));
+    ASSERT_TRUE(
+        gemm.LinearW4(As<T>(x.ptr), k, 1, w, n, k, bias_ptr, out, n, false, W4Scratch{}, nullptr)
+            .ok());
+  }
+
+  // The fused launch's norm: reads residual_in, writes residual_out.
+  kernels::W4NormArgsT<T> Norm(bool init) const {
+    kernels::W4NormArgsT<T> nm;
+    nm.weight = As<T>(norm_weight.ptr);
+    nm.delta = As<T>(delta.ptr);
+    nm.residual = residual_in.ptr;
+    nm.residual_out = residual_out.ptr;
+    nm.eps = 1e-5f;
+    nm.init = init;
+    return nm;
+  }
+
+  // The fused launch left the residual stream the norm leaves, and did not write its input.
+  void ExpectResidual() const {
+    const std::vector<float> want = residual.Download(k), got = residual_out.Download(k);
+    EXPECT_EQ(std::memcmp(want.data(), got.data(), k * sizeof(float)), 0)
+        << "residual_out differs from the norm's in-place residual";
+    EXPECT_EQ(residual_in.Download(k), residual_host) << "the residual read was written";
+  }
+};
+
+// want == got bit for bit (T bits or raw bytes), naming the first differences.
+template <typename E>
+void ExpectSameBits(const std::vector<E>& want, const std::vector<E>& got, const char* what) {
+  ASSERT_EQ(want.size(), got.size());
+  int64_t differ = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (want[i] != got[i] && differ++ < 5) {
+      ADD_FAILURE() << what << "[" << i << "]: " << +got[i] << " against " << +want[i]
+                    << " unfused";
+    }
+  }
+  EXPECT_EQ(differ, 0) << what;
+}
+
 // The residual RMS norm in the streamed GEMV's prologue (Gemm::LinearW4Norm, the runner's
 // one-token W4A16 qkv and gate_up) against kernels::RmsNormF32Residual then Gemm::LinearW4 on
 // its output row: the same output bits and the same residual stream, for k of 2,048 / 4,096 /
@@ -422,85 +529,23 @@ TYPED_TEST(GemmW4Gpu, NormInThePrologueGivesTheSameBits) {
     SCOPED_TRACE(testing::Message()
                  << DTypeName(Format<T>::kDType) << " n=" << c.n << " k=" << c.k
                  << " g=" << c.group_size << " init=" << c.init << " bias=" << c.bias);
-    std::mt19937 rng(seed++);
-    const int64_t groups = c.k / c.group_size;
-    std::uniform_int_distribution<int> byte_dist(0, 255), code_dist(-8, 7);
-    std::uniform_real_distribution<float> scale_dist(0.002f, 0.03f), weight_dist(0.5f, 1.5f);
-    std::vector<uint8_t> packed(c.n * c.k / 2);
-    for (uint8_t& b : packed) b = static_cast<uint8_t>(byte_dist(rng));
-    std::vector<uint16_t> scales(c.n * groups);
-    std::vector<int8_t> zeros(c.n * groups);
-    for (uint16_t& v : scales) v = F32ToF16(scale_dist(rng));
-    for (int8_t& z : zeros) z = static_cast<int8_t>(code_dist(rng));
-    // The residual stream of earlier layers (fp32, larger than one layer's output) and this
-    // layer's delta; the norm weight around 1.
-    std::normal_distribution<float> res_dist(0.0f, 4.0f);
-    std::vector<float> residual(c.k);
-    for (float& v : residual) v = res_dist(rng);
-    const std::vector<uint16_t> delta = RandomActivations<T>(rng, c.k);
-    std::vector<uint16_t> norm_weight(c.k);
-    for (uint16_t& v : norm_weight) v = Format<T>::FromF32(weight_dist(rng));
-    const std::vector<uint16_t> bias = RandomActivations<T>(rng, c.n);
-
-    Dev<uint8_t> d_packed(packed.size()), d_tiled(packed.size());
-    Dev<uint16_t> d_scales(scales.size()), d_delta(c.k), d_weight(c.k), d_bias(c.n), d_x(c.k),
-        d_out(c.n), d_fused(c.n);
-    Dev<int8_t> d_zeros(zeros.size());
-    Dev<uint32_t> d_sz(scales.size());
-    Dev<float> d_res(c.k), d_res_in(c.k), d_res_out(c.k);
-    d_packed.Upload(packed);
-    d_scales.Upload(scales);
-    d_zeros.Upload(zeros);
-    d_delta.Upload(delta);
-    d_weight.Upload(norm_weight);
-    d_bias.Upload(bias);
-    d_res.Upload(residual);
-    d_res_in.Upload(residual);
-    d_res_out.Upload(std::vector<float>(c.k, NAN));
+    W4NormLayer<T> layer(c.n, c.k, c.group_size, seed++);
+    Dev<uint16_t> d_out(c.n), d_fused(c.n);
     d_out.Upload(std::vector<uint16_t>(c.n, 0xffff));
     d_fused.Upload(std::vector<uint16_t>(c.n, 0xffff));
-    CUDA_OK(kernels::W4RepackCodes(d_packed.ptr, c.n, c.k, d_tiled.ptr, nullptr));
-    CUDA_OK(kernels::W4RepackScales(d_scales.ptr, d_zeros.ptr, c.n, groups,
-                                    std::is_same_v<T, __nv_bfloat16>, d_sz.ptr, c.n, nullptr));
-    W4Weight w;
-    w.tiled = d_tiled.ptr;
-    w.sz = d_sz.ptr;
-    w.group_size = c.group_size;
-    const T* bias_ptr = c.bias ? As<T>(d_bias.ptr) : nullptr;
-
-    // The two launches the fusion replaces: the norm (residual in place), then the layer.
-    CUDA_OK(kernels::RmsNormF32Residual(As<T>(d_delta.ptr), c.k, d_res.ptr, c.init, nullptr, 1,
-                                        static_cast<int32_t>(c.k), As<T>(d_weight.ptr), 1e-5f,
-                                        As<T>(d_x.ptr), c.k, nullptr));
-    ASSERT_TRUE(gemm->LinearW4(As<T>(d_x.ptr), c.k, 1, w, c.n, c.k, bias_ptr, d_out.ptr, c.n, false,
-                               W4Scratch{}, nullptr)
-                    .ok());
-    kernels::W4NormArgsT<T> nm;
-    nm.weight = As<T>(d_weight.ptr);
-    nm.delta = As<T>(d_delta.ptr);
-    nm.residual = d_res_in.ptr;
-    nm.residual_out = d_res_out.ptr;
-    nm.eps = 1e-5f;
-    nm.init = c.init;
+    const T* bias_ptr = c.bias ? As<T>(layer.bias.ptr) : nullptr;
+    const W4Weight& w = layer.w;
+    layer.Unfused(*gemm, c.init, bias_ptr, As<T>(d_out.ptr));
+    const kernels::W4NormArgsT<T> nm = layer.Norm(c.init);
     Result<bool> fused = gemm->LinearW4Norm(nm, w, c.n, c.k, bias_ptr, As<T>(d_fused.ptr), nullptr);
     ASSERT_TRUE(fused.ok()) << fused.status().ToString();
     ASSERT_TRUE(*fused) << "LinearW4Norm declined a shape it takes";
     CUDA_OK(cudaDeviceSynchronize());
-    const std::vector<uint16_t> want = d_out.Download(c.n), got = d_fused.Download(c.n);
-    int64_t differ = 0;
-    for (int64_t i = 0; i < c.n; ++i) {
-      if (want[i] != got[i] && differ++ < 5) {
-        ADD_FAILURE() << "out[" << i << "]: " << Format<T>::ToF32(got[i]) << " against "
-                      << Format<T>::ToF32(want[i]) << " unfused";
-      }
-    }
-    EXPECT_EQ(differ, 0);
+    const std::vector<uint16_t> want = d_out.Download(c.n);
+    ExpectSameBits(want, d_fused.Download(c.n), "out");
     // Not a trivial output: the layer's values are spread.
     EXPECT_NE(want[0], want[c.n / 2]);
-    const std::vector<float> res_want = d_res.Download(c.k), res_got = d_res_out.Download(c.k);
-    EXPECT_EQ(std::memcmp(res_want.data(), res_got.data(), c.k * sizeof(float)), 0)
-        << "residual_out differs from the norm's in-place residual";
-    EXPECT_EQ(d_res_in.Download(c.k), residual) << "the residual read was written";
+    layer.ExpectResidual();
 
     // Declined: act-order, groups of k, k = 6,144 (3 pieces a thread), residual in place.
     W4Weight perm = w;
@@ -513,9 +558,205 @@ TYPED_TEST(GemmW4Gpu, NormInThePrologueGivesTheSameBits) {
         *gemm->LinearW4Norm(nm, per_channel, c.n, c.k, bias_ptr, As<T>(d_fused.ptr), nullptr));
     EXPECT_FALSE(*gemm->LinearW4Norm(nm, w, c.n, 6144, bias_ptr, As<T>(d_fused.ptr), nullptr));
     kernels::W4NormArgsT<T> in_place = nm;
-    in_place.residual_out = d_res_in.ptr;
+    in_place.residual_out = layer.residual_in.ptr;
     EXPECT_FALSE(*gemm->LinearW4Norm(in_place, w, c.n, c.k, bias_ptr, As<T>(d_fused.ptr), nullptr));
   }
+}
+
+// SiluMul in the epilogue (W4Epilogue::silu_mul, the runner's one-token gate_up, rows in runs of
+// 8) against the norm, Gemm::LinearW4, then kernels::SiluMul over its output read as
+// GateUpLayout::kRunsOf8: the same products bit for bit and the same residual stream, for the 8B's
+// gate_up, a small one with a bias, an odd number of row tiles (n = 48) and groups of 64 and 128;
+// nothing written past n / 2; declined without the norm.
+TYPED_TEST(GemmW4Gpu, SiluMulInTheEpilogueGivesTheSameBits) {
+  using T = TypeParam;
+  REQUIRE_GPU();
+  std::unique_ptr<Gemm> gemm = NewGemm();
+  ASSERT_NE(gemm, nullptr);
+  struct Case {
+    int64_t n, k, group_size;
+    bool bias;
+  };
+  uint32_t seed = 171;
+  for (const Case& c : {Case{28672, 4096, 128, false}, Case{2048, 2048, 64, true},
+                        Case{48, 8192, 128, true}, Case{17920, 4096, 64, false}}) {
+    SCOPED_TRACE(testing::Message() << DTypeName(Format<T>::kDType) << " n=" << c.n << " k=" << c.k
+                                    << " g=" << c.group_size << " bias=" << c.bias);
+    const int64_t dim = c.n / 2;
+    W4NormLayer<T> layer(c.n, c.k, c.group_size, seed++);
+    Dev<uint16_t> d_gate_up(c.n), d_want(dim), d_got(dim + 8);
+    d_want.Upload(std::vector<uint16_t>(dim, 0xffff));
+    d_got.Upload(std::vector<uint16_t>(dim + 8, 0xffff));
+    const T* bias_ptr = c.bias ? As<T>(layer.bias.ptr) : nullptr;
+    layer.Unfused(*gemm, false, bias_ptr, As<T>(d_gate_up.ptr));
+    CUDA_OK(kernels::SiluMul(As<T>(d_gate_up.ptr), c.n, 1, static_cast<int32_t>(dim),
+                             As<T>(d_want.ptr), dim, nullptr, kernels::GateUpLayout::kRunsOf8));
+    W4Epilogue<T> epi;
+    epi.silu_mul = true;
+    Result<bool> fused = gemm->LinearW4Norm(layer.Norm(false), layer.w, c.n, c.k, bias_ptr,
+                                            As<T>(d_got.ptr), nullptr, {}, epi);
+    ASSERT_TRUE(fused.ok()) << fused.status().ToString();
+    ASSERT_TRUE(*fused) << "LinearW4Norm declined SiluMul on a shape it takes";
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<uint16_t> got = d_got.Download(dim + 8);
+    for (int64_t i = dim; i < dim + 8; ++i) EXPECT_EQ(got[i], 0xffff) << "written past n / 2";
+    got.resize(dim);
+    const std::vector<uint16_t> want = d_want.Download(dim);
+    ExpectSameBits(want, got, "products");
+    EXPECT_NE(want[0], want[dim / 2]);
+    layer.ExpectResidual();
+  }
+  // No norm: declined.
+  W4NormLayer<T> layer(32, 2048, 64, 7);
+  Dev<uint16_t> d_out(32);
+  kernels::W4GemmArgsT<T> a;
+  a.x = As<T>(layer.x.ptr);
+  a.ldx = 2048;
+  a.m = 1;
+  a.w = layer.tiled.ptr;
+  a.sz = layer.sz.ptr;
+  a.group_size = 64;
+  a.n = 32;
+  a.k = 2048;
+  a.out = d_out.ptr;
+  a.ldo = 32;
+  a.silu_mul = true;
+  EXPECT_FALSE(kernels::W4GemmSupported(a)) << "SiluMul without the norm";
+}
+
+// RoPE and the KV-cache write in the epilogue (W4Epilogue::rope / rope_fp8, the runner's
+// one-token qkv, its q and k rows in interleaved pair order) against the norm, Gemm::LinearW4,
+// then kernels::RopeStoreKv with interleaved pairs: the same qkv row (q rotated, k and v as
+// computed) and the same caches byte for byte, over a bf16 / fp16 cache and an e4m3 one,
+// head_dim 128, 64 and 96, grouped-query heads, a bias (Qwen's qkv), a position far from 0;
+// without a slot (slot -1) only the row. Declined: half-split pairs (a row tile would not hold
+// both of a pair), a head_dim not a multiple of 16, two tokens.
+TYPED_TEST(GemmW4Gpu, RopeInTheEpilogueGivesTheSameBits) {
+  using T = TypeParam;
+  REQUIRE_GPU();
+  std::unique_ptr<Gemm> gemm = NewGemm();
+  ASSERT_NE(gemm, nullptr);
+  struct Case {
+    int heads, kv_heads, head_dim;
+    int64_t k, group_size;
+    bool bias, fp8;
+    int64_t slot;
+  };
+  constexpr int kBlockSize = 16, kNumBlocks = 4;
+  uint32_t seed = 271;
+  for (const Case& c :
+       {Case{32, 8, 128, 4096, 128, false, false, 53}, Case{32, 8, 128, 4096, 128, false, true, 53},
+        Case{8, 2, 64, 2048, 64, true, false, 17}, Case{8, 2, 64, 2048, 64, true, true, 63},
+        Case{12, 4, 96, 2048, 128, true, false, 0}, Case{14, 2, 64, 2048, 64, false, false, -1}}) {
+    const int64_t n = int64_t{c.heads + 2 * c.kv_heads} * c.head_dim;
+    SCOPED_TRACE(testing::Message() << DTypeName(Format<T>::kDType) << " heads=" << c.heads << "/"
+                                    << c.kv_heads << " head_dim=" << c.head_dim << " k=" << c.k
+                                    << " fp8=" << c.fp8 << " slot=" << c.slot);
+    W4NormLayer<T> layer(n, c.k, c.group_size, seed++);
+    std::mt19937 rng(seed * 3);
+    // Caches of poison bytes (the same in both runs): only the token's rows may change.
+    const size_t elem = c.fp8 ? 1 : 2;
+    const size_t cache_bytes = size_t{kNumBlocks} * c.kv_heads * kBlockSize * c.head_dim * elem;
+    std::vector<uint8_t> poison(cache_bytes);
+    std::uniform_int_distribution<int> byte_dist(0, 255);
+    for (uint8_t& b : poison) b = static_cast<uint8_t>(byte_dist(rng) & 0x3f);  // finite codes
+    Dev<uint8_t> k_want(cache_bytes), v_want(cache_bytes), k_got(cache_bytes), v_got(cache_bytes);
+    for (Dev<uint8_t>* d : {&k_want, &v_want, &k_got, &v_got}) d->Upload(poison);
+    std::vector<float> inv_freq(c.head_dim / 2);
+    for (int i = 0; i < c.head_dim / 2; ++i) {
+      inv_freq[i] = std::pow(500000.0f, -2.0f * i / c.head_dim);
+    }
+    Dev<float> d_inv_freq(inv_freq.size());
+    d_inv_freq.Upload(inv_freq);
+    Dev<int32_t> d_pos(1);
+    d_pos.Upload({1234});
+    Dev<int64_t> d_slot(1);
+    d_slot.Upload({c.slot});
+    Dev<uint16_t> d_want(n), d_got(n);
+    d_want.Upload(std::vector<uint16_t>(n, 0xffff));
+    d_got.Upload(std::vector<uint16_t>(n, 0xffff));
+    const T* bias_ptr = c.bias ? As<T>(layer.bias.ptr) : nullptr;
+    auto args = [&]<typename C>(C*, Dev<uint16_t>& qkv, Dev<uint8_t>& kc, Dev<uint8_t>& vc) {
+      kernels::RopeKvArgsT<T, C> r;
+      r.qkv = As<T>(qkv.ptr);
+      r.ld = n;
+      r.positions = d_pos.ptr;
+      r.slot_mapping = d_slot.ptr;
+      r.num_tokens = 1;
+      r.num_heads = c.heads;
+      r.num_kv_heads = c.kv_heads;
+      r.head_dim = c.head_dim;
+      r.inv_freq = d_inv_freq.ptr;
+      r.interleaved = true;
+      r.k_cache = reinterpret_cast<C*>(kc.ptr);
+      r.v_cache = reinterpret_cast<C*>(vc.ptr);
+      r.block_size = kBlockSize;
+      if constexpr (!std::is_same_v<C, T>) {
+        r.k_scale = 0.05f;
+        r.v_scale = 0.04f;
+      }
+      return r;
+    };
+    layer.Unfused(*gemm, false, bias_ptr, As<T>(d_want.ptr));
+    W4Epilogue<T> epi;
+    const auto rope_t = args(static_cast<T*>(nullptr), d_want, k_want, v_want);
+    const auto rope_f = args(static_cast<__nv_fp8_e4m3*>(nullptr), d_want, k_want, v_want);
+    CUDA_OK(c.fp8 ? kernels::RopeStoreKv(rope_f, nullptr) : kernels::RopeStoreKv(rope_t, nullptr));
+    const auto fused_t = args(static_cast<T*>(nullptr), d_got, k_got, v_got);
+    const auto fused_f = args(static_cast<__nv_fp8_e4m3*>(nullptr), d_got, k_got, v_got);
+    if (c.fp8) {
+      epi.rope_fp8 = &fused_f;
+    } else {
+      epi.rope = &fused_t;
+    }
+    Result<bool> fused = gemm->LinearW4Norm(layer.Norm(false), layer.w, n, c.k, bias_ptr,
+                                            As<T>(d_got.ptr), nullptr, {}, epi);
+    ASSERT_TRUE(fused.ok()) << fused.status().ToString();
+    ASSERT_TRUE(*fused) << "LinearW4Norm declined RoPE on a shape it takes";
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<uint16_t> want = d_want.Download(n);
+    ExpectSameBits(want, d_got.Download(n), "qkv");
+    ExpectSameBits(k_want.Download(cache_bytes), k_got.Download(cache_bytes), "k cache");
+    ExpectSameBits(v_want.Download(cache_bytes), v_got.Download(cache_bytes), "v cache");
+    if (c.slot >= 0) {
+      EXPECT_NE(k_got.Download(cache_bytes), poison) << "the token's k row was not written";
+    }
+    layer.ExpectResidual();
+
+    // Declined: half-split pairs; two tokens.
+    auto half_split = fused_t;
+    half_split.interleaved = false;
+    W4Epilogue<T> bad;
+    bad.rope = &half_split;
+    EXPECT_FALSE(*gemm->LinearW4Norm(layer.Norm(false), layer.w, n, c.k, bias_ptr, As<T>(d_got.ptr),
+                                     nullptr, {}, bad));
+    auto two = fused_t;
+    two.num_tokens = 2;
+    bad.rope = &two;
+    EXPECT_FALSE(*gemm->LinearW4Norm(layer.Norm(false), layer.w, n, c.k, bias_ptr, As<T>(d_got.ptr),
+                                     nullptr, {}, bad));
+  }
+  // head_dim 24 (heads not whole row tiles): declined.
+  const int64_t n = (4 + 2 * 2) * 24;
+  W4NormLayer<T> layer(n, 2048, 64, 9);
+  Dev<uint16_t> d_out(n);
+  Dev<float> d_inv_freq(12);
+  Dev<int32_t> d_pos(1);
+  kernels::RopeKvArgsT<T, T> r;
+  r.qkv = As<T>(d_out.ptr);
+  r.ld = n;
+  r.positions = d_pos.ptr;
+  r.num_tokens = 1;
+  r.num_heads = 4;
+  r.num_kv_heads = 2;
+  r.head_dim = 24;
+  r.inv_freq = d_inv_freq.ptr;
+  r.interleaved = true;
+  W4Epilogue<T> epi;
+  epi.rope = &r;
+  EXPECT_FALSE(*gemm->LinearW4Norm(layer.Norm(false), layer.w, n, 2048,
+                                   static_cast<const T*>(nullptr), As<T>(d_out.ptr), nullptr, {},
+                                   epi));
 }
 
 // ---- INT8 ------------------------------------------------------------------------------------

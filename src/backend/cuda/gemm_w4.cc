@@ -113,12 +113,15 @@ Status Gemm::LinearW4Of(const T* x, int64_t ldx, int64_t m, const W4Weight& w, i
 template <typename T>
 Result<bool> Gemm::LinearW4Norm(const kernels::W4NormArgsT<T>& norm, const W4Weight& w, int64_t n,
                                 int64_t k, const T* bias, T* out, cudaStream_t stream,
-                                L2Prefetch prefetch) {
+                                L2Prefetch prefetch, const W4Epilogue<T>& epi) {
   if (w.perm != nullptr || !kernels::W4ShapeSupported(n, k, w.group_size)) return false;
   kernels::W4GemmArgsT<T> a = W4Args(w, n, k, bias, k, n, prefetch);
   a.m = 1;
   a.out = out;
   a.norm = norm;
+  a.silu_mul = epi.silu_mul;
+  a.rope = epi.rope;
+  a.rope_fp8 = epi.rope_fp8;
   if (!kernels::W4NormSupported(a)) return false;
   KILN_CUDA_RETURN_IF_ERROR(kernels::W4Gemm(a, stream));
   return true;
@@ -126,9 +129,10 @@ Result<bool> Gemm::LinearW4Norm(const kernels::W4NormArgsT<T>& norm, const W4Wei
 
 template Result<bool> Gemm::LinearW4Norm(const kernels::W4NormArgsT<__nv_bfloat16>&,
                                          const W4Weight&, int64_t, int64_t, const __nv_bfloat16*,
-                                         __nv_bfloat16*, cudaStream_t, L2Prefetch);
+                                         __nv_bfloat16*, cudaStream_t, L2Prefetch,
+                                         const W4Epilogue<__nv_bfloat16>&);
 template Result<bool> Gemm::LinearW4Norm(const kernels::W4NormArgsT<__half>&, const W4Weight&,
                                          int64_t, int64_t, const __half*, __half*, cudaStream_t,
-                                         L2Prefetch);
+                                         L2Prefetch, const W4Epilogue<__half>&);
 
 }  // namespace kiln::cuda
