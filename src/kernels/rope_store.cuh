@@ -1,6 +1,6 @@
 // One (head, pair) of a decode row's RoPE and KV-cache write (kernels::RopeStoreKv's scalar
-// kernel, elementwise.cu, and the qkv GEMV's epilogue, quant.cu: GemvW8ArgsT::rope), shared so
-// that both give the same bits. Internal to src/kernels.
+// kernel, elementwise.cu, and the qkv GEMVs' epilogues, quant.cu: GemvW8ArgsT::rope, and
+// w4a16.cu: W4GemmArgsT::rope), shared so that they give the same bits. Internal to src/kernels.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -582,14 +582,14 @@ enum class StreamEpi { kPlain, kSiluMul, kRope };
 // one more block barrier, one kernel fewer in the layer. kEpi: the epilogue; C: kRope's cache
 // element type.
 template <int kSlots, int kTpg, int kNormVecs, StreamEpi kEpi, typename T, typename Out,
-          typename C = T>
-__global__ void __launch_bounds__(kWarps * 32, kStreamMinBlocks)
+          typename C = T, int kW = kWarps>
+__global__ void __launch_bounds__(kW * 32, kW == kWarps ? kStreamMinBlocks : 2)
     W4GemvStreamKernel(const T* __restrict__ x, const uint4* __restrict__ w,
                        const uint32_t* __restrict__ sz, FastDiv group_of_tile, int64_t n, int64_t k,
                        const T* __restrict__ bias, Out* __restrict__ out, const void* prefetch,
                        int64_t prefetch_bytes, uint32_t items, W4NormArgsT<T> norm,
                        RopeKvArgsT<T, C> rope) {
-  static_assert(kNormVecs == 0 || kWarps * 32 == norm_internal::kNormRowThreads);
+  static_assert(kNormVecs == 0 || kW * 32 == norm_internal::kNormRowThreads);
   static_assert(kSlots % kTpg == 0);
   static_assert(kEpi == StreamEpi::kPlain || std::is_same_v<Out, T>);
   constexpr int kGroups = kSlots / kTpg;  // scale groups a round
@@ -597,13 +597,13 @@ __global__ void __launch_bounds__(kWarps * 32, kStreamMinBlocks)
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const uint32_t chunks = static_cast<uint32_t>(k / kW4TileCols);  // column tiles
-  const uint32_t run = chunks / kWarps;                            // a warp's tiles an item
+  const uint32_t run = chunks / kW;                                // a warp's tiles an item
   const uint32_t c_begin = warp * run;
   // x as the lanes read it: tile c, lane column t, k-steps 0-3 (8 bytes each) -> [c][t][4].
   auto* xs = reinterpret_cast<uint2*>(smem);
   auto* xsum = reinterpret_cast<float*>(smem + k * sizeof(T));  // [chunks]
-  auto* red = xsum + chunks;                                    // [2][kWarps][16]
-  float* norm_partial = red + 2 * kWarps * 16;                  // [kWarps] (kNormVecs > 0)
+  auto* red = xsum + chunks;                                    // [2][kW][16]
+  float* norm_partial = red + 2 * kW * 16;                      // [kW] (kNormVecs > 0)
   const uint32_t n_words = static_cast<uint32_t>(n);            // one scale group's row of words
   const uint32_t* szl = sz + g;
   const uint4* wb = w + c_begin * 32 + lane;
@@ -664,7 +664,7 @@ __global__ void __launch_bounds__(kWarps * 32, kStreamMinBlocks)
                                               norm.weight, norm.eps, norm_partial, y);
 #pragma unroll
     for (int j = 0; j < kNormVecs; ++j) {
-      const uint32_t i = threadIdx.x + j * kWarps * 32;
+      const uint32_t i = threadIdx.x + j * kW * 32;
       stage(i / 8, i % 8, *reinterpret_cast<const uint4*>(&y[j]));
     }
     __syncthreads();
@@ -735,7 +735,7 @@ __global__ void __launch_bounds__(kWarps * 32, kStreamMinBlocks)
     }
     if (item + gridDim.x >= items) dtype_internal::PrefetchL2(prefetch, prefetch_bytes);
     // The warps' partial sums of rows g and g + 8 (lanes t = 0 hold them as every lane does).
-    float* rp = red + parity * kWarps * 16;
+    float* rp = red + parity * kW * 16;
     if (t == 0) {
       rp[warp * 16 + g] = acc[0];
       rp[warp * 16 + g + 8] = acc[1];
@@ -744,7 +744,7 @@ __global__ void __launch_bounds__(kWarps * 32, kStreamMinBlocks)
     if (threadIdx.x < 16) {
       float v = 0.0f;
 #pragma unroll
-      for (int wi = 0; wi < kWarps; ++wi) v += rp[wi * 16 + threadIdx.x];
+      for (int wi = 0; wi < kW; ++wi) v += rp[wi * 16 + threadIdx.x];
       const uint32_t row = item * kW4TileRows + threadIdx.x;
       if (bias != nullptr) v += ToFloat(bias[row]);
       if constexpr (kEpi == StreamEpi::kPlain) {
@@ -754,14 +754,16 @@ __global__ void __launch_bounds__(kWarps * 32, kStreamMinBlocks)
         const float mine = dtype_internal::RoundTo<T>(v);
         if constexpr (kEpi == StreamEpi::kSiluMul) {
           // Rows 0-7: gate 8 item .. + 7; rows 8-15: up of the same (GateUpLayout::kRunsOf8).
-          const float up = __shfl_down_sync(0xffffu, mine, 8);
-          if (threadIdx.x < 8) {
-            out[item * 8 + threadIdx.x] = FromFloat<T>(dtype_internal::SiluTimesExact<T>(mine, up));
+          static_assert(2 * kGateUpRun == kW4TileRows);
+          const float up = __shfl_down_sync(0xffffu, mine, kGateUpRun, 16);
+          if (threadIdx.x < kGateUpRun) {
+            out[item * kGateUpRun + threadIdx.x] =
+                FromFloat<T>(dtype_internal::SiluTimesExact<T>(mine, up));
           }
         } else {
           // Rows 2i and 2i + 1 of a head: RoPE's pair i (interleaved); k and v heads also stay
           // in the row as computed, as kernels::RopeStoreKv leaves them.
-          const float second = __shfl_down_sync(0xffffu, mine, 1);
+          const float second = __shfl_down_sync(0xffffu, mine, 1, 16);
           const int head = static_cast<int>(row) / rope.head_dim;
           const int i0 = static_cast<int>(row) % rope.head_dim;
           if (head >= rope.num_heads) out[row] = FromFloat<T>(mine);
@@ -784,6 +786,40 @@ bool StreamSupported(const W4GemmArgsT<T>& a) {
          (tiles_per_group <= 2 || tiles_per_group % kStreamSlots == 0) &&
          a.k % (kWarps * kStreamSlots * kW4TileCols) == 0 && a.k <= kStreamMaxK &&
          (a.norm.weight != nullptr || Aligned(a.x, 16));
+}
+
+// The wide form (w4a16.h, W4GemmArgsT::kernel 4): kWideSlots = 8 code words a lane in flight
+// instead of 4, at 123-128 registers, so 2 blocks an SM instead of 3. It pays where the weight
+// has at most 2 row tiles an SM (every block then holds one row tile, 2 an SM, either way) and
+// rows long enough for 2 rounds of 8 a warp: down of an 8B (256 row tiles of k = 14,336), which
+// streamed its 114 KiB a block 16 KiB a round trip at a time (H200, session 43: 13.8 -> 10.8 us
+// exposed a layer, the W4A16 batch-1 step 1.776 -> 1.699 ms). Not o (k = 4,096: one round;
+// session 40 measured a one-round wide o slower) nor anything with the norm in its prologue.
+constexpr int kWideSlots = 8;
+
+// Warps a block of the wide form: 8, or 7 where 8 do not cut the row's column tiles into whole
+// rounds (k = 14,336: 224 tiles = 7 warps x 4 rounds of 8); 0 where neither gives 2 rounds.
+template <typename T>
+int WideWarps(const W4GemmArgsT<T>& a) {
+  const int64_t chunks = a.k / kW4TileCols;
+  for (int w : {8, 7}) {
+    if (chunks % (int64_t{w} * kWideSlots) == 0 && chunks / w >= 2 * kWideSlots) return w;
+  }
+  return 0;
+}
+
+// Whether the wide form takes a (a.kernel 4), or takes it by default (a.kernel 0: also groups of
+// 128 and at most 2 row tiles an SM).
+template <typename T>
+bool WideSupported(const W4GemmArgsT<T>& a) {
+  const bool shape = StreamSupported(a) && a.norm.weight == nullptr && !a.silu_mul &&
+                     a.rope == nullptr && a.rope_fp8 == nullptr &&
+                     (a.group_size == kW4TileCols || a.group_size == 2 * kW4TileCols) &&
+                     WideWarps(a) > 0;
+  // By default groups of 128 only: with groups of 64 the bf16 instance spills (128 registers,
+  // 48 bytes), and neither was measured.
+  return shape && (a.kernel == 4 || (a.group_size == 2 * kW4TileCols &&
+                                     a.n / kW4TileRows <= 2 * int64_t{CurrentDeviceSmCount()}));
 }
 
 // The norm in the prologue (kNormVecs = k / 2,048: 1, 2 or 4): groups of 64 or 128 columns only
@@ -830,14 +866,16 @@ bool EpiSupported(const W4GemmArgsT<T>& a) {
   return a.rope != nullptr ? rope_ok(*a.rope) : rope_ok(*a.rope_fp8);
 }
 
-template <int kTpg, int kNormVecs, StreamEpi kEpi = StreamEpi::kPlain, typename T, typename Out,
-          typename C = T>
+// kSlots code words a lane in flight, kW warps a block: kStreamSlots and kWarps, or the wide
+// form's kWideSlots and WideWarps.
+template <int kTpg, int kNormVecs, StreamEpi kEpi = StreamEpi::kPlain, int kSlots = kStreamSlots,
+          int kW = kWarps, typename T, typename Out, typename C = T>
 cudaError_t LaunchW4Stream(const W4GemmArgsT<T>& a, Out* out, cudaStream_t stream,
                            const RopeKvArgsT<T, C>& rope = {}) {
-  constexpr auto kernel = W4GemvStreamKernel<kStreamSlots, kTpg, kNormVecs, kEpi, T, Out, C>;
+  constexpr auto kernel = W4GemvStreamKernel<kSlots, kTpg, kNormVecs, kEpi, T, Out, C, kW>;
   const int64_t chunks = a.k / kW4TileCols;
-  const size_t smem = a.k * sizeof(T) + chunks * sizeof(float) + 2 * kWarps * 16 * sizeof(float) +
-                      (kNormVecs > 0 ? kWarps * sizeof(float) : 0);
+  const size_t smem = a.k * sizeof(T) + chunks * sizeof(float) + 2 * kW * 16 * sizeof(float) +
+                      (kNormVecs > 0 ? kW * sizeof(float) : 0);
   if (smem > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                static_cast<int>(smem));
@@ -845,10 +883,16 @@ cudaError_t LaunchW4Stream(const W4GemmArgsT<T>& a, Out* out, cudaStream_t strea
   }
   const int64_t items = a.n / kW4TileRows;
   const FastDiv group_of_tile = FastDiv::For(static_cast<uint32_t>(a.group_size / kW4TileCols));
-  return LaunchChained(kernel, ResidentGrid<kernel, kWarps * 32>(items, smem), kWarps * 32, smem,
-                       stream, a.x, reinterpret_cast<const uint4*>(a.w), a.sz, group_of_tile, a.n,
-                       a.k, a.bias, out, a.prefetch, a.prefetch_bytes, static_cast<uint32_t>(items),
+  return LaunchChained(kernel, ResidentGrid<kernel, kW * 32>(items, smem), kW * 32, smem, stream,
+                       a.x, reinterpret_cast<const uint4*>(a.w), a.sz, group_of_tile, a.n, a.k,
+                       a.bias, out, a.prefetch, a.prefetch_bytes, static_cast<uint32_t>(items),
                        a.norm, rope);
+}
+
+// The wide form of the plain streamed row (WideSupported), with kW warps (WideWarps).
+template <int kTpg, int kW, typename T, typename Out>
+cudaError_t LaunchW4StreamWide(const W4GemmArgsT<T>& a, Out* out, cudaStream_t stream) {
+  return LaunchW4Stream<kTpg, 0, StreamEpi::kPlain, kWideSlots, kW>(a, out, stream);
 }
 
 // The streamed row with its norm in the prologue (kNormVecs) and a's epilogue.
@@ -868,6 +912,15 @@ cudaError_t LaunchW4StreamNorm(const W4GemmArgsT<T>& a, T* out, cudaStream_t str
 
 template <typename T, typename Out>
 cudaError_t DispatchW4Stream(const W4GemmArgsT<T>& a, Out* out, cudaStream_t stream) {
+  if (a.kernel == 4 || (a.kernel == 0 && WideSupported(a))) {
+    const bool g64 = a.group_size == kW4TileCols;
+    if (WideWarps(a) == 8) {
+      return g64 ? LaunchW4StreamWide<1, 8>(a, out, stream)
+                 : LaunchW4StreamWide<2, 8>(a, out, stream);
+    }
+    return g64 ? LaunchW4StreamWide<1, 7>(a, out, stream)
+               : LaunchW4StreamWide<2, 7>(a, out, stream);
+  }
   static_assert(kStreamSlots == 4);
   if constexpr (std::is_same_v<Out, T>) {
     if (a.norm.weight != nullptr) {  // NormSupported (Supported checked it)
@@ -1239,7 +1292,7 @@ cudaError_t DispatchW4Rows(const W4GemmArgsT<T>& a, cudaStream_t stream) {
   if (a.m <= 8) {
     if constexpr (kKPG == 4) {
       const bool by_default = a.kernel == 0 && a.warps == 0 && a.row_tiles == 0;
-      if (a.kernel == 3 || (by_default && StreamSupported(a))) {
+      if (a.kernel == 3 || a.kernel == 4 || (by_default && StreamSupported(a))) {
         return a.out_f32 ? DispatchW4Stream(a, static_cast<float*>(a.out), stream)
                          : DispatchW4Stream(a, static_cast<T*>(a.out), stream);
       }
@@ -1273,9 +1326,9 @@ bool Supported(const W4GemmArgsT<T>& a) {
          a.ldx % 4 == 0 && Aligned(a.x, 8) && Aligned(a.w, 16) && a.sz != nullptr &&
          a.out != nullptr && a.n / kW4TileRows * (a.k / kW4TileCols) * 32 < kU32 &&
          a.k / a.group_size * a.n < kU32 && int64_t{a.m} * a.ldx < kU32 / 2 && a.kernel >= 0 &&
-         a.kernel <= 3 && (a.kernel != 2 || TilesSupported(a)) &&
-         (a.kernel != 3 || StreamSupported(a)) && a.splits >= 0 &&
-         (a.norm.weight == nullptr || NormSupported(a)) && EpiSupported(a);
+         a.kernel <= 4 && (a.kernel != 2 || TilesSupported(a)) &&
+         (a.kernel != 3 || StreamSupported(a)) && (a.kernel != 4 || WideSupported(a)) &&
+         a.splits >= 0 && (a.norm.weight == nullptr || NormSupported(a)) && EpiSupported(a);
 }
 
 template <typename T>

@@ -24,7 +24,9 @@
 // launch the kernels directly.
 //
 // GGUF `llama` q/k rows stay in llama.cpp's permuted order and RoPE uses the matching
-// interleaved pairs: the attention scores are the same dot products in another order.
+// interleaved pairs: the attention scores are the same dot products in another order. A W4A16
+// checkpoint's q/k rows are put in that order at upload too, and its gate_up rows in runs of 8
+// (cuda::W4RowOrder, backend/cuda/weight_upload.h), for the one-token GEMV's epilogues.
 #pragma once
 
 #include <cstdint>

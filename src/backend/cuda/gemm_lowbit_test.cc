@@ -113,6 +113,9 @@ struct W4Case {
   // LinearW4 without it (no split); > 0, kernels::W4Gemm's block tiles directly with this many
   // splits.
   int32_t splits = -1;
+  // Non-zero: kernels::W4Gemm directly with this W4GemmArgsT::kernel (3: the streamed row, 4: its
+  // wide form), after kernels::W4GatherColumns where act_order.
+  int32_t kernel = 0;
 };
 
 // The split-K scratch every case shares, as the runner's layers do: a counter left non-zero by
@@ -143,9 +146,10 @@ struct W4SplitScratch {
 template <typename T>
 void RunW4(Gemm& gemm, const W4Case& c, uint32_t seed, W4SplitScratch& split) {
   SCOPED_TRACE(testing::Message() << DTypeName(Format<T>::kDType) << " m=" << c.m << " n=" << c.n
-                                  << " k=" << c.k << " g=" << c.group_size << " perm="
-                                  << c.act_order << " bias=" << c.bias << " f32=" << c.out_f32
-                                  << " dequant_rows=" << c.dequant_rows << " splits=" << c.splits);
+                                  << " k=" << c.k << " g=" << c.group_size
+                                  << " perm=" << c.act_order << " bias=" << c.bias
+                                  << " f32=" << c.out_f32 << " dequant_rows=" << c.dequant_rows
+                                  << " splits=" << c.splits << " kernel=" << c.kernel);
   gemm.set_w4_gemm_max_rows(c.max_gemm_rows >= 0 ? c.max_gemm_rows : Gemm::kW4GemmDefaultRows);
   const bool dequantized = c.dequant_rows > 0 && c.m > gemm.w4_gemm_max_rows();
   std::mt19937 rng(seed);
@@ -194,7 +198,7 @@ void RunW4(Gemm& gemm, const W4Case& c, uint32_t seed, W4SplitScratch& split) {
   w.sz = d_sz.ptr;
   w.perm = c.act_order ? d_perm.ptr : nullptr;
   w.group_size = c.group_size;
-  if (c.row_tiles == 0 && c.splits <= 0) {
+  if (c.row_tiles == 0 && c.splits <= 0 && c.kernel == 0) {
     W4Scratch scratch;
     scratch.gathered = d_scratch.ptr;
     if (c.splits < 0) {
@@ -232,7 +236,7 @@ void RunW4(Gemm& gemm, const W4Case& c, uint32_t seed, W4SplitScratch& split) {
     a.ldo = ldo;
     a.out_f32 = c.out_f32;
     a.row_tiles = c.row_tiles;
-    a.kernel = c.splits > 0 ? 2 : 1;
+    a.kernel = c.kernel != 0 ? c.kernel : c.splits > 0 ? 2 : 1;
     a.splits = std::max(c.splits, 0);
     a.split_partials = split.partials.ptr;
     a.split_partial_bytes = W4SplitScratch::kPartials * sizeof(float);
@@ -312,6 +316,14 @@ TYPED_TEST(GemmW4Gpu, EveryDispatchAgainstTheDefinition) {
       {1, 4112, 4096, 128, true, false, true, false, 8, 3},
       {1, 19200, 2048, 64, false, true, false, true},
       {1, 96, 6144, 6144, true, true, true},
+      // k = 14,336 (down of an 8B): the wide form by default (7 warps of 8 slots, groups of 128,
+      // few row tiles), the plain one with groups of 64 or forced; the wide form forced with
+      // groups of 64, and with 8 warps (k = 8,192), act-order and fp32 output.
+      {1, 208, 14336, 128, true, true, false},
+      {1, 4112, 14336, 64, false, true, true},
+      {1, 208, 14336, 128, false, true, false, true, 8, 3, 0, 0, -1, -1, 3},
+      {1, 96, 14336, 64, false, true, true, false, 0, 0, 0, 0, -1, -1, 4},
+      {1, 112, 8192, 128, true, true, true, false, 8, 0, 0, 0, -1, -1, 4},
       // m <= 16, <= 32 and <= 64, n with and without pairs of row tiles.
       {13, 208, 1152, 128, true, true, true},
       {16, 48, 640, 64, false, true, false, true},

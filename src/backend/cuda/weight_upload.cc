@@ -127,7 +127,10 @@ Status PlaceRows(const void* src, void* dst, int64_t row, int64_t rows, int64_t 
     case W4RowOrder::kGateRuns:
     case W4RowOrder::kUpRuns: {
       constexpr int64_t kRun = kernels::kGateUpRun;
-      if (rows % kRun != 0) return InvalidArgument("PlaceRows: runs need rows in multiples of 8");
+      if (rows % kRun != 0) {
+        return InvalidArgument("PlaceRows: " + std::to_string(rows) +
+                               " rows are no whole runs of 8 (gate_up in runs of 8)");
+      }
       const size_t first = order == W4RowOrder::kUpRuns ? kRun * rb : 0;
       KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(to + first, 2 * kRun * rb, from, kRun * rb,
                                                   kRun * rb, rows / kRun, cudaMemcpyDeviceToDevice,
@@ -136,7 +139,9 @@ Status PlaceRows(const void* src, void* dst, int64_t row, int64_t rows, int64_t 
     }
     case W4RowOrder::kRopePairs: {
       if (head_dim <= 0 || head_dim % 2 != 0 || rows % head_dim != 0) {
-        return InvalidArgument("PlaceRows: RoPE pairs need whole heads of an even head_dim");
+        return InvalidArgument("PlaceRows: " + std::to_string(rows) +
+                               " rows are no whole heads of " + std::to_string(head_dim) +
+                               " rows (RoPE pairs need an even head_dim)");
       }
       const int64_t half = head_dim / 2;
       for (int64_t head = 0; head < rows / head_dim; ++head) {

@@ -70,7 +70,7 @@ enum class W4RowOrder { kAsIs, kGateRuns, kUpRuns, kRopePairs };
 
 // Device-to-device copy of a part's `rows` rows of row_bytes each (in stored order, at src) to
 // their places in the fused matrix at dst (its row 0) as `order` says. On `stream`.
-// REQUIRES: rows a multiple of 8 (runs) resp. of head_dim, head_dim even (kRopePairs).
+// InvalidArgument unless rows is a multiple of 8 (runs) resp. of an even head_dim (kRopePairs).
 Status PlaceRows(const void* src, void* dst, int64_t row, int64_t rows, int64_t row_bytes,
                  W4RowOrder order, int64_t head_dim, cudaStream_t stream);
 
@@ -81,7 +81,8 @@ Status PlaceRows(const void* src, void* dst, int64_t row, int64_t rows, int64_t 
 // once; a kGateRuns part waits in `staging` for its kUpRuns part (uploaded next, with the same
 // staging), which repacks both. With act-order every part of a fused matrix must share one
 // column order; `perms` keeps the first part's, per matrix. `staging` holds at least
-// 2 * fused_rows * cols bytes.
+// 2 * fused_rows * cols bytes (else Internal). A kGateRuns part must be followed by its
+// kUpRuns part: the caller uploads gate then up.
 Status UploadW4Part(const Checkpoint& ckpt, Uploader& uploader, const std::string& name,
                     const W4Weight& w, int64_t fused_rows, int64_t row, int64_t rows, int64_t cols,
                     W4RowOrder order, int64_t head_dim, bool bf16, DeviceBuffer& staging,
