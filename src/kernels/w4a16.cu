@@ -583,7 +583,7 @@ enum class StreamEpi { kPlain, kSiluMul, kRope };
 // element type.
 template <int kSlots, int kTpg, int kNormVecs, StreamEpi kEpi, typename T, typename Out,
           typename C = T, int kW = kWarps>
-__global__ void __launch_bounds__(kW * 32, kW == kWarps ? kStreamMinBlocks : 2)
+__global__ void __launch_bounds__(kW * 32, kSlots == kStreamSlots ? kStreamMinBlocks : 2)
     W4GemvStreamKernel(const T* __restrict__ x, const uint4* __restrict__ w,
                        const uint32_t* __restrict__ sz, FastDiv group_of_tile, int64_t n, int64_t k,
                        const T* __restrict__ bias, Out* __restrict__ out, const void* prefetch,

@@ -122,8 +122,8 @@ struct W4GemmArgsT {
   // groups of 64 columns or a multiple, k a multiple of 2,048 up to 32,768, x 16-byte aligned;
   // the default where this holds); 4: its wide form, 8 code words a lane in flight (no norm or
   // epilogue, groups of 64 or 128 columns, at least 2 rounds of 8 column tiles a warp of 8 or 7:
-  // k a multiple of 4,096 from 8,192, or of 3,584 from 7,168; the default at groups of 128 where
-  // the weight has at most 2 row tiles an SM: down of an 8B).
+  // k a multiple of 4,096 from 8,192, or of 14,336; the default at groups of 128 where the
+  // weight has at most 2 row tiles an SM: down of an 8B).
   int32_t kernel = 0;
   int32_t splits = 0;     // block tiles: k splits (at most what the scratch holds)
   int32_t row_tiles = 0;  // k-split warps: 16-row weight tiles per block, 1 or 2 (2: n % 32 == 0)
