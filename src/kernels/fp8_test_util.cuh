@@ -59,16 +59,16 @@ struct Fp8Operands {
 template <typename T, typename Launch>
 void CheckFp8Linear(const LinearCase& c, uint32_t seed, bool w8a8, Launch launch) {
   SCOPED_TRACE(testing::Message() << DTypeName(Format<T>::kDType) << (w8a8 ? " W8A8" : " W8A16")
-                                  << " m=" << c.m << " n=" << c.n << " k=" << c.k
-                                  << " ldx+=" << c.ldx_pad << " ldo+=" << c.ldo_pad
-                                  << " bias=" << c.bias << " f32=" << c.out_f32);
+                                  << " m=" << c.m << " n=" << c.n << " k=" << c.k << " ldx+="
+                                  << c.ldx_pad << " ldo+=" << c.ldo_pad << " bias=" << c.bias
+                                  << " f32=" << c.out_f32 << " x_scale=" << c.x_scale);
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   const int64_t ldx = c.k + c.ldx_pad, ldo = c.n + c.ldo_pad;
   std::vector<uint16_t> x(c.m * ldx), bias(c.n);
   std::vector<float> xf(x.size()), bf(c.n), wf(c.n * c.k);
   for (size_t i = 0; i < x.size(); ++i)
-    xf[i] = Format<T>::ToF32(x[i] = Format<T>::FromF32(dist(rng)));
+    xf[i] = Format<T>::ToF32(x[i] = Format<T>::FromF32(dist(rng) * c.x_scale));
   for (int64_t i = 0; i < c.n; ++i)
     bf[i] = Format<T>::ToF32(bias[i] = Format<T>::FromF32(dist(rng)));
   // Per-channel spread, as real weights have: rows scaled 2^-6 .. 2^2.

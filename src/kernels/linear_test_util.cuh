@@ -37,6 +37,7 @@ struct LinearCase {
   int64_t ldx_pad = 0, ldo_pad = 0;  // extra elements per row
   bool bias = false;
   bool out_f32 = false;
+  float x_scale = 1.0f;  // x's spread (CheckFp8Linear): normal values times this
 };
 
 // log2 of half an ulp of T relative to the value: the output rounding's bound.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "kernels/attention_mma.cuh"
 #include "kernels/divide.h"
 #include "kernels/dtype_traits.cuh"
 #include "kernels/gemv.h"
@@ -414,6 +415,259 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// ---- One row on the tensor cores (GemvFp8MmaKernel) ----------------------------------------
+// GemvW8PersistentKernel turns each e4m3 code and each x element into fp32 and runs one FMA a
+// weight: about 58 instructions a lane's 16-byte load (counted from the source), so at one row
+// the SMs issue near their limit before DRAM is busy (H200, session 44: the same stream with the
+// math replaced by 3 LOPs a load made the FP8 batch-1 step 2.67 -> 2.25 ms, gate_up 33.6 -> 27.3
+// us, 4.3 TB/s). Here the codes go to the tensor cores as they are stored: e4m3 -> f16 is exact
+// (one cvt a pair), and x is staged once per block as f16 (see below), so a 16-row tile's 64
+// columns are 16 cvts, 2 shared loads and 4 mma.m16n8k16 a lane. Lane (g, t) reads 16 bytes of tile
+// row g and 16 of row g + 8 at columns 64 c + 16 t ..
+// + 15; mma k-step j takes bytes 4 j .. 4 j + 3 of each (slots 2t, 2t + 1: columns 4 j, 4 j + 1;
+// slots 2t + 8, 2t + 9: columns 4 j + 2, 4 j + 3), and B the same columns of x, so the row-major
+// codes need no repacking. Every B column holds the same x: each lane's D elements 0 and 2 are
+// row g's and row g + 8's sums. The rest is W4GemvStreamKernel's stream (w4a16.cu): blocks of
+// kW8MmaWarps warps splitting k into runs of column tiles, kW8MmaSlots tiles (2 x 16 bytes each)
+// a lane in flight, refilled across row tiles, one reduction in shared memory a row tile.
+// It pays only where the row tiles fill the SMs' 3 blocks (MmaTakes). H200, session 44, the 8B's
+// batch-1 FP8 step (ms): FMA everywhere 2.662; this form for qkv and gate_up 2.525; for o and
+// down too 2.651 (down: 256 row tiles of 28 column tiles a warp, 15.7 -> 26.1 us a layer; o 5.6
+// -> 6.5). 4 tiles a lane in flight (80 registers, spills in the RoPE epilogue) instead of 2
+// (59-70): 2.600 for qkv and gate_up.
+// A tile's rows: 16 consecutive rows (kPlain), gate rows j and up rows n + j for 8 outputs j
+// (kSiluMul), or RoPE's pairs (i0, i1) of 8 pair indices (kRope), each pair in one lane.
+// x as f16: bf16 -> f16 keeps every bit in f16's normal range; a warp whose run of x reaches
+// 2^15 stages x 2^-e instead (a power of two, exact) and scales its sums back by 2^e.
+// REQUIRES: m = 1, k a multiple of kW8MmaWarps * kW8MmaSlots * 64 and at most kW8MmaMaxK.
+constexpr int kW8MmaWarps = 8;
+constexpr int kW8MmaSlots = 2;
+constexpr int64_t kW8MmaMaxK = 32768;  // x as f16: 64 KiB a block at most
+
+// Row r (0-15) of row tile `item` (GemvFp8MmaKernel's tile rows above). n: kPlain's rows,
+// kSiluMul's outputs (gate's and up's rows each), kRope's rows.
+template <Epilogue kEpi, typename Rope>
+__device__ __forceinline__ int64_t MmaTileRow(uint32_t item, int r, int64_t n, const Rope& rope) {
+  if constexpr (kEpi == Epilogue::kPlain) {
+    return int64_t{item} * 16 + r;
+  } else if constexpr (kEpi == Epilogue::kSiluMul) {
+    return int64_t{item} * 8 + (r % 8) + (r < 8 ? 0 : n);
+  } else {
+    const int half = rope.head_dim / 2;
+    const int64_t j = int64_t{item} * 8 + (r % 8);
+    const int64_t head = j / half;
+    const int i = static_cast<int>(j % half);
+    const int i0 = rope.interleaved ? 2 * i : i;
+    const int i1 = rope.interleaved ? 2 * i + 1 : i + half;
+    return head * rope.head_dim + (r < 8 ? i0 : i1);
+  }
+}
+
+template <typename T, Epilogue kEpi, typename Out, typename C = T>
+__global__ void __launch_bounds__(kW8MmaWarps * 32, 3)
+    GemvFp8MmaKernel(const T* __restrict__ x, const uint8_t* __restrict__ w,
+                     const float* __restrict__ w_scale, int64_t n, int64_t k,
+                     const T* __restrict__ bias, Out* __restrict__ out, const void* prefetch,
+                     int64_t prefetch_bytes, RopeKvArgsT<T, C> rope, uint32_t items) {
+  constexpr int kW = kW8MmaWarps;
+  constexpr int kSlots = kW8MmaSlots;
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const uint32_t run = static_cast<uint32_t>(k / 64 / kW);  // a warp's column tiles an item
+  const uint32_t c_begin = warp * run;
+  auto* xs = reinterpret_cast<uint4*>(smem);           // x as f16: 8 words a column tile
+  auto* red = reinterpret_cast<float*>(smem + k * 2);  // [2][kW][16]
+  // A lane's 16-byte words: wb plus its tile rows' offsets (32 bits: MmaTakes).
+  const uint4* wb = reinterpret_cast<const uint4*>(w) + c_begin * 4 + t;
+  const uint32_t row_words = static_cast<uint32_t>(k / 16);
+  auto offset = [&](uint32_t it, int r) {
+    return static_cast<uint32_t>(MmaTileRow<kEpi>(it, r, n, rope)) * row_words;
+  };
+  uint4 wv[kSlots][2];
+  uint32_t item = blockIdx.x;
+  uint32_t o0 = offset(item, g), o1 = offset(item, g + 8);
+#pragma unroll
+  for (int u = 0; u < kSlots; ++u) {  // no earlier kernel's output
+    wv[u][0] = __ldcs(wb + (o0 + 4 * u));
+    wv[u][1] = __ldcs(wb + (o1 + 4 * u));
+  }
+  PdlWait();
+  PdlLaunchDependents();
+  // The warp's run of x: copied raw, then its largest magnitude, then rewritten in place as f16
+  // (each lane its own words; the lanes read each other's after the __syncwarp).
+  float unscale = 1.0f;
+  {
+    const uint4* x16 = reinterpret_cast<const uint4*>(x) + c_begin * 8;
+    uint4* mine = xs + c_begin * 8;
+#pragma unroll 1
+    for (uint32_t i = lane; i < run * 8; i += 32) {
+      attention_internal::CpAsync16(attention_internal::SmemAddr(mine + i), x16 + i);
+    }
+    attention_internal::CpAsyncCommit();
+    attention_internal::CpAsyncWait<0>();
+    float amax = 0.0f;
+#pragma unroll 1
+    for (uint32_t i = lane; i < run * 8; i += 32) {
+      const auto* pairs = reinterpret_cast<const dtype_internal::Pair<T>*>(mine + i);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float2 f = PairToFloat2<T>(pairs[q]);
+        amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
+      }
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    }
+    // 2^-e with amax 2^-e < 2^15 (e <= 113 for any finite amax); inf / NaN stay as they are.
+    const int e = amax >= 32768.0f && isfinite(amax) ? ilogbf(amax) - 14 : 0;
+    const float scale = __int_as_float((127 - e) << 23);
+    unscale = __int_as_float((127 + e) << 23);
+#pragma unroll 1
+    for (uint32_t i = lane; i < run * 8; i += 32) {
+      const auto* pairs = reinterpret_cast<const dtype_internal::Pair<T>*>(mine + i);
+      uint4 v;
+      uint32_t* words = reinterpret_cast<uint32_t*>(&v);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float2 f = PairToFloat2<T>(pairs[q]);
+        const __half2 h = __floats2half2_rn(f.x * scale, f.y * scale);
+        words[q] = *reinterpret_cast<const uint32_t*>(&h);
+      }
+      mine[i] = v;
+    }
+    __syncwarp();
+  }
+  // e4m3 pair (the low or high 16 bits of v) -> f16 pair.
+  auto cvt = [](uint32_t v) {
+    const __half2_raw h =
+        __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v), __NV_E4M3);
+    return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+  };
+  for (int parity = 0; item < items; item += gridDim.x, parity ^= 1) {
+    float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (uint32_t r = 0; r < run; r += kSlots) {
+      // The slots refill from this row tile until its last round, then from the next one's.
+      const bool last = r + kSlots == run;
+      uint32_t next_r = r + kSlots;
+      if (last) {
+        next_r = 0;
+        if (item + gridDim.x < items) {
+          o0 = offset(item + gridDim.x, g);
+          o1 = offset(item + gridDim.x, g + 8);
+        }
+      }
+      const bool refill = !last || item + gridDim.x < items;
+#pragma unroll
+      for (int u = 0; u < kSlots; ++u) {
+        const uint4 w0 = wv[u][0], w1 = wv[u][1];
+        if (refill) {
+          wv[u][0] = __ldcs(wb + (o0 + 4 * (next_r + u)));
+          wv[u][1] = __ldcs(wb + (o1 + 4 * (next_r + u)));
+        }
+        const uint4* xp = xs + (c_begin + r + u) * 8 + 2 * t;
+        const uint4 xa = xp[0], xb = xp[1];
+        const uint32_t* a0 = reinterpret_cast<const uint32_t*>(&w0);
+        const uint32_t* a1 = reinterpret_cast<const uint32_t*>(&w1);
+        const uint32_t b[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const uint32_t a[4] = {cvt(a0[j] & 0xffffu), cvt(a1[j] & 0xffffu), cvt(a0[j] >> 16),
+                                 cvt(a1[j] >> 16)};
+          attention_internal::Mma<__half>(part, a, b[2 * j], b[2 * j + 1]);
+        }
+      }
+    }
+    if (item + gridDim.x >= items) dtype_internal::PrefetchL2(prefetch, prefetch_bytes);
+    float* rp = red + parity * kW * 16;
+    if (t == 0) {
+      rp[warp * 16 + g] = part[0] * unscale;
+      rp[warp * 16 + g + 8] = part[2] * unscale;
+    }
+    __syncthreads();
+    if (threadIdx.x < 16) {
+      float v = 0.0f;
+#pragma unroll
+      for (int wi = 0; wi < kW; ++wi) v += rp[wi * 16 + threadIdx.x];
+      const int64_t row = MmaTileRow<kEpi>(item, threadIdx.x, n, rope);
+      v = v * w_scale[row] + (bias != nullptr ? ToFloat(bias[row]) : 0.0f);
+      if constexpr (kEpi == Epilogue::kPlain) {
+        StoreOut(v, out + row);
+      } else {
+        // Threads 0-7 the pairs' first elements, 8-15 their second (threads 0-15: lanes 0-15).
+        const float mine = dtype_internal::RoundTo<T>(v);
+        const float second = __shfl_down_sync(0xffffu, mine, 8, 16);
+        const int64_t j = int64_t{item} * 8 + threadIdx.x;
+        if (threadIdx.x < 8) {
+          if constexpr (kEpi == Epilogue::kSiluMul) {
+            out[j] = FromFloat<T>(dtype_internal::SiluTimesExact<T>(mine, second));
+          } else {
+            const int half = rope.head_dim / 2;
+            const int head = static_cast<int>(j / half);
+            const int i = static_cast<int>(j % half);
+            const int i0 = rope.interleaved ? 2 * i : i;
+            const int i1 = rope.interleaved ? 2 * i + 1 : i + half;
+            // The k and v heads stay in the row as computed (RopeStoreKv writes back q only).
+            if (head >= rope.num_heads) {
+              out[int64_t{head} * rope.head_dim + i0] = FromFloat<T>(mine);
+              out[int64_t{head} * rope.head_dim + i1] = FromFloat<T>(second);
+            }
+            const int64_t slot = rope.slot_mapping != nullptr ? rope.slot_mapping[0] : -1;
+            rope_internal::RopeStorePair(rope, out, head, i, i0, i1,
+                                         static_cast<float>(rope.positions[0]), slot, mine, second);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Whether GemvFp8MmaKernel runs a: one row, persistent and mma set, e4m3 codes, k a multiple of
+// 1,024 up to 32,768, whole row tiles (n a multiple of 16; of 8 with silu_mul; head_dim of 16
+// with rope), and enough of them to give the SMs 2.5 of its blocks each (measured above: an 8B's
+// qkv, 384 row tiles on 132 SMs, and gate_up, 1,792; not o or down, 256).
+template <typename Args>
+bool MmaTakes(const Args& a) {
+  using Code = std::remove_cv_t<std::remove_pointer_t<decltype(a.w)>>;
+  if constexpr (!std::is_same_v<Code, __nv_fp8_e4m3>) {
+    return false;
+  } else {
+    const int64_t rows = a.silu_mul ? 2 * a.n : a.n;  // the weight's
+    if (!a.mma || !a.persistent || a.m != 1 || a.k > kW8MmaMaxK ||
+        a.k % (kW8MmaWarps * kW8MmaSlots * 64) != 0 || rows * (a.k / 16) > 0xffffffffll) {
+      return false;
+    }
+    int64_t tiles = a.n / 16;
+    if (a.silu_mul) {
+      if (a.n % 8 != 0) return false;
+      tiles = a.n / 8;
+    } else if (a.rope != nullptr || a.rope_fp8 != nullptr) {
+      const int head_dim = a.rope != nullptr ? a.rope->head_dim : a.rope_fp8->head_dim;
+      if (head_dim % 16 != 0) return false;
+    } else if (a.n % 16 != 0) {
+      return false;
+    }
+    return 2 * tiles >= 5 * int64_t{CurrentDeviceSmCount()};
+  }
+}
+
+template <typename T, Epilogue kEpi, typename Out, typename C, typename Args>
+cudaError_t LaunchGemvFp8Mma(const Args& a, Out* out, const RopeKvArgsT<T, C>& rope,
+                             cudaStream_t stream) {
+  constexpr auto kernel = GemvFp8MmaKernel<T, kEpi, Out, C>;
+  const size_t smem = a.k * 2 + 2 * kW8MmaWarps * 16 * sizeof(float);
+  if (smem > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+  }
+  // Row tiles: 16 rows (of a.n), 8 gate / up pairs (a.n outputs) or 8 RoPE pairs (a.n / 2).
+  const int64_t items = kEpi == Epilogue::kSiluMul ? a.n / 8 : a.n / 16;
+  return LaunchChained(kernel, ResidentGrid<kernel, kW8MmaWarps * 32>(items, smem),
+                       kW8MmaWarps * 32, smem, stream, a.x, reinterpret_cast<const uint8_t*>(a.w),
+                       a.w_scale, a.n, a.k, a.bias, out, a.prefetch, a.prefetch_bytes, rope,
+                       static_cast<uint32_t>(items));
+}
+
 // Args: GemvFp8ArgsT<T> or GemvInt8ArgsT<T> (the same fields; w's code type differs).
 template <int M, typename T, typename Args>
 cudaError_t LaunchGemvW8M(const Args& a, cudaStream_t stream) {
@@ -424,6 +678,9 @@ cudaError_t LaunchGemvW8M(const Args& a, cudaStream_t stream) {
   auto run = [&]<Epilogue kEpi, typename Out, typename C>(int64_t outputs, int per_block,
                                                           const RopeKvArgsT<T, C>& rope) {
     const int64_t items = (outputs + per_block - 1) / per_block;
+    if constexpr (M == 1 && std::is_same_v<Code, __nv_fp8_e4m3>) {
+      if (MmaTakes(a)) return LaunchGemvFp8Mma<T, kEpi>(a, static_cast<Out*>(a.out), rope, stream);
+    }
     if constexpr (M == 1) {
       if (persistent) {
         constexpr auto kernel = GemvW8PersistentKernel<M, T, Code, Out, kEpi, C>;
@@ -512,6 +769,10 @@ cudaError_t ApplyFp8Scales(const __nv_bfloat16* y, int64_t ld, int64_t rows, int
 }
 
 bool GemvFp8Supported(const GemvFp8ArgsT<__nv_bfloat16>& a) { return Supported(a); }
+bool GemvFp8OnTensorCores(const GemvFp8ArgsT<__nv_bfloat16>& a) {
+  return Supported(a) && MmaTakes(a);
+}
+bool GemvFp8OnTensorCores(const GemvFp8ArgsT<__half>& a) { return Supported(a) && MmaTakes(a); }
 bool GemvFp8Supported(const GemvFp8ArgsT<__half>& a) { return Supported(a); }
 cudaError_t GemvFp8(const GemvFp8ArgsT<__nv_bfloat16>& a, cudaStream_t stream) {
   return LaunchGemvW8<__nv_bfloat16>(a, stream);

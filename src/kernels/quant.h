@@ -99,6 +99,10 @@ struct GemvW8ArgsT {
   // outputs with its weight loads kept in flight across them (docs/kernels.md, "W8A16 GEMV");
   // the same bits. Taken at m = 1 where k is a multiple of 2,048, else ignored.
   bool persistent = false;
+  // With persistent, at one row on e4m3 codes: the tensor-core form where it pays
+  // (GemvFp8OnTensorCores; docs/kernels.md, "W8A16 GEMV on the tensor cores"). Its sums run in
+  // another order: not the one-item kernel's bits, within the fp32 sum's error bound.
+  bool mma = true;
 };
 template <typename T>
 using GemvFp8ArgsT = GemvW8ArgsT<T, __nv_fp8_e4m3>;
@@ -107,6 +111,12 @@ using GemvFp8ArgsT = GemvW8ArgsT<T, __nv_fp8_e4m3>;
 // multiple of 8, x and w 16-byte aligned, T output with silu_mul.
 bool GemvFp8Supported(const GemvFp8ArgsT<__nv_bfloat16>& args);
 bool GemvFp8Supported(const GemvFp8ArgsT<__half>& args);
+
+// Whether GemvFp8 runs args on the tensor cores (GemvW8ArgsT::mma): one row, persistent, k a
+// multiple of 1,024 up to 32,768, whole 16-row tiles (n a multiple of 16; of 8 with silu_mul;
+// head_dim of 16 with rope), and at least 2.5 tiles an SM (the current device's).
+bool GemvFp8OnTensorCores(const GemvFp8ArgsT<__nv_bfloat16>& args);
+bool GemvFp8OnTensorCores(const GemvFp8ArgsT<__half>& args);
 
 // REQUIRES: GemvFp8Supported(args).
 cudaError_t GemvFp8(const GemvFp8ArgsT<__nv_bfloat16>& args, cudaStream_t stream);

@@ -126,6 +126,24 @@ TYPED_TEST(QuantizeRowsFp8Gpu, RejectsWidthsThatAreNotMultiplesOf8) {
 
 KILN_ELEMENT_TYPED_TEST_SUITE(GemvFp8Gpu);
 
+// The GEMV's arguments for CheckFp8Linear's operands.
+template <typename T>
+GemvFp8ArgsT<T> GemvArgsOf(const Fp8Operands& o) {
+  GemvFp8ArgsT<T> a;
+  a.x = static_cast<const T*>(o.x);
+  a.ldx = o.ldx;
+  a.m = o.m;
+  a.w = o.w;
+  a.w_scale = o.w_scale;
+  a.n = o.n;
+  a.k = o.k;
+  a.bias = static_cast<const T*>(o.bias);
+  a.out = o.out;
+  a.ldo = o.ldo;
+  a.out_f32 = o.out_f32;
+  return a;
+}
+
 TYPED_TEST(GemvFp8Gpu, MatchesTheW8A16Formula) {
   REQUIRE_GPU();
   using T = TypeParam;
@@ -135,22 +153,50 @@ TYPED_TEST(GemvFp8Gpu, MatchesTheW8A16Formula) {
          {LinearCase{m, 769, 592, 24, 5, true, false}, LinearCase{m, 576, 1536, 0, 0, false, false},
           LinearCase{m, 83, 4096, 8, 0, false, true}}) {
       CheckFp8Linear<T>(c, seed++, /*w8a8=*/false, [](const Fp8Operands& o) {
-        GemvFp8ArgsT<T> a;
-        a.x = static_cast<const T*>(o.x);
-        a.ldx = o.ldx;
-        a.m = o.m;
-        a.w = o.w;
-        a.w_scale = o.w_scale;
-        a.n = o.n;
-        a.k = o.k;
-        a.bias = static_cast<const T*>(o.bias);
-        a.out = o.out;
-        a.ldo = o.ldo;
-        a.out_f32 = o.out_f32;
+        const GemvFp8ArgsT<T> a = GemvArgsOf<T>(o);
         ASSERT_TRUE(GemvFp8Supported(a));
         CUDA_OK(GemvFp8(a, nullptr));
       });
     }
+  }
+}
+
+// The number of 16-row tiles from which GemvFp8 takes the tensor-core form on this device (2.5
+// an SM), rounded up.
+int64_t MmaTiles() {
+  int sms = 0;
+  EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  return (5 * int64_t{sms} + 1) / 2;
+}
+
+// The tensor-core form (GemvW8ArgsT::mma: one row, persistent, GemvFp8OnTensorCores) against
+// the formula: k of 1,024 (one round a warp), 4,096, 14,336 (7 rounds) and 32,768 (the most), T
+// and fp32 outputs, bias; x spread to 2^20 (bf16) / 2^13 (fp16), past f16's 2^15, where a warp
+// stages x scaled down (fp32 outputs: the sums pass fp16's range); and shapes it declines (n
+// not whole tiles, k not whole rounds, too few tiles), which the FMA forms take.
+TYPED_TEST(GemvFp8Gpu, MmaFormMatchesTheW8A16Formula) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  const float big = std::is_same_v<T, __half> ? 8192.0f : 1048576.0f;
+  const int64_t n = 16 * MmaTiles();
+  struct MmaCase {
+    LinearCase c;
+    bool mma;
+  };
+  uint32_t seed = 31;
+  for (const MmaCase& mc :
+       {MmaCase{{1, n, 1024, 0, 0, true, false}, true},
+        MmaCase{{1, n + 32, 4096, 0, 0, false, true}, true},
+        MmaCase{{1, n, 14336, 0, 0, true, false}, true}, MmaCase{{1, n, 32768}, true},
+        MmaCase{{1, n, 4096, 0, 0, true, true, big}, true}, MmaCase{{1, n + 8, 4096}, false},
+        MmaCase{{1, n, 2560, 0, 0, true, false}, false}, MmaCase{{1, 64, 4096}, false}}) {
+    CheckFp8Linear<T>(mc.c, seed++, /*w8a8=*/false, [&](const Fp8Operands& o) {
+      GemvFp8ArgsT<T> a = GemvArgsOf<T>(o);
+      a.persistent = true;
+      ASSERT_TRUE(GemvFp8Supported(a));
+      EXPECT_EQ(GemvFp8OnTensorCores(a), mc.mma);
+      CUDA_OK(GemvFp8(a, nullptr));
+    });
   }
 }
 
@@ -258,14 +304,18 @@ struct W8Operands {
 // writes, bit for bit, for e4m3 and int8 codes: dims that leave the last block's warps partly
 // idle (dim % 4 != 0), k with and without a partial last load round, bias, strided x and a padded
 // output whose padding must stay untouched.
+// With persistent both run the persistent forms at one row: for e4m3 codes and mma_dim outputs
+// the tensor-core form, whose epilogue must give its own plain sums' bits.
 template <typename T, typename Code>
-void CheckGemvSiluMul(uint32_t seed) {
+void CheckGemvSiluMul(uint32_t seed, bool persistent = false) {
   std::mt19937 rng(seed);
+  const int mma_dim = static_cast<int>(8 * MmaTiles());  // the tensor-core form's at m = 1
   for (int32_t m : {1, 2, 3, 8}) {
-    for (auto [dim, k, bias] : {std::tuple{14, 64, false}, std::tuple{517, 592, true},
-                                std::tuple{1024, 4096, false}, std::tuple{3, 16, true}}) {
+    for (auto [dim, k, bias] :
+         {std::tuple{14, 64, false}, std::tuple{517, 592, true}, std::tuple{1024, 4096, false},
+          std::tuple{3, 16, true}, std::tuple{mma_dim, 2048, true}}) {
       SCOPED_TRACE("m " + std::to_string(m) + " dim " + std::to_string(dim) + " k " +
-                   std::to_string(k) + (bias ? " bias" : ""));
+                   std::to_string(k) + (bias ? " bias" : "") + (persistent ? " persistent" : ""));
       const int64_t ldo = dim + 5, rows = 2 * int64_t{dim};
       const W8Operands<T, Code> ops(m, rows, k, k + 8, rng);
       Dev<uint16_t> dgu(m * rows), dref(m * ldo), dout(m * ldo);
@@ -275,12 +325,16 @@ void CheckGemvSiluMul(uint32_t seed) {
       GemvW8ArgsT<T, Code> a = ops.Args(bias);
       a.out = dgu.ptr;
       a.ldo = rows;
+      a.persistent = persistent;
       RunGemvW8(a);
       CUDA_OK(SiluMul(As<T>(dgu.ptr), rows, m, dim, As<T>(dref.ptr), ldo, nullptr));
       a.silu_mul = true;
       a.n = dim;
       a.out = dout.ptr;
       a.ldo = ldo;
+      if constexpr (std::is_same_v<Code, __nv_fp8_e4m3>) {
+        EXPECT_EQ(GemvFp8OnTensorCores(a), persistent && m == 1 && dim == mma_dim);
+      }
       RunGemvW8(a);
       CUDA_OK(cudaDeviceSynchronize());
       const std::vector<uint16_t> want = dref.Download(m * ldo), got = dout.Download(m * ldo);
@@ -301,6 +355,7 @@ TYPED_TEST(GemvFp8Gpu, SiluMulInTheEpilogueEqualsGemvThenSiluMul) {
   REQUIRE_GPU();
   CheckGemvSiluMul<TypeParam, __nv_fp8_e4m3>(11);
   CheckGemvSiluMul<TypeParam, int8_t>(12);
+  CheckGemvSiluMul<TypeParam, __nv_fp8_e4m3>(13, /*persistent=*/true);
 }
 
 // GemvW8ArgsT::rope writes what the GEMV followed by RopeStoreKv writes, bit for bit: the qkv
@@ -310,18 +365,24 @@ TYPED_TEST(GemvFp8Gpu, SiluMulInTheEpilogueEqualsGemvThenSiluMul) {
 template <typename T, typename Code, typename C>
 void CheckGemvRope(uint32_t seed) {
   std::mt19937 rng(seed);
+  // k 2,048: both in their persistent forms, for e4m3 codes at one row the tensor-core form
+  // (4 q heads a kv head, enough of them for MmaTiles).
   struct Shape {
     int heads, kv_heads, head_dim;
+    int64_t k = 96;
   };
-  for (const Shape sh : {Shape{4, 2, 64}, Shape{2, 1, 128}, Shape{3, 1, 6}}) {
+  const int kv128 = static_cast<int>((MmaTiles() + 47) / 48);  // 6 heads x 8 tiles a kv head
+  const int kv64 = static_cast<int>((MmaTiles() + 23) / 24);
+  for (const Shape sh : {Shape{4, 2, 64}, Shape{2, 1, 128}, Shape{3, 1, 6},
+                         Shape{4 * kv128, kv128, 128, 2048}, Shape{4 * kv64, kv64, 64, 2048}}) {
     for (int32_t m : {1, 3}) {
       for (bool interleaved : {false, true}) {
         SCOPED_TRACE("m " + std::to_string(m) + " heads " + std::to_string(sh.heads) + "/" +
                      std::to_string(sh.kv_heads) + " head_dim " + std::to_string(sh.head_dim) +
-                     (interleaved ? " interleaved" : ""));
+                     " k " + std::to_string(sh.k) + (interleaved ? " interleaved" : ""));
         const int64_t n = int64_t{sh.heads + 2 * sh.kv_heads} * sh.head_dim;
         const int32_t block_size = 4, num_blocks = 6;
-        const W8Operands<T, Code> ops(m, n, 96, 96, rng);
+        const W8Operands<T, Code> ops(m, n, sh.k, sh.k, rng);
         std::vector<float> inv_freq(sh.head_dim / 2);
         for (size_t i = 0; i < inv_freq.size(); ++i) {
           inv_freq[i] = std::pow(10000.0f, -2.0f * i / sh.head_dim);
@@ -359,6 +420,7 @@ void CheckGemvRope(uint32_t seed) {
         }
         GemvW8ArgsT<T, Code> a = ops.Args(/*with_bias=*/true);
         a.ldo = n;
+        a.persistent = sh.k % 2048 == 0;
         // The unfused pair.
         a.out = dqkv_ref.ptr;
         RunGemvW8(a);
@@ -375,6 +437,9 @@ void CheckGemvRope(uint32_t seed) {
           a.rope_fp8 = &rope;
         } else {
           a.rope = &rope;
+        }
+        if constexpr (std::is_same_v<Code, __nv_fp8_e4m3>) {
+          EXPECT_EQ(GemvFp8OnTensorCores(a), a.persistent && m == 1);
         }
         RunGemvW8(a);
         CUDA_OK(cudaDeviceSynchronize());
@@ -469,6 +534,7 @@ void CheckGemvPersistent(uint32_t seed) {
           a.out_f32 = epi == 1;
           a.silu_mul = epi == 2;
           a.persistent = persistent;
+          a.mma = false;  // the FMA form (the tensor-core form: MmaForm..., ...InTheEpilogue...)
           RopeKvArgsT<T, T> rope;
           RopeKvArgsT<T, __nv_fp8_e4m3> rope_fp8;
           auto fill = [&](auto& r) {
@@ -514,17 +580,20 @@ void CheckGemvPersistent(uint32_t seed) {
   }
 }
 
-// The persistent W8A16 GEMV's fp32 outputs against sums in double, for random e4m3 codes and for
-// rows of subnormal codes only (exponent 0, m * 2^-9: a decoder that flushed them would give 0).
-// The error is measured against the sum of the terms' magnitudes; fp32 sums of 4,096 terms stay
-// far inside 1e-4 of it.
+// The persistent W8A16 GEMV's fp32 outputs against sums in double, in its FMA and tensor-core
+// forms, for random e4m3 codes and for rows of subnormal codes only (exponent 0, m * 2^-9: a
+// decoder that flushed them would give 0). The error is measured against the sum of the terms'
+// magnitudes; fp32 sums of 4,096 terms stay far inside 1e-4 of it.
 template <typename T>
 void CheckGemvPersistentSums(uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  const int64_t n = 512, k = 4096;
-  for (bool subnormal : {false, true}) {
-    SCOPED_TRACE(subnormal ? "subnormal codes" : "random codes");
+  const int64_t k = 4096;
+  for (int form = 0; form < 4; ++form) {
+    const bool subnormal = form % 2 == 1, mma = form >= 2;
+    const int64_t n = mma ? 16 * MmaTiles() : 512;
+    SCOPED_TRACE(std::string(subnormal ? "subnormal codes" : "random codes") +
+                 (mma ? ", tensor cores" : ", FMA"));
     std::vector<uint16_t> xh(k);
     for (auto& v : xh) v = Format<T>::FromF32(normal(rng));
     std::vector<uint8_t> codes = RandomCodes<__nv_fp8_e4m3>(n * k, rng);
@@ -550,6 +619,8 @@ void CheckGemvPersistentSums(uint32_t seed) {
     a.ldo = n;
     a.out_f32 = true;
     a.persistent = true;
+    a.mma = mma;
+    EXPECT_EQ(GemvFp8OnTensorCores(a), mma);
     RunGemvW8(a);
     CUDA_OK(cudaDeviceSynchronize());
     const std::vector<float> got = out.Download(n);
@@ -563,8 +634,9 @@ void CheckGemvPersistentSums(uint32_t seed) {
       }
       worst = std::max(worst, std::fabs(got[r] - sum * scales[r]) / (mag * scales[r]));
     }
-    std::printf("persistent GEMV, %s: max |error| / sum of |terms| = %.3g\n",
-                subnormal ? "subnormal codes" : "random codes", worst);
+    std::printf("persistent GEMV (%s), %s: max |error| / sum of |terms| = %.3g\n",
+                mma ? "tensor cores" : "FMA", subnormal ? "subnormal codes" : "random codes",
+                worst);
     EXPECT_LT(worst, 1e-4);
   }
 }

@@ -401,6 +401,60 @@ TEST(CudaEngine, GemvEpiloguesGiveTheSameBits) {
   }
 }
 
+// A 3-layer Llama shape of hidden size 2,048 (16 q heads of 128, 4 kv heads, intermediate 4,096)
+// with q/k/v, o and MLP biases: sizes the one-token GEMVs' fused forms take.
+ModelConfig Hidden2048Config() {
+  ModelConfig config = PresetConfig("smollm2-135m").value();
+  config.num_layers = 3;
+  config.hidden_size = 2048;
+  config.num_heads = 16;
+  config.num_kv_heads = 4;
+  config.head_dim = 128;
+  config.intermediate_size = 4096;
+  config.qkv_bias = config.o_bias = config.mlp_bias = true;
+  return config;
+}
+
+// The FP8 one-token GEMVs on the tensor cores (kernels::GemvW8ArgsT::mma; on this shape gate_up,
+// 512 row tiles, where the device has at most 204 SMs; qkv's 192 and o's and down's 128 stay on
+// the FMA kernel, and quant_test checks the RoPE epilogue's form bit for bit) against the
+// one-item FMA kernel (gemv_persistent off): the same tokens but at near-ties (H200: one
+// divergence at a top-2 gap of 0.010 in 3 x 24 tokens), logprobs within the fused-decode
+// tolerance, and not identical (another summation order: identical logprobs would mean the
+// tensor-core form never ran). And the SiluMul and RoPE + KV-write epilogues (gemv_silu,
+// gemv_rope) give the bits of the plain sums followed by the kernels, over a bf16 and an fp8 KV
+// cache.
+TEST(CudaEngine, Fp8GemvOnTheTensorCoresMatchesTheFmaGemv) {
+  ASSERT_TRUE(HasCudaDevice()) << "needs a CUDA device";
+  const ModelConfig config = Hidden2048Config();
+  const Model m = Synth("fp8_mma", config, 0.02f);
+  const std::vector<Prompt> prompts = RandomPrompts({1, 37, 300}, config.vocab_size, 17);
+  const SamplingParams params = Greedy(24, 5);
+  for (const std::string kv : {"auto", "fp8"}) {
+    // 0: the one-item FMA kernel; 1: the tensor-core form with its epilogues; 2: without them.
+    std::vector<CompletionOutput> runs[3];
+    for (int form = 0; form < 3; ++form) {
+      LlmOptions options = CudaFp8Options(kv);
+      options.gemv_persistent = form != 0;
+      options.gemv_silu = options.gemv_rope = form != 2;
+      auto llm = LLM::Create(m.dir, options);
+      ASSERT_TRUE(llm.ok()) << llm.status().ToString();
+      ASSERT_NO_FATAL_FAILURE(GenerateEachAlone(**llm, prompts, params, &runs[form]));
+    }
+    const std::string label = "fp8 kv " + kv;
+    ExpectSameBits(runs[1], runs[2], label + ": epilogues of the tensor-core form");
+    float max_diff = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      max_diff = std::max(max_diff, CompareCompletion(runs[0][i], runs[1][i],
+                                                      label + " prompt " + std::to_string(i)));
+    }
+    std::printf("%s: tensor cores vs FMA max |dlogprob| %.4f\n", label.c_str(), max_diff);
+    EXPECT_LT(max_diff, 0.05f) << label;
+    EXPECT_GT(max_diff, 0.0f) << label << ": identical logprobs; was the tensor-core form taken?";
+  }
+  std::filesystem::remove_all(m.dir);
+}
+
 // The RMS norms before qkv and gate_up in the prologues of the streamed W4A16 GEMVs
 // (CudaRunnerOptions::gemv_norm, the default), and SiluMul and RoPE with the KV write in their
 // epilogues (gemv_silu, gemv_rope) change no bit: the tokens and logprobs of W4A16 engines
@@ -416,14 +470,7 @@ TEST(CudaEngine, GemvEpiloguesGiveTheSameBits) {
 // same tokens and top-5 logprobs within MatchesCpuBackend's tolerance.
 TEST(CudaEngine, W4NormInGemvGivesTheSameBits) {
   ASSERT_TRUE(HasCudaDevice()) << "needs a CUDA device";
-  ModelConfig config = PresetConfig("smollm2-135m").value();
-  config.num_layers = 3;
-  config.hidden_size = 2048;
-  config.num_heads = 16;
-  config.num_kv_heads = 4;
-  config.head_dim = 128;
-  config.intermediate_size = 4096;
-  config.qkv_bias = config.o_bias = config.mlp_bias = true;
+  const ModelConfig config = Hidden2048Config();
   const Model m = Synth("w4_norm", config, 0.02f);
   auto ckpt = Checkpoint::Open(m.dir);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
