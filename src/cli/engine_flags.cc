@@ -67,7 +67,8 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
   cmd->add_flag("--no-gemv-persistent", f->no_gemv_persistent,
                 "CUDA, FP8 / INT8 decode steps the W8A16 GEMV runs: a block an 8 outputs "
                 "instead of one wave of blocks that keep their weight loads in flight from one "
-                "output to the next (the same bits; for measuring the persistent form)");
+                "output to the next (the same bits), nor FP8's one-row GEMV on the tensor cores "
+                "(another summation order); for measuring the persistent forms");
   cmd->add_flag("--no-gemv-norm", f->no_gemv_norm,
                 "CUDA, one-token W4A16 decode steps: the RMS norms before qkv and gate_up as "
                 "kernels of their own, instead of in the prologue of the GEMV after them (the same "

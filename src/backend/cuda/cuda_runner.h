@@ -116,8 +116,9 @@ struct CudaRunnerOptions {
   // order either way (RoPE runs interleaved on them).
   bool gemv_rope = true;
   // The W8A16 GEMVs in their persistent form (cuda::Gemm::set_gemv_persistent): one wave of
-  // blocks whose lanes keep their weight loads in flight from one output to the next. The same
-  // bits. false: a block an 8 outputs (for A/B benchmarks).
+  // blocks whose lanes keep their weight loads in flight from one output to the next, the same
+  // bits; and FP8's one-row GEMV on the tensor cores where it pays (kernels::GemvW8ArgsT::mma,
+  // another summation order). false: a block an 8 outputs (for A/B benchmarks).
   bool gemv_persistent = true;
   // One-token steps of W4A16 layers: the residual RMS norm before qkv and before gate_up made in
   // the prologue of the streamed W4A16 GEMV after it (cuda::Gemm::LinearW4Norm), one launch less

@@ -324,8 +324,8 @@ class Gemm {
   // The same for LinearInt8 (kernels::GemvInt8). Default kInt8GemvDefaultRows.
   void set_int8_gemv_max_rows(int32_t rows) { int8_gemv_max_rows_ = rows; }
   int32_t int8_gemv_max_rows() const { return int8_gemv_max_rows_; }
-  // The W8A16 GEMVs (GemvFp8 / GemvInt8) in their persistent form
-  // (kernels::GemvW8ArgsT::persistent). Default on.
+  // The W8A16 GEMVs (GemvFp8 / GemvInt8) in their persistent forms
+  // (kernels::GemvW8ArgsT::persistent, and for FP8 at one row mma). Default on.
   void set_gemv_persistent(bool on) { gemv_persistent_ = on; }
   bool gemv_persistent() const { return gemv_persistent_; }
   // FP8 GEMMs with cuBLASLt's fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM): the tensor
