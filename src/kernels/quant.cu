@@ -220,6 +220,20 @@ __device__ __forceinline__ void StoreOut(float v, T* out) {
 // halves of its outputs; the second warps hand their rounded sums over in shared memory.
 enum class Epilogue { kPlain, kSiluMul, kRope };
 
+// RoPE pair j of a qkv row (j < n / 2): its head, its index i within the head, and the head's
+// elements it rotates, i0 and i1 (i and i + head_dim / 2, or 2i and 2i + 1 interleaved).
+struct RopePairOf {
+  int head, i, i0, i1;
+  template <typename Rope>
+  __device__ __forceinline__ RopePairOf(int64_t j, const Rope& rope) {
+    const int half = rope.head_dim / 2;
+    head = static_cast<int>(j / half);
+    i = static_cast<int>(j % half);
+    i0 = rope.interleaved ? 2 * i : i;
+    i1 = rope.interleaved ? 2 * i + 1 : i + half;
+  }
+};
+
 // The outputs one warp of a block computes for one item of the grid: output column `col`'s dot
 // product, and for kSiluMul / kRope the pair it belongs to. Past the last pair or column (the
 // last item) the warp still streams a row, row 0 (never stored), so that every warp of the block
@@ -238,12 +252,12 @@ struct GemvW8Item {
       active = j < n;
       col = (active ? j : 0) + (warp < kHalf ? 0 : n);
     } else if constexpr (kEpi == Epilogue::kRope) {
-      const int half = rope.head_dim / 2;
       active = j < n / 2;
-      head = static_cast<int>(active ? j / half : 0);
-      i = static_cast<int>(active ? j % half : 0);
-      i0 = rope.interleaved ? 2 * i : i;
-      i1 = rope.interleaved ? 2 * i + 1 : i + half;
+      const RopePairOf pair(active ? j : 0, rope);
+      head = pair.head;
+      i = pair.i;
+      i0 = pair.i0;
+      i1 = pair.i1;
       col = int64_t{head} * rope.head_dim + (warp < kHalf ? i0 : i1);
     } else {
       active = col < n;
@@ -453,13 +467,8 @@ __device__ __forceinline__ int64_t MmaTileRow(uint32_t item, int r, int64_t n, c
   } else if constexpr (kEpi == Epilogue::kSiluMul) {
     return int64_t{item} * 8 + (r % 8) + (r < 8 ? 0 : n);
   } else {
-    const int half = rope.head_dim / 2;
-    const int64_t j = int64_t{item} * 8 + (r % 8);
-    const int64_t head = j / half;
-    const int i = static_cast<int>(j % half);
-    const int i0 = rope.interleaved ? 2 * i : i;
-    const int i1 = rope.interleaved ? 2 * i + 1 : i + half;
-    return head * rope.head_dim + (r < 8 ? i0 : i1);
+    const RopePairOf pair(int64_t{item} * 8 + (r % 8), rope);
+    return int64_t{pair.head} * rope.head_dim + (r < 8 ? pair.i0 : pair.i1);
   }
 }
 
@@ -480,12 +489,12 @@ __global__ void __launch_bounds__(kW8MmaWarps * 32, 3)
   // A lane's 16-byte words: wb plus its tile rows' offsets (32 bits: MmaTakes).
   const uint4* wb = reinterpret_cast<const uint4*>(w) + c_begin * 4 + t;
   const uint32_t row_words = static_cast<uint32_t>(k / 16);
-  auto offset = [&](uint32_t it, int r) {
+  auto row_offset = [&](uint32_t it, int r) {
     return static_cast<uint32_t>(MmaTileRow<kEpi>(it, r, n, rope)) * row_words;
   };
   uint4 wv[kSlots][2];
   uint32_t item = blockIdx.x;
-  uint32_t o0 = offset(item, g), o1 = offset(item, g + 8);
+  uint32_t o0 = row_offset(item, g), o1 = row_offset(item, g + 8);
 #pragma unroll
   for (int u = 0; u < kSlots; ++u) {  // no earlier kernel's output
     wv[u][0] = __ldcs(wb + (o0 + 4 * u));
@@ -552,8 +561,8 @@ __global__ void __launch_bounds__(kW8MmaWarps * 32, 3)
       if (last) {
         next_r = 0;
         if (item + gridDim.x < items) {
-          o0 = offset(item + gridDim.x, g);
-          o1 = offset(item + gridDim.x, g + 8);
+          o0 = row_offset(item + gridDim.x, g);
+          o1 = row_offset(item + gridDim.x, g + 8);
         }
       }
       const bool refill = !last || item + gridDim.x < items;
@@ -601,18 +610,14 @@ __global__ void __launch_bounds__(kW8MmaWarps * 32, 3)
           if constexpr (kEpi == Epilogue::kSiluMul) {
             out[j] = FromFloat<T>(dtype_internal::SiluTimesExact<T>(mine, second));
           } else {
-            const int half = rope.head_dim / 2;
-            const int head = static_cast<int>(j / half);
-            const int i = static_cast<int>(j % half);
-            const int i0 = rope.interleaved ? 2 * i : i;
-            const int i1 = rope.interleaved ? 2 * i + 1 : i + half;
+            const RopePairOf p(j, rope);
             // The k and v heads stay in the row as computed (RopeStoreKv writes back q only).
-            if (head >= rope.num_heads) {
-              out[int64_t{head} * rope.head_dim + i0] = FromFloat<T>(mine);
-              out[int64_t{head} * rope.head_dim + i1] = FromFloat<T>(second);
+            if (p.head >= rope.num_heads) {
+              out[int64_t{p.head} * rope.head_dim + p.i0] = FromFloat<T>(mine);
+              out[int64_t{p.head} * rope.head_dim + p.i1] = FromFloat<T>(second);
             }
             const int64_t slot = rope.slot_mapping != nullptr ? rope.slot_mapping[0] : -1;
-            rope_internal::RopeStorePair(rope, out, head, i, i0, i1,
+            rope_internal::RopeStorePair(rope, out, p.head, p.i, p.i0, p.i1,
                                          static_cast<float>(rope.positions[0]), slot, mine, second);
           }
         }
